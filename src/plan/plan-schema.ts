@@ -1,0 +1,65 @@
+import { z } from 'zod';
+import { ResourcesSchema } from '../config/resources-schema';
+
+/**
+ * The plan: a task expanded into one global rank space. It is the input of RunWorkflow, so it is
+ * plain JSON and validated again when a workflow receives it.
+ */
+
+export const StartupOrderSchema = z.enum(['any', 'master-first', 'workers-first']);
+export const StopCriteriaSchema = z.enum(['all-done', 'master-done']);
+export const RetryEventSchema = z.enum(['no-capacity', 'interruption', 'error']);
+export type RetryEvent = z.infer<typeof RetryEventSchema>;
+
+export const RetryPolicySchema = z.object({
+  on_events: z.array(RetryEventSchema),
+  /** Seconds the run may keep being retried, counted from its submission. */
+  duration_s: z.number().int().positive(),
+});
+export type RetryPolicy = z.infer<typeof RetryPolicySchema>;
+
+export const PortMappingSchema = z.object({
+  container_port: z.number().int(),
+  local_port: z.number().int().nullable(),
+});
+
+export const GroupPlanSchema = z.object({
+  index: z.number().int().nonnegative(),
+  name: z.string(),
+  nodes: z.number().int().positive(),
+  resources: ResourcesSchema,
+  commands: z.array(z.string()),
+  ports: z.array(PortMappingSchema),
+});
+export type GroupPlan = z.infer<typeof GroupPlanSchema>;
+
+export const JobPlanSchema = z.object({
+  job_num: z.number().int().nonnegative(),
+  job_name: z.string(),
+  node_group_index: z.number().int().nonnegative(),
+  node_group_name: z.string(),
+  node_group_job_index: z.number().int().nonnegative(),
+  global_master: z.boolean(),
+  group_master: z.boolean(),
+  /** The group's commands, NOT yet interpolated: addresses are only known after provisioning. */
+  commands: z.array(z.string()),
+  ports: z.array(PortMappingSchema),
+});
+export type JobPlan = z.infer<typeof JobPlanSchema>;
+
+export const PlanSchema = z.object({
+  run_name: z.string(),
+  nodes_num: z.number().int().positive(),
+  image: z.string().nullable(),
+  working_dir: z.string().nullable(),
+  /** The task's env, resolved on the submitting side (bare `KEY` taken from its shell). */
+  env: z.record(z.string(), z.string()),
+  startup_order: StartupOrderSchema,
+  stop_criteria: StopCriteriaSchema,
+  retry: RetryPolicySchema.nullable(),
+  max_duration_s: z.number().int().positive().nullable(),
+  fleets: z.array(z.string()).nullable(),
+  groups: z.array(GroupPlanSchema).min(1),
+  jobs: z.array(JobPlanSchema).min(1),
+});
+export type Plan = z.infer<typeof PlanSchema>;

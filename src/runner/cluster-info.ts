@@ -1,0 +1,13 @@
+import { z } from 'zod';
+
+/** What every runner gets once all addresses are known (dstack's ClusterInfo plus per-node GPUs). */
+export const ClusterInfoSchema = z.object({
+  /** Internal addresses in job_num order. */
+  job_ips: z.array(z.string()),
+  master_job_ip: z.string(),
+  /** GPUs of this node (dstack's homogeneous field). */
+  gpus_per_job: z.number().int().nonnegative(),
+  /** GPUs of every node, in job_num order; empty in payloads from before the field existed. */
+  gpus_per_node: z.array(z.number().int().nonnegative()),
+});
+export type ClusterInfo = z.infer<typeof ClusterInfoSchema>;
