@@ -1,0 +1,16 @@
+/** A CLI command: takes its arguments (after the command name), returns the process exit code. */
+export type Command = (args: string[]) => Promise<number>;
+
+/**
+ * An error the user can act on: printed as its message alone (no stack trace).
+ * Exit codes: 1 = the config, the run or the service said no; 2 = bad usage of the CLI.
+ */
+export class CliError extends Error {
+  override readonly name = 'CliError';
+  constructor(
+    message: string,
+    readonly exitCode: 1 | 2 = 1,
+  ) {
+    super(message);
+  }
+}

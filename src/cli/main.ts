@@ -1,0 +1,46 @@
+import { CliError, type Command } from './command';
+
+/**
+ * `troupe <command> [options]`. Each command lives in its own module under commands/ and is
+ * loaded only when called, so `troupe plan` never loads the Temporal SDK.
+ */
+const commands: Record<string, () => Promise<{ command: Command }>> = {
+  plan: () => import('./commands/plan'),
+};
+
+function usage(): string {
+  return [
+    'usage: troupe <command> [options]',
+    '',
+    'commands:',
+    ...Object.keys(commands).map((name) => `  ${name}`),
+    '',
+    'Run `troupe <command> --help` for a command\'s options.',
+  ].join('\n');
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
+    process.stdout.write(`${usage()}\n`);
+    return name === undefined ? 2 : 0;
+  }
+  const load = commands[name];
+  if (!load) {
+    process.stderr.write(`troupe: unknown command "${name}"\n\n${usage()}\n`);
+    return 2;
+  }
+  const { command } = await load();
+  return await command(rest);
+}
+
+try {
+  process.exitCode = await main(process.argv.slice(2));
+} catch (err) {
+  if (err instanceof CliError) {
+    process.stderr.write(`${err.message}\n`);
+    process.exitCode = err.exitCode;
+  } else {
+    throw err;
+  }
+}
