@@ -1,5 +1,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { defaultDevServerOptions, startDevServer, stopDevServer } from '../src/devserver/dev-server';
@@ -11,10 +12,22 @@ declare module 'vitest' {
   }
 }
 
-/** One real Temporal dev server for the whole test run, on ports apart from a user's own. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** One real Temporal dev server for the whole test run, on free ports, apart from a user's own. */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   const stateDir = mkdtempSync(join(tmpdir(), 'troupe-test-temporal-'));
-  const opts = defaultDevServerOptions({ stateDir, port: 17233, uiPort: 18233, dbFile: null });
+  const opts = defaultDevServerOptions({ stateDir, port: await freePort(), uiPort: await freePort(), dbFile: null });
   const server = await startDevServer(opts);
   project.provide('temporalAddress', server.address);
   project.provide('temporalUiAddress', server.uiAddress);
