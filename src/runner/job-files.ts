@@ -1,0 +1,52 @@
+import type { JobFiles } from '../backends/backend';
+import type { JobPlan, Plan } from '../plan/plan-schema';
+import type { ClusterInfo } from './cluster-info';
+import { renderHostfile } from './hostfile';
+import { interpolateCommand } from './interpolation';
+import { renderJobEnv } from './job-env';
+import { JobLayout } from './job-layout';
+import { renderLaunchScript } from './launch-script';
+
+export interface JobFilesInput {
+  run: Pick<Plan, 'run_name' | 'nodes_num' | 'env' | 'image' | 'working_dir'>;
+  /** The run's unique id (DSTACK_RUN_ID). */
+  runUid: string;
+  job: JobPlan;
+  cluster: ClusterInfo;
+  /** `addresses[i][j]`: address of node j of group i (for `${{ groups[i].nodes[j].IP_ADDRESS }}`). */
+  addresses: readonly (readonly string[])[];
+  /** The job's directory on its node (Backend.jobDirectory). */
+  jobDirectory: string;
+}
+
+/** Everything a runner writes before starting a job: env, MPI hostfile and launch script. */
+export function renderJobFiles(input: JobFilesInput): JobFiles {
+  const groupNodes = input.addresses[input.job.node_group_index];
+  if (!groupNodes) throw new Error(`no addresses for group ${input.job.node_group_index} (${input.job.node_group_name})`);
+  const env = renderJobEnv({
+    run: input.run,
+    job: input.job,
+    cluster: input.cluster,
+    runId: input.runUid,
+    groupNodesNum: groupNodes.length,
+    hostfilePath: jobFilePath(input.jobDirectory, JobLayout.hostfile),
+  });
+  const commands = input.job.commands.map((command, i) => {
+    try {
+      return interpolateCommand(command, input.addresses);
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      throw new Error(`${input.job.job_name}: commands[${i}] of group ${input.job.node_group_name}: ${why}`);
+    }
+  });
+  return {
+    env,
+    hostfile: renderHostfile(input.cluster),
+    script: renderLaunchScript({ commands, workingDir: input.run.working_dir, image: input.run.image }),
+  };
+}
+
+/** `dir/name` without Node's path module: this module stays importable from workflow code. */
+export function jobFilePath(jobDirectory: string, name: string): string {
+  return `${jobDirectory.replace(/\/+$/, '')}/${name}`;
+}

@@ -1,0 +1,29 @@
+/**
+ * Names of the files in a job's directory on its node. Backends, the wrapper script and tests
+ * share them, so a job directory reads the same whichever backend wrote it.
+ */
+export const JobLayout = {
+  /** `export NAME='value'` lines (renderEnvFile). */
+  env: 'job.env',
+  /** The MPI hostfile (DSTACK_MPI_HOSTFILE). */
+  hostfile: 'hostfile',
+  /** The job's commands (renderLaunchScript). */
+  launchScript: 'launch.sh',
+  /** Claims the start, runs launch.sh, records pid and exit code (renderJobWrapper). */
+  wrapper: 'wrapper.sh',
+  /** Default working directory of the commands. */
+  workDir: 'work',
+  /** stdout and stderr of the commands. */
+  log: 'log',
+  /** Errors of the wrapper itself (before the commands run). */
+  wrapperLog: 'wrapper.log',
+  /**
+   * The start claim: a directory made with mkdir (atomic). It holds `pid` when a wrapper won it,
+   * `stopped` when a stop came first (then the commands never run).
+   */
+  started: 'started',
+  pid: 'pid',
+  stopped: 'stopped',
+  /** Exit code of the commands, written when they end. */
+  exitCode: 'exit_code',
+} as const;
