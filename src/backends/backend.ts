@@ -70,6 +70,8 @@ export interface Backend {
   readonly groupProvisioning: boolean;
   /** Places the jobs; throws NoCapacityError when the fleet cannot hold them. */
   provision(req: ProvisionRequest): Promise<Instance[]>;
+  /** The job's directory on its node (env, hostfile, launch script, log, pid, exit code). */
+  jobDirectory(job: JobRef): string;
   /** True when the instance can run commands now. */
   runnerReady(job: JobRef): Promise<boolean>;
   /** Writes the job's files and starts its commands detached; returns the existing pid if already started. */
@@ -98,4 +100,9 @@ export class NoCapacityError extends Error {
 /** The instance stopped answering (host lost); the job fails with INSTANCE_UNREACHABLE. */
 export class InstanceUnreachableError extends Error {
   override readonly name = 'InstanceUnreachableError';
+}
+
+/** provision() for a submission already released by releaseRun(): never retried. */
+export class SubmissionClosedError extends Error {
+  override readonly name = 'SubmissionClosedError';
 }

@@ -11,3 +11,18 @@ export const ClusterInfoSchema = z.object({
   gpus_per_node: z.array(z.number().int().nonnegative()),
 });
 export type ClusterInfo = z.infer<typeof ClusterInfoSchema>;
+
+/** ClusterInfo as job `jobNum` sees it. */
+export function buildClusterInfo(jobIps: string[], gpusPerNode: number[], jobNum: number): ClusterInfo {
+  const master = jobIps[0];
+  if (master === undefined) throw new Error('ClusterInfo needs at least one job address');
+  if (gpusPerNode.length > 0 && gpusPerNode.length !== jobIps.length) {
+    throw new Error(`ClusterInfo: ${jobIps.length} job addresses but ${gpusPerNode.length} GPU counts`);
+  }
+  return {
+    job_ips: jobIps,
+    master_job_ip: master,
+    gpus_per_job: gpusPerNode[jobNum] ?? 0,
+    gpus_per_node: gpusPerNode,
+  };
+}

@@ -1,0 +1,69 @@
+import type { Backend, Instance, JobRef, LogChunk, ProvisionRequest } from '../src/backends/backend';
+import type { AddressBook } from '../workflows/messages';
+import type { JobPlan, Plan } from '../src/plan/plan-schema';
+import { createProvisioningActivities } from './provisioning';
+import { createJobActivities } from './jobs';
+import { createTeardownActivities } from './teardown';
+
+/** The backends a worker can drive, by the name a run asks for (`local`, `ssh`, …). */
+export type BackendRegistry = Readonly<Record<string, Backend>>;
+
+export interface BackendCall {
+  backend: string;
+}
+
+export interface ProvisionInput extends BackendCall {
+  request: ProvisionRequest;
+}
+
+export interface JobCall extends BackendCall {
+  job: JobRef;
+}
+
+/** Everything the runner needs to write a job's files; the group's commands are interpolated on the node's side. */
+export interface StartJobInput extends JobCall {
+  run: Pick<Plan, 'run_name' | 'nodes_num' | 'env' | 'image' | 'working_dir'>;
+  run_uid: string;
+  plan_job: JobPlan;
+  addresses: AddressBook;
+  /** Nodes per group, in group order: to turn the address book into groups[i].nodes[j]. */
+  group_sizes: number[];
+}
+
+export interface WatchJobInput extends JobCall {
+  interval_ms: number;
+}
+
+export interface StopJobsInput extends BackendCall {
+  jobs: JobRef[];
+  grace_s: number;
+}
+
+export interface ReleaseRunInput extends BackendCall {
+  run_id: string;
+  submission: number;
+}
+
+export interface ReadLogInput extends JobCall {
+  offset: number;
+  limit_bytes: number;
+}
+
+export interface TroupeActivities {
+  describeBackend(input: BackendCall): Promise<{ group_provisioning: boolean }>;
+  provisionJobs(input: ProvisionInput): Promise<Instance[]>;
+  waitRunnerReady(input: JobCall): Promise<void>;
+  startJob(input: StartJobInput): Promise<{ pid: number }>;
+  watchJob(input: WatchJobInput): Promise<{ exit_code: number }>;
+  stopJobs(input: StopJobsInput): Promise<void>;
+  releaseRun(input: ReleaseRunInput): Promise<void>;
+  readJobLog(input: ReadLogInput): Promise<LogChunk>;
+}
+
+export function createActivities(backends: BackendRegistry): TroupeActivities {
+  return {
+    ...createProvisioningActivities(backends),
+    ...createJobActivities(backends),
+    ...createTeardownActivities(backends),
+  };
+}

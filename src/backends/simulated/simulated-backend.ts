@@ -1,0 +1,103 @@
+import {
+  NoCapacityError,
+  SubmissionClosedError,
+  type Backend,
+  type Instance,
+  type JobFiles,
+  type JobProcessState,
+  type JobRef,
+  type LogChunk,
+  type ProvisionRequest,
+} from '../backend';
+
+export interface SimulatedBackendOptions {
+  /** How long a simulated job "runs" before it exits 0. */
+  jobDurationMs?: number;
+  /** Delay of each provision() call (a cloud API round trip). */
+  provisionDelayMs?: number;
+  /** Maximum instances held at once; unlimited when absent. */
+  capacity?: number;
+  groupProvisioning?: boolean;
+}
+
+/**
+ * SIMULATED: provisions nothing and runs nothing. Instances are entries in this process's memory
+ * with made-up addresses in 198.18.0.0/15 (the benchmarking range, never routed); a "job" is a
+ * start time. It exists to measure the control plane alone (bench/) and is never a default.
+ */
+export class SimulatedBackend implements Backend {
+  readonly kind = 'simulated';
+  readonly groupProvisioning: boolean;
+  private readonly instances = new Map<string, Instance>();
+  private readonly closed = new Set<string>();
+  private readonly started = new Map<string, number>();
+  private readonly stopped = new Set<string>();
+  private nextAddress = 0;
+
+  constructor(private readonly opts: SimulatedBackendOptions = {}) {
+    this.groupProvisioning = opts.groupProvisioning ?? true;
+  }
+
+  async provision(req: ProvisionRequest): Promise<Instance[]> {
+    const submissionKey = `${req.run_id}/${req.submission}`;
+    if (this.closed.has(submissionKey)) throw new SubmissionClosedError(`submission ${submissionKey} was released`);
+    if (this.opts.provisionDelayMs) await new Promise((r) => setTimeout(r, this.opts.provisionDelayMs));
+    const missing = req.jobs.filter((job) => !this.instances.has(`${submissionKey}/${job.job_num}`));
+    if (this.opts.capacity !== undefined && this.instances.size + missing.length > this.opts.capacity) {
+      throw new NoCapacityError(`simulated fleet is full (${this.opts.capacity} instances)`);
+    }
+    return req.jobs.map((job) => {
+      const key = `${submissionKey}/${job.job_num}`;
+      let instance = this.instances.get(key);
+      if (!instance) {
+        const n = this.nextAddress++;
+        instance = {
+          instance_id: key,
+          host: 'simulated',
+          internal_ip: `198.18.${Math.floor(n / 250) % 256}.${(n % 250) + 1}`,
+          gpus: req.group.resources.gpu.count.min ?? 0,
+          details: {},
+        };
+        this.instances.set(key, instance);
+      }
+      return instance;
+    });
+  }
+
+  jobDirectory(job: JobRef): string {
+    return `/simulated/${job.run_id}/${job.submission}/${job.job_name}`;
+  }
+
+  async runnerReady(): Promise<boolean> {
+    return true;
+  }
+
+  async startJob(job: JobRef, _files: JobFiles): Promise<{ pid: number }> {
+    const key = job.instance.instance_id;
+    if (!this.stopped.has(key) && !this.started.has(key)) this.started.set(key, Date.now());
+    return { pid: 1 };
+  }
+
+  async jobState(job: JobRef): Promise<JobProcessState> {
+    const startedAt = this.started.get(job.instance.instance_id);
+    if (startedAt === undefined) return { state: 'absent' };
+    if (this.stopped.has(job.instance.instance_id)) return { state: 'exited', pid: 1, exit_code: 143 };
+    return Date.now() - startedAt >= (this.opts.jobDurationMs ?? 0)
+      ? { state: 'exited', pid: 1, exit_code: 0 }
+      : { state: 'running', pid: 1 };
+  }
+
+  async stopJob(job: JobRef): Promise<void> {
+    this.stopped.add(job.instance.instance_id);
+  }
+
+  async releaseRun(runId: string, submission: number): Promise<void> {
+    const prefix = `${runId}/${submission}/`;
+    this.closed.add(`${runId}/${submission}`);
+    for (const key of [...this.instances.keys()]) if (key.startsWith(prefix)) this.instances.delete(key);
+  }
+
+  async readLog(): Promise<LogChunk> {
+    return { data: '', next_offset: 0 };
+  }
+}

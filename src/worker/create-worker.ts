@@ -1,0 +1,29 @@
+import { fileURLToPath } from 'node:url';
+import type { NativeConnection, WorkflowBundle } from '@temporalio/worker';
+import { Worker } from '@temporalio/worker';
+import { createActivities, type BackendRegistry } from '../../activities';
+
+export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
+
+export interface TroupeWorkerOptions {
+  connection: NativeConnection;
+  namespace: string;
+  taskQueue: string;
+  backends: BackendRegistry;
+  /** A pre-built bundle (tests bundle once per file); bundled from source when absent. */
+  workflowBundle?: WorkflowBundle;
+  /** An identity shown in the Web UI (default: host and pid). */
+  identity?: string;
+}
+
+/** A worker that runs Troupe's workflows and drives the given backends. */
+export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Worker> {
+  return await Worker.create({
+    connection: opts.connection,
+    namespace: opts.namespace,
+    taskQueue: opts.taskQueue,
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath }),
+    activities: createActivities(opts.backends),
+    ...(opts.identity ? { identity: opts.identity } : {}),
+  });
+}

@@ -1,0 +1,61 @@
+import type { Resources } from '../../src/config/resources-schema';
+import type { GroupPlan, JobPlan, Plan } from '../../src/plan/plan-schema';
+
+/** Hand-built plans for workflow tests, so they do not depend on the YAML layer. */
+
+export const cpuOnly: Resources = {
+  cpu: { arch: null, count: { min: 2, max: null } },
+  memory: { min: 8, max: null },
+  shm_size: null,
+  disk: { min: 100, max: null },
+  gpu: { vendor: null, name: null, count: { min: 0, max: 0 }, memory: null, total_memory: null, compute_capability: null },
+};
+
+export interface GroupSketch {
+  name: string;
+  nodes: number;
+  commands?: string[];
+}
+
+export function makePlan(runName: string, groups: GroupSketch[], overrides: Partial<Plan> = {}): Plan {
+  const groupPlans: GroupPlan[] = groups.map((g, index) => ({
+    index,
+    name: g.name,
+    nodes: g.nodes,
+    resources: cpuOnly,
+    commands: g.commands ?? ['true'],
+    ports: [],
+  }));
+  const jobs: JobPlan[] = [];
+  for (const group of groupPlans) {
+    for (let i = 0; i < group.nodes; i++) {
+      const job_num = jobs.length;
+      jobs.push({
+        job_num,
+        job_name: `${runName}-${job_num}-0`,
+        node_group_index: group.index,
+        node_group_name: group.name,
+        node_group_job_index: i,
+        global_master: job_num === 0,
+        group_master: i === 0,
+        commands: group.commands,
+        ports: [],
+      });
+    }
+  }
+  return {
+    run_name: runName,
+    nodes_num: jobs.length,
+    image: null,
+    working_dir: null,
+    env: {},
+    startup_order: 'any',
+    stop_criteria: 'all-done',
+    retry: null,
+    max_duration_s: null,
+    fleets: null,
+    groups: groupPlans,
+    jobs,
+    ...overrides,
+  };
+}

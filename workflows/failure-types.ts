@@ -1,0 +1,14 @@
+/**
+ * `type` of the ApplicationFailures that activities throw; each maps to a job termination reason.
+ * A plain constants module: workflows and activities both import it.
+ */
+export const FailureType = {
+  NoCapacity: 'NoCapacity',
+  RunnerNotReady: 'RunnerNotReady',
+  InstanceUnreachable: 'InstanceUnreachable',
+  UnknownBackend: 'UnknownBackend',
+  /** provision() for a submission that was already torn down. */
+  SubmissionClosed: 'SubmissionClosed',
+  /** The job's process is gone without an exit code (its directory was removed). */
+  JobVanished: 'JobVanished',
+} as const;

@@ -1,0 +1,395 @@
+import {
+  ApplicationFailure,
+  CancellationScope,
+  ChildWorkflowCancellationType,
+  ParentClosePolicy,
+  allHandlersFinished,
+  condition,
+  isCancellation,
+  proxyActivities,
+  setHandler,
+  sleep,
+  startChild,
+  upsertSearchAttributes,
+  workflowInfo,
+  type ChildWorkflowHandle,
+} from '@temporalio/workflow';
+import type { TroupeActivities } from '../activities';
+import type { JobRef } from '../src/backends/backend';
+import type { RetryEvent, RetryPolicy } from '../src/plan/plan-schema';
+import { rootMessage } from './failures';
+import { nodeGroupWorkflowId } from './ids';
+import {
+  RunInputSchema,
+  clusterReadySignal,
+  jobEventsSignal,
+  mayStartSignal,
+  runStateQuery,
+  stopRunSignal,
+  unlockGroupSignal,
+  type JobEvent,
+  type RunInput,
+  type RunInputArg,
+} from './messages';
+import { NodeGroupWorkflow, type NodeGroupInput } from './node-group-workflow';
+import type { JobState, JobTerminationReason, RunState, RunStatus, RunTerminationReason } from './run-state';
+import { jobsAllowedToStart } from './startup-order';
+
+/** How a submission ended, before teardown. */
+type Outcome =
+  | { kind: 'done' }
+  | { kind: 'failed'; job_num: number | null; retry_event: RetryEvent | null; message: string }
+  | { kind: 'stopped'; abort: boolean };
+
+const { describeBackend } = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '30s',
+  retry: { maximumAttempts: 5 },
+});
+
+/** Teardown must finish: retried with back-off for a long while, never cancelled. */
+const teardownActivities = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '5m',
+  scheduleToCloseTimeout: '30m',
+  heartbeatTimeout: '30s',
+  retry: { initialInterval: '1s', maximumInterval: '30s' },
+});
+
+/**
+ * One run of a task over heterogeneous node groups: a child per group, the staged unlock, the
+ * address exchange, start-up in the order the task asks, watching, and a teardown that always
+ * runs. Resubmits the whole run while `retry` allows.
+ */
+export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
+  const input = parseInput(arg);
+  const { plan } = input;
+  const state = initialState(input);
+  const retry = effectiveRetry(input);
+  const startedAtMs = Date.now();
+  const retryDeadlineMs = retry ? startedAtMs + retry.duration_s * 1000 : null;
+  let stopRequest: { abort: boolean } | null = null;
+  let groupProvisioning = false;
+  /** Bumped on every job event: what the main loop waits on. */
+  let version = 0;
+  /** The retry event each failed job counts as (exits with an error count as `error`). */
+  const failureEvents = new Map<number, RetryEvent | null>();
+
+  setHandler(runStateQuery, () => state);
+  setHandler(stopRunSignal, ({ abort }) => {
+    stopRequest = { abort: abort || stopRequest?.abort === true };
+  });
+  setHandler(jobEventsSignal, ({ submission, events }) => {
+    if (submission !== state.submission) return;
+    for (const event of events) {
+      applyJobEvent(state, event);
+      if (event.kind === 'failed') failureEvents.set(event.job_num, event.retry_event);
+    }
+    version += 1;
+  });
+  const setStatus = (status: RunStatus) => {
+    state.status = status;
+    if (input.search_attributes) upsertSearchAttributes({ TroupeRunStatus: [status] });
+  };
+
+  try {
+    groupProvisioning = (await describeBackend({ backend: input.backend })).group_provisioning;
+    let backoffS = input.options.retry_backoff_s;
+    for (;;) {
+      const outcome = await runSubmission();
+      await CancellationScope.nonCancellable(() => teardown(outcome));
+      if (outcome.kind === 'failed' && mayRetry(outcome)) {
+        await sleep(backoffS * 1000);
+        backoffS = Math.min(backoffS * 2, 300);
+        resubmit(state);
+        failureEvents.clear();
+        continue;
+      }
+      finish(outcome);
+      break;
+    }
+  } catch (err) {
+    if (!isCancellation(err)) throw err;
+    // Cancelled from outside (the Web UI, `temporal workflow cancel`): an abort that still tears down.
+    await CancellationScope.nonCancellable(async () => {
+      await teardown({ kind: 'stopped', abort: true });
+      finish({ kind: 'stopped', abort: true });
+    });
+  }
+  await condition(allHandlersFinished);
+  return state;
+
+  function mayRetry(outcome: Extract<Outcome, { kind: 'failed' }>): boolean {
+    if (!retry || !outcome.retry_event || !retry.on_events.includes(outcome.retry_event)) return false;
+    if (retryDeadlineMs !== null && Date.now() >= retryDeadlineMs) {
+      state.termination_reason = 'RETRY_LIMIT_EXCEEDED';
+      return false;
+    }
+    return true;
+  }
+
+  async function runSubmission(): Promise<Outcome> {
+    setStatus('PROVISIONING');
+    const scope = new CancellationScope();
+    const children = await scope.run(() => Promise.all(plan.groups.map((group) => startGroup(group.index))));
+    let childFailure: string | null = null;
+    const childResults = children.map((child, i) =>
+      child.result().catch((err: unknown) => {
+        if (!isCancellation(err)) childFailure ??= `group ${plan.groups[i]?.name}: ${rootMessage(err)}`;
+      }),
+    );
+    const ended = (): Outcome | null => {
+      if (stopRequest) return { kind: 'stopped', abort: stopRequest.abort };
+      const failed = state.jobs.find((job) => job.status === 'FAILED');
+      if (failed) {
+        const retryEvent = failureEvents.has(failed.job_num) ? (failureEvents.get(failed.job_num) ?? null) : 'error';
+        return { kind: 'failed', job_num: failed.job_num, retry_event: retryEvent, message: describeJob(failed) };
+      }
+      if (childFailure) return { kind: 'failed', job_num: null, retry_event: null, message: childFailure };
+      return null;
+    };
+    try {
+      // Staged unlock: job 0's attempt (group 0's batch with group provisioning) comes first.
+      await condition(() => ended() !== null || state.jobs[0]?.instance != null);
+      const early = ended();
+      if (early) return early;
+      await Promise.all(children.slice(1).map((child) => child.signal(unlockGroupSignal)));
+
+      // Addresses: every job must have one before anything starts, within a deadline.
+      const haveAll = await condition(
+        () => ended() !== null || state.jobs.every((job) => job.instance !== null),
+        addressDeadlineMs(),
+      );
+      const afterAddresses = ended();
+      if (afterAddresses) return afterAddresses;
+      if (!haveAll) return addressesTimedOut();
+      const book = {
+        job_ips: state.jobs.map((job) => job.instance?.internal_ip ?? ''),
+        gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? 0),
+      };
+      await Promise.all(children.map((child) => child.signal(clusterReadySignal, book)));
+
+      // Start-up in the order asked, then watch until the stop criteria hold.
+      const signalled = new Set<number>();
+      let runningSinceMs: number | null = null;
+      for (;;) {
+        const allowed = jobsAllowedToStart(plan.startup_order, state.jobs).filter((n) => !signalled.has(n));
+        if (allowed.length > 0) {
+          allowed.forEach((n) => signalled.add(n));
+          await Promise.all(
+            children.map((child, g) => {
+              const jobNums = allowed.filter((n) => state.jobs[n]?.group_index === g);
+              return jobNums.length > 0 ? child.signal(mayStartSignal, { job_nums: jobNums }) : undefined;
+            }),
+          );
+        }
+        if (runningSinceMs === null && state.jobs.some((job) => job.running_at !== null)) {
+          runningSinceMs = Date.now();
+          setStatus('RUNNING');
+        }
+        const outcome = ended() ?? stopCriteriaMet();
+        if (outcome) return outcome;
+        const maxDurationLeft =
+          plan.max_duration_s !== null && runningSinceMs !== null ? runningSinceMs + plan.max_duration_s * 1000 - Date.now() : null;
+        if (maxDurationLeft !== null && maxDurationLeft <= 0) return maxDurationExceeded();
+        const before = version;
+        await condition(
+          () => version !== before || ended() !== null,
+          maxDurationLeft !== null ? Math.max(1, maxDurationLeft) : undefined,
+        );
+      }
+    } finally {
+      state.status = 'TERMINATING';
+      scope.cancel();
+      await Promise.all(childResults);
+    }
+  }
+
+  function startGroup(index: number): Promise<ChildWorkflowHandle<typeof NodeGroupWorkflow>> {
+    const group = plan.groups[index];
+    if (!group) throw new Error(`no group ${index}`);
+    const childInput: NodeGroupInput = {
+      run_workflow_id: state.run_id,
+      run_uid: state.run_uid,
+      submission: state.submission,
+      backend: input.backend,
+      group_provisioning: groupProvisioning,
+      group,
+      jobs: plan.jobs.filter((job) => job.node_group_index === index),
+      run: {
+        run_name: plan.run_name,
+        nodes_num: plan.nodes_num,
+        env: plan.env,
+        image: plan.image,
+        working_dir: plan.working_dir,
+        fleets: plan.fleets,
+      },
+      group_sizes: plan.groups.map((g) => g.nodes),
+      options: input.options,
+      retry,
+      retry_deadline_ms: retryDeadlineMs,
+      unlocked: index === 0,
+    };
+    return startChild(NodeGroupWorkflow, {
+      workflowId: nodeGroupWorkflowId(state.run_id, group.name, state.submission),
+      args: [childInput],
+      cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+      parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
+    });
+  }
+
+  function stopCriteriaMet(): Outcome | null {
+    const master = state.jobs[0];
+    if (plan.stop_criteria === 'master-done' && master?.exit_code === 0) return { kind: 'done' };
+    if (state.jobs.every((job) => job.exit_code === 0)) return { kind: 'done' };
+    return null;
+  }
+
+  function addressDeadlineMs(): number {
+    // While no capacity is being retried, the deadline stretches to the end of the retry duration.
+    const retryLeftMs = retry?.on_events.includes('no-capacity') && retryDeadlineMs !== null ? retryDeadlineMs - Date.now() : 0;
+    return Math.max(input.options.address_deadline_s * 1000, retryLeftMs + input.options.provision_attempt_timeout_s * 1000);
+  }
+
+  function addressesTimedOut(): Outcome {
+    const missing = state.jobs.filter((job) => job.instance === null);
+    const seconds = Math.round(addressDeadlineMs() / 1000);
+    for (const job of missing) {
+      endJob(job, 'FAILED', 'WAITING_ADDRESSES_LIMIT_EXCEEDED', `no address after ${seconds}s`);
+    }
+    const names = missing.map((job) => `${job.group_name}/${job.group_job_index} (job ${job.job_num})`).join(', ');
+    return { kind: 'failed', job_num: missing[0]?.job_num ?? null, retry_event: 'error', message: `no address after ${seconds}s for ${names}` };
+  }
+
+  function maxDurationExceeded(): Outcome {
+    const message = `max_duration of ${plan.max_duration_s}s exceeded`;
+    for (const job of state.jobs) {
+      if (!isJobFinished(job)) endJob(job, 'TERMINATED', 'MAX_DURATION_EXCEEDED', message);
+    }
+    return { kind: 'failed', job_num: null, retry_event: null, message };
+  }
+
+  async function teardown(outcome: Outcome): Promise<void> {
+    state.status = 'TERMINATING';
+    const [status, reason]: [JobState['status'], JobTerminationReason] =
+      outcome.kind === 'stopped'
+        ? outcome.abort ? ['ABORTED', 'ABORTED_BY_USER'] : ['TERMINATED', 'TERMINATED_BY_USER']
+        : ['TERMINATED', 'TERMINATED_BY_SERVER'];
+    const toStop: JobRef[] = state.jobs.flatMap((job) =>
+      job.instance && job.exit_code === null
+        ? [{ run_id: state.run_uid, run_name: plan.run_name, submission: state.submission, job_num: job.job_num, job_name: job.job_name, instance: job.instance }]
+        : [],
+    );
+    const grace = outcome.kind === 'stopped' && outcome.abort ? 0 : input.options.stop_grace_s;
+    try {
+      if (toStop.length > 0) await teardownActivities.stopJobs({ backend: input.backend, jobs: toStop, grace_s: grace });
+      await teardownActivities.releaseRun({ backend: input.backend, run_id: state.run_uid, submission: state.submission });
+    } catch (err) {
+      state.message = `${state.message ? `${state.message}; ` : ''}teardown incomplete: ${rootMessage(err)}`;
+    }
+    for (const job of state.jobs) {
+      if (!isJobFinished(job)) endJob(job, status, reason, null);
+    }
+  }
+
+  function finish(outcome: Outcome): void {
+    state.finished_at = new Date().toISOString();
+    let reason: RunTerminationReason;
+    if (outcome.kind === 'done') {
+      reason = 'ALL_JOBS_DONE';
+    } else if (outcome.kind === 'stopped') {
+      reason = outcome.abort ? 'ABORTED_BY_USER' : 'STOPPED_BY_USER';
+    } else {
+      reason = state.termination_reason === 'RETRY_LIMIT_EXCEEDED' ? 'RETRY_LIMIT_EXCEEDED' : 'JOB_FAILED';
+      state.message = state.message ? `${outcome.message}; ${state.message}` : outcome.message;
+    }
+    state.termination_reason = reason;
+    setStatus(outcome.kind === 'done' ? 'DONE' : outcome.kind === 'stopped' ? 'TERMINATED' : 'FAILED');
+  }
+}
+
+function parseInput(arg: RunInputArg): RunInput {
+  const parsed = RunInputSchema.safeParse(arg);
+  if (!parsed.success) {
+    // A plain error would fail the workflow task forever; a bad input is the caller's to fix.
+    throw ApplicationFailure.nonRetryable(`invalid run input: ${parsed.error.message}`, 'InvalidRunInput');
+  }
+  return parsed.data;
+}
+
+function effectiveRetry(input: RunInput): RetryPolicy | null {
+  return input.options.retry === undefined ? input.plan.retry : input.options.retry;
+}
+
+function initialState(input: RunInput): RunState {
+  const now = new Date().toISOString();
+  const info = workflowInfo();
+  return {
+    run_name: input.plan.run_name,
+    run_id: info.workflowId,
+    run_uid: info.firstExecutionRunId,
+    backend: input.backend,
+    status: 'SUBMITTED',
+    termination_reason: null,
+    message: null,
+    submission: 0,
+    submitted_at: now,
+    finished_at: null,
+    groups: input.plan.groups.map((g) => ({ index: g.index, name: g.name, nodes: g.nodes })),
+    jobs: input.plan.jobs.map((job) => freshJob(job.job_num, job.job_name, job.node_group_index, job.node_group_name, job.node_group_job_index, now)),
+  };
+}
+
+function freshJob(job_num: number, job_name: string, group_index: number, group_name: string, group_job_index: number, now: string): JobState {
+  return {
+    job_num, job_name, group_index, group_name, group_job_index,
+    status: 'PROVISIONING', termination_reason: null, message: null, instance: null, pid: null, exit_code: null,
+    submitted_at: now, provisioned_at: null, running_at: null, finished_at: null,
+  };
+}
+
+function resubmit(state: RunState): void {
+  const now = new Date().toISOString();
+  state.submission += 1;
+  state.jobs = state.jobs.map((job) => freshJob(job.job_num, job.job_name, job.group_index, job.group_name, job.group_job_index, now));
+}
+
+function isJobFinished(job: JobState): boolean {
+  return ['TERMINATED', 'ABORTED', 'FAILED', 'DONE'].includes(job.status);
+}
+
+function endJob(job: JobState, status: JobState['status'], reason: JobTerminationReason, message: string | null): void {
+  job.status = status;
+  job.termination_reason = reason;
+  job.message = message;
+  job.finished_at = new Date().toISOString();
+}
+
+function applyJobEvent(state: RunState, event: JobEvent): void {
+  const job = state.jobs[event.job_num];
+  if (!job || isJobFinished(job)) return;
+  const now = new Date().toISOString();
+  switch (event.kind) {
+    case 'provisioned':
+      job.instance = event.instance;
+      job.provisioned_at = now;
+      job.status = 'PULLING';
+      break;
+    case 'running':
+      job.pid = event.pid;
+      job.running_at = now;
+      job.status = 'RUNNING';
+      break;
+    case 'exited':
+      job.exit_code = event.exit_code;
+      if (event.exit_code === 0) endJob(job, 'DONE', 'DONE_BY_RUNNER', null);
+      else endJob(job, 'FAILED', 'CONTAINER_EXITED_WITH_ERROR', `exited with code ${event.exit_code}`);
+      break;
+    case 'failed':
+      endJob(job, 'FAILED', event.reason, event.message);
+      break;
+  }
+}
+
+function describeJob(job: JobState): string {
+  const where = job.instance ? ` on ${job.instance.host}` : '';
+  return `job ${job.job_num} (${job.group_name}/${job.group_job_index})${where} failed: ${job.termination_reason}${job.message ? `: ${job.message}` : ''}`;
+}
