@@ -1,0 +1,256 @@
+import type { Client, ClientChannel, SFTPWrapper } from 'ssh2';
+import { SshConnectionLostError, SshError, SshTimeoutError } from './errors';
+import type { VerifiedHostKey } from './host-key-trust';
+import { bashCommandLine } from './shell-quote';
+import type { SshTarget } from './target';
+import type { SshTimeouts } from './timeouts';
+
+export interface CommandResult {
+  stdout: string;
+  stderr: string;
+  /** null when the command ended without an exit status (killed by a signal). */
+  exitCode: number | null;
+  signal: string | null;
+}
+
+export interface ExecOptions {
+  /** Deadline for this command; the session's `commandMs` when omitted. */
+  timeoutMs?: number;
+  stdin?: string | Buffer;
+}
+
+/**
+ * OpenSSH allows 10 session channels per connection (MaxSessions); we stay below so multiplexed
+ * callers queue instead of failing with "open failed".
+ */
+export const MAX_SESSION_CHANNELS = 8;
+
+class Slots {
+  private used = 0;
+  private readonly waiting: Array<() => void> = [];
+  constructor(private readonly size: number) {}
+  acquire(): Promise<void> {
+    if (this.used < this.size) {
+      this.used += 1;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+  release(): void {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.used -= 1;
+  }
+}
+
+type Settle = { settled: () => boolean; onSettle: (fn: () => void) => void };
+
+/**
+ * One authenticated connection to a host, shared by every caller (see connectSsh). Commands run
+ * in channels multiplexed over it. Each wait is bounded: a command by its deadline, everything
+ * by the connection's keepalive, which fails every pending call with SshConnectionLostError.
+ */
+export class SshSession {
+  private lostError: SshError | null = null;
+  private readonly lostListeners = new Set<(err: SshError) => void>();
+  private readonly slots = new Slots(MAX_SESSION_CHANNELS);
+  private sftpChannel: Promise<SFTPWrapper> | null = null;
+  private active = 0;
+  private idleTimer: NodeJS.Timeout | null = null;
+
+  constructor(
+    readonly target: SshTarget,
+    /** `user@host:port` (with the jump chain), as every error names it. */
+    readonly host: string,
+    readonly hostKey: VerifiedHostKey,
+    /** The session this one tunnels through, if the target has a proxy_jump. */
+    readonly jump: SshSession | null,
+    private readonly client: Client,
+    readonly timeouts: SshTimeouts,
+  ) {
+    this.scheduleIdleClose();
+  }
+
+  /** True once the connection is gone; a pooled lookup then makes a new one. */
+  get closed(): boolean {
+    return this.lostError !== null;
+  }
+
+  /** Why the connection ended, once it has. */
+  get lostReason(): SshError | null {
+    return this.lostError;
+  }
+
+  /** Called by connectSsh when the client reports an error or closes. */
+  markLost(err: SshError): void {
+    if (this.lostError) return;
+    this.lostError = err;
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    for (const listener of [...this.lostListeners]) listener(err);
+    this.lostListeners.clear();
+  }
+
+  /** Calls `listener` once when the connection is lost (at once if it already is). */
+  onLost(listener: (err: SshError) => void): void {
+    if (this.lostError) listener(this.lostError);
+    else this.lostListeners.add(listener);
+  }
+
+  close(): void {
+    this.markLost(new SshConnectionLostError(this.host, `${this.host}: connection closed by Troupe`));
+    this.client.end();
+  }
+
+  /** Runs a bash script (bash --noprofile --norc -c) and collects its output, whatever the exit code. */
+  exec(script: string, options: ExecOptions = {}): Promise<CommandResult> {
+    const timeoutMs = options.timeoutMs ?? this.timeouts.commandMs;
+    return this.guarded('command', timeoutMs, `bash -c ${firstLine(script)}`, async ({ settled, onSettle }) => {
+      await this.slots.acquire();
+      try {
+        const stream = await new Promise<ClientChannel>((resolve, reject) =>
+          this.client.exec(bashCommandLine(script), (err, channel) => (err ? reject(err) : resolve(channel))),
+        );
+        if (settled()) {
+          stream.close();
+          throw new SshError(this.host, 'command abandoned');
+        }
+        onSettle(() => stream.close());
+        return await new Promise<CommandResult>((resolve) => {
+          const out: Buffer[] = [];
+          const err: Buffer[] = [];
+          let exitCode: number | null = null;
+          let signal: string | null = null;
+          stream.on('data', (chunk: Buffer) => out.push(chunk));
+          stream.stderr.on('data', (chunk: Buffer) => err.push(chunk));
+          stream.on('exit', (code: number | null, sig?: string) => {
+            exitCode = typeof code === 'number' ? code : null;
+            signal = sig ?? null;
+          });
+          stream.on('close', () =>
+            resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode, signal }),
+          );
+          stream.end(options.stdin ?? undefined);
+        });
+      } finally {
+        this.slots.release();
+      }
+    }).then((result) => {
+      // A channel closed without exit status because the connection died is not a command result.
+      if (result.exitCode === null && result.signal === null && this.lostError) throw this.lostError;
+      return result;
+    });
+  }
+
+  /** One SFTP operation (the SFTP channel is opened once and shared), bounded like a command. */
+  sftp<T>(what: string, operation: (sftp: SFTPWrapper) => Promise<T>, timeoutMs?: number): Promise<T> {
+    return this.guarded('transfer', timeoutMs ?? this.timeouts.commandMs, what, async () => {
+      const sftp = await this.openSftp();
+      return operation(sftp);
+    });
+  }
+
+  /** A TCP stream from the host to `hostname:port` (how proxy_jump reaches the next host). */
+  forwardOut(hostname: string, port: number, timeoutMs: number): Promise<ClientChannel> {
+    return this.guarded('connect', timeoutMs, `forwarding to ${hostname}:${port}`, async ({ settled }) => {
+      const stream = await new Promise<ClientChannel>((resolve, reject) =>
+        this.client.forwardOut('127.0.0.1', 0, hostname, port, (err, channel) => (err ? reject(err) : resolve(channel))),
+      );
+      if (settled()) {
+        stream.close();
+        throw new SshError(this.host, 'forwarding abandoned');
+      }
+      // The tunnel keeps this (jump) connection busy for as long as it is open.
+      this.active += 1;
+      this.cancelIdleClose();
+      stream.once('close', () => {
+        this.active -= 1;
+        this.scheduleIdleClose();
+      });
+      return stream;
+    });
+  }
+
+  private openSftp(): Promise<SFTPWrapper> {
+    if (!this.sftpChannel) {
+      const opening = (async () => {
+        await this.slots.acquire();
+        try {
+          const sftp = await new Promise<SFTPWrapper>((resolve, reject) =>
+            this.client.sftp((err, channel) => (err ? reject(err) : resolve(channel))),
+          );
+          sftp.once('close', () => {
+            this.sftpChannel = null;
+            this.slots.release();
+          });
+          return sftp;
+        } catch (err) {
+          this.slots.release();
+          throw err;
+        }
+      })();
+      this.sftpChannel = opening;
+      opening.catch(() => {
+        if (this.sftpChannel === opening) this.sftpChannel = null;
+      });
+    }
+    return this.sftpChannel;
+  }
+
+  private guarded<T>(
+    phase: 'command' | 'transfer' | 'connect',
+    timeoutMs: number,
+    detail: string,
+    body: (settle: Settle) => Promise<T>,
+  ): Promise<T> {
+    if (this.lostError) return Promise.reject(this.lostError);
+    this.active += 1;
+    this.cancelIdleClose();
+    return new Promise<T>((resolve, reject) => {
+      let done = false;
+      const hooks: Array<() => void> = [];
+      const finish = (settle: () => void): void => {
+        if (done) return;
+        done = true;
+        clearTimeout(timer);
+        this.lostListeners.delete(onLost);
+        for (const hook of hooks) {
+          try {
+            hook();
+          } catch {
+            // The channel may already be gone; closing it is best effort.
+          }
+        }
+        this.active -= 1;
+        this.scheduleIdleClose();
+        settle();
+      };
+      const timer = setTimeout(() => finish(() => reject(new SshTimeoutError(this.host, phase, timeoutMs, detail))), timeoutMs);
+      const onLost = (err: SshError): void => finish(() => reject(err));
+      this.lostListeners.add(onLost);
+      body({ settled: () => done, onSettle: (fn) => hooks.push(fn) }).then(
+        (value) => finish(() => resolve(value)),
+        (err: unknown) =>
+          finish(() => reject(this.lostError ?? (err instanceof SshError ? err : new SshError(this.host, `${this.host}: ${detail}: ${(err as Error).message}`, { cause: err })))),
+      );
+    });
+  }
+
+  private cancelIdleClose(): void {
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+  }
+
+  private scheduleIdleClose(): void {
+    if (this.active > 0 || this.lostError || this.timeouts.idleCloseMs <= 0) return;
+    this.cancelIdleClose();
+    this.idleTimer = setTimeout(() => {
+      if (this.active === 0) this.close();
+    }, this.timeouts.idleCloseMs);
+    this.idleTimer.unref();
+  }
+}
+
+function firstLine(script: string): string {
+  const line = script.trim().split('\n')[0] ?? '';
+  return line.length > 60 ? `${line.slice(0, 57)}...` : line;
+}

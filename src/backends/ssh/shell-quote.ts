@@ -1,0 +1,16 @@
+/**
+ * POSIX single-quoting: the only character that needs care inside '...' is the quote itself.
+ * Safe for any string without NUL (which no argv or env value can hold anyway).
+ */
+export function shQuote(value: string): string {
+  if (value.includes('\0')) throw new Error('cannot pass a NUL character to a shell');
+  return `'${value.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * The command line sent in an SSH exec request. The login shell runs it; the inner bash skips
+ * profile and rc files so a user's .bashrc (slow, or printing) cannot change what the script does.
+ */
+export function bashCommandLine(script: string): string {
+  return `exec bash --noprofile --norc -c ${shQuote(script)}`;
+}

@@ -1,0 +1,2 @@
+export { createTestHosts, BRIDGE, BRIDGE_ADDRESS } from './test-hosts';
+export type { JobProcess, TestHost, TestHostSpec, TestHosts } from './test-hosts';

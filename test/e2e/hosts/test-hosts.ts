@@ -1,0 +1,459 @@
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { SshTarget } from '../../../src/backends/ssh/target';
+import { run, runSync } from './command';
+import { fakeAmdSmi, fakeNvidiaSmi, fakeRocmSmi, type FakeGpus } from './fake-gpu-tools';
+
+/**
+ * Real SSH hosts on this machine, for end-to-end tests. Each host is a network namespace
+ * (`trph-<pid>-<n>`) with its own sshd (own ed25519 host key, key-only root login with a generated
+ * client key) and its own mount namespace, where fake GPU tools are bind-mounted over
+ * /usr/local/sbin. See README.md beside this file for the network layout.
+ */
+
+export interface TestHostSpec {
+  name: string;
+  gpus?: FakeGpus;
+  /** Which fake tools to install for the GPUs: nvidia-smi (default), or amd-smi and rocm-smi. */
+  vendor?: 'nvidia' | 'amd';
+  /** Name of another host of the same call: this one is then reachable only from that host. */
+  behindJump?: string;
+  /** sshd port inside the namespace (default 22). */
+  port?: number;
+}
+
+export interface TestHost {
+  name: string;
+  namespace: string;
+  address: string;
+  port: number;
+  /** `ssh-ed25519 AAAA...` of the current host key. */
+  hostPublicKey: string;
+  /** `SHA256:...` of the current host key, as ssh-keygen -l prints it. */
+  hostKeyFingerprint: string;
+  behindJump: string | null;
+  /** A directory only this host's jobs use (the hosts share one file system). */
+  jobBaseDir: string;
+  /** pid of the host's listening sshd (0 once the host is stopped). */
+  sshdPid: number;
+}
+
+export interface JobProcess {
+  pid: number;
+  command: string;
+}
+
+export interface TestHosts {
+  hosts: Record<string, TestHost>;
+  host(name: string): TestHost;
+  /** Private key that every host accepts for root (mode 600). */
+  clientKeyPath: string;
+  /** known_hosts with every host's key as created (changeHostKey does not update it). */
+  knownHostsFile: string;
+  /** The known_hosts line of a host's current key (`[addr]:port` form when the port is not 22). */
+  knownHostsLine(name: string): string;
+  /** An SshTarget for root on the host, with the proxy_jump chain of behindJump. */
+  target(name: string, overrides?: Partial<SshTarget>): SshTarget;
+  /** "Host lost": its link goes down, then every process in it is killed (no FIN ever leaves). */
+  stopHost(name: string): Promise<void>;
+  /** "Host hangs": every process in it is stopped (SIGSTOP); the link stays up. */
+  freezeHost(name: string): Promise<void>;
+  thawHost(name: string): Promise<void>;
+  /** Restarts the host's sshd with a freshly generated host key. */
+  changeHostKey(name: string): Promise<void>;
+  /** Processes running in the host's namespace, sshd itself and zombies left out. */
+  jobProcesses(name: string): Promise<JobProcess[]>;
+  /** A new client key pair that no host accepts (mode 600). */
+  generateClientKey(fileName: string): Promise<string>;
+  /** Removes every namespace, link, bridge, route and process made; safe to call twice. */
+  destroy(): Promise<void>;
+}
+
+export const BRIDGE = 'trpssh0';
+export const BRIDGE_ADDRESS = '10.214.0.1';
+/** Everything the harness addresses; only the bridge's /24 is routed in the root namespace. */
+const HARNESS_RANGE = '10.214.0.0/16';
+const NETNS_PREFIX = 'trph-';
+const JUMP_BRIDGE = 'trpjb0';
+
+interface HostState extends TestHost {
+  dir: string;
+  sshdConfig: string;
+  hostKeyPath: string;
+  keyGeneration: number;
+}
+
+const live = new Set<HarnessInstance>();
+let nextSubnet = 100;
+let exitHooked = false;
+
+interface HarnessInstance {
+  destroySync(): void;
+}
+
+function namespaceOwnerAlive(ns: string): boolean {
+  const pid = Number(ns.slice(NETNS_PREFIX.length).split('-')[0]);
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  if (pid === process.pid) return true;
+  return existsSync(`/proc/${pid}`);
+}
+
+function listNamespaces(): string[] {
+  try {
+    return readdirSync('/run/netns').filter((n) => n.startsWith(NETNS_PREFIX));
+  } catch {
+    return [];
+  }
+}
+
+function killNamespaceSync(ns: string): void {
+  const pids = runSync('ip', ['netns', 'pids', ns]).split('\n').filter(Boolean);
+  for (const pid of pids) {
+    try {
+      process.kill(Number(pid), 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  runSync('ip', ['netns', 'del', ns]);
+}
+
+function removeBridgeIfUnusedSync(): void {
+  if (listNamespaces().length > 0) return;
+  runSync('ip', ['route', 'del', 'unreachable', HARNESS_RANGE]);
+  runSync('ip', ['link', 'del', BRIDGE]);
+}
+
+/** Namespaces left by a test process that died without cleaning up (SIGKILL, OOM). */
+function sweepStaleSync(): void {
+  for (const ns of listNamespaces()) if (!namespaceOwnerAlive(ns)) killNamespaceSync(ns);
+  removeBridgeIfUnusedSync();
+}
+
+function hookProcessExit(): void {
+  if (exitHooked) return;
+  exitHooked = true;
+  const cleanup = (): void => {
+    for (const instance of [...live]) instance.destroySync();
+  };
+  process.on('exit', cleanup);
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.once(signal, () => {
+      cleanup();
+      process.kill(process.pid, signal);
+    });
+  }
+}
+
+async function ensureBridge(): Promise<void> {
+  const exists = (await run('ip', ['-br', 'link', 'show', BRIDGE], { allowFailure: true })).trim() !== '';
+  if (!exists) {
+    await run('ip', ['link', 'add', BRIDGE, 'type', 'bridge']);
+    await run('ip', ['addr', 'add', `${BRIDGE_ADDRESS}/24`, 'dev', BRIDGE]);
+    await run('ip', ['link', 'set', BRIDGE, 'up']);
+  }
+  // Hosts behind a jump live in other 10.214.x.0/24 subnets that only their jump host routes;
+  // without this the root namespace would send such packets out of the machine's default route.
+  const routes = await run('ip', ['route', 'show', 'type', 'unreachable', HARNESS_RANGE]);
+  if (!routes.trim()) await run('ip', ['route', 'add', 'unreachable', HARNESS_RANGE]);
+}
+
+function fingerprintOfPublicKey(line: string): string {
+  const blob = Buffer.from(line.trim().split(/\s+/)[1] ?? '', 'base64');
+  return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
+}
+
+function orderByJump(specs: TestHostSpec[]): TestHostSpec[] {
+  const byName = new Map(specs.map((s) => [s.name, s]));
+  const ordered: TestHostSpec[] = [];
+  const visiting = new Set<string>();
+  const visit = (spec: TestHostSpec): void => {
+    if (ordered.includes(spec)) return;
+    if (visiting.has(spec.name)) throw new Error(`test hosts: jump cycle through ${spec.name}`);
+    visiting.add(spec.name);
+    if (spec.behindJump) {
+      const jump = byName.get(spec.behindJump);
+      if (!jump) throw new Error(`test hosts: ${spec.name} is behind unknown host ${spec.behindJump}`);
+      visit(jump);
+    }
+    ordered.push(spec);
+  };
+  specs.forEach(visit);
+  return ordered;
+}
+
+export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts> {
+  const names = new Set<string>();
+  for (const spec of specs) {
+    if (!/^[a-z0-9][a-z0-9-]*$/.test(spec.name)) throw new Error(`test hosts: bad host name "${spec.name}"`);
+    if (names.has(spec.name)) throw new Error(`test hosts: duplicate host name "${spec.name}"`);
+    names.add(spec.name);
+  }
+  if (!existsSync('/usr/sbin/sshd')) {
+    throw new Error('test hosts need openssh-server: run scripts/setup.sh --test');
+  }
+  hookProcessExit();
+  sweepStaleSync();
+  await ensureBridge();
+  await mkdir('/run/sshd', { recursive: true });
+
+  const root = mkdtempSync(join(tmpdir(), `trph-${process.pid}-`));
+  const tag = `${process.pid}-${root.slice(-6)}`;
+  const hosts = new Map<string, HostState>();
+  const namespaces: string[] = [];
+  /** Root-namespace ends of veth pairs: deleted explicitly, as a namespace's own teardown is asynchronous. */
+  const rootLinks: string[] = [];
+  /** Per jump host: the subnet (third octet) of its private bridge and the next free address. */
+  const jumpSubnets = new Map<string, { octet: number; next: number }>();
+  let nextBridgeHost = 2;
+  let destroyed = false;
+
+  const instance: HarnessInstance = {
+    destroySync() {
+      if (destroyed) return;
+      destroyed = true;
+      live.delete(instance);
+      for (const link of rootLinks) runSync('ip', ['link', 'del', link]);
+      for (const ns of namespaces) killNamespaceSync(ns);
+      removeBridgeIfUnusedSync();
+      rmSync(root, { recursive: true, force: true });
+    },
+  };
+  live.add(instance);
+
+  const clientKeyPath = join(root, 'client_ed25519');
+  await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'troupe-test-client', '-f', clientKeyPath]);
+  await writeFile(join(root, 'authorized_keys'), await readFile(`${clientKeyPath}.pub`, 'utf8'));
+  const knownHostsFile = join(root, 'known_hosts');
+
+  const state = (name: string): HostState => {
+    const host = hosts.get(name);
+    if (!host) throw new Error(`test hosts: no host named "${name}"`);
+    return host;
+  };
+
+  async function startSshd(host: HostState): Promise<void> {
+    host.keyGeneration += 1;
+    host.hostKeyPath = join(host.dir, `host_ed25519_key.${host.keyGeneration}`);
+    await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', `${host.name}-host`, '-f', host.hostKeyPath]);
+    host.hostPublicKey = (await readFile(`${host.hostKeyPath}.pub`, 'utf8')).trim().split(/\s+/).slice(0, 2).join(' ');
+    host.hostKeyFingerprint = fingerprintOfPublicKey(host.hostPublicKey);
+    const pidFile = join(host.dir, 'sshd.pid');
+    rmSync(pidFile, { force: true });
+    await writeFile(
+      host.sshdConfig,
+      [
+        `ListenAddress ${host.address}:${host.port}`,
+        `HostKey ${host.hostKeyPath}`,
+        `PidFile ${pidFile}`,
+        `AuthorizedKeysFile ${join(root, 'authorized_keys')}`,
+        'PermitRootLogin prohibit-password',
+        'PubkeyAuthentication yes',
+        'PasswordAuthentication no',
+        'KbdInteractiveAuthentication no',
+        'UsePAM no',
+        'StrictModes no',
+        'UseDNS no',
+        'PrintMotd no',
+        'AllowTcpForwarding yes',
+        'MaxStartups 100:30:200',
+        'Subsystem sftp internal-sftp',
+        '',
+      ].join('\n'),
+    );
+    // ip netns exec, unshare and sh all exec the next program: the child's pid is sshd's.
+    const child = spawn(
+      'ip',
+      [
+        'netns', 'exec', host.namespace, 'unshare', '-m', '--propagation', 'private', 'sh', '-c',
+        `mount --bind "$0" /usr/local/sbin && exec /usr/sbin/sshd -D -f "$1" -E "$2"`,
+        join(host.dir, 'sbin'), host.sshdConfig, join(host.dir, 'sshd.log'),
+      ],
+      { stdio: 'ignore' },
+    );
+    child.unref();
+    const deadline = Date.now() + 10_000;
+    while (!existsSync(pidFile)) {
+      if (child.exitCode !== null || Date.now() > deadline) {
+        const log = existsSync(join(host.dir, 'sshd.log')) ? readFileSync(join(host.dir, 'sshd.log'), 'utf8') : '';
+        throw new Error(`test hosts: sshd of ${host.name} did not start: ${log.trim()}`);
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    host.sshdPid = Number(readFileSync(pidFile, 'utf8').trim());
+    if (host.sshdPid !== child.pid) throw new Error(`test hosts: sshd of ${host.name} has pid ${host.sshdPid}, expected ${child.pid}`);
+  }
+
+  async function addHost(spec: TestHostSpec, index: number): Promise<void> {
+    const namespace = `${NETNS_PREFIX}${tag}-${index}`;
+    const dir = join(root, spec.name);
+    await mkdir(join(dir, 'sbin'), { recursive: true });
+    await mkdir(join(dir, 'jobs'), { recursive: true });
+    await run('ip', ['netns', 'add', namespace]);
+    namespaces.push(namespace);
+    await run('ip', ['-n', namespace, 'link', 'set', 'lo', 'up']);
+
+    // Root-side link names must be unique machine-wide and at most 15 characters.
+    const linkBase = `${process.pid.toString(36)}${root.slice(-3)}${index.toString(36)}`.slice(-10);
+    let address: string;
+    if (!spec.behindJump) {
+      address = `10.214.0.${nextBridgeHost++}`;
+      if (nextBridgeHost > 254) throw new Error('test hosts: out of addresses on the bridge');
+      const outside = `trh${linkBase}`;
+      await run('ip', ['link', 'add', outside, 'type', 'veth', 'peer', 'name', `trn${linkBase}`]);
+      rootLinks.push(outside);
+      await run('ip', ['link', 'set', `trn${linkBase}`, 'netns', namespace]);
+      await run('ip', ['link', 'set', outside, 'master', BRIDGE, 'up']);
+    } else {
+      const jump = state(spec.behindJump);
+      let subnet = jumpSubnets.get(jump.name);
+      if (!subnet) {
+        subnet = { octet: nextSubnet++, next: 2 };
+        jumpSubnets.set(jump.name, subnet);
+        await run('ip', ['-n', jump.namespace, 'link', 'add', JUMP_BRIDGE, 'type', 'bridge']);
+        await run('ip', ['-n', jump.namespace, 'addr', 'add', `10.214.${subnet.octet}.1/24`, 'dev', JUMP_BRIDGE]);
+        await run('ip', ['-n', jump.namespace, 'link', 'set', JUMP_BRIDGE, 'up']);
+      }
+      address = `10.214.${subnet.octet}.${subnet.next++}`;
+      const outside = `trj${linkBase}`;
+      await run('ip', ['link', 'add', outside, 'type', 'veth', 'peer', 'name', `trn${linkBase}`]);
+      await run('ip', ['link', 'set', outside, 'netns', jump.namespace]);
+      await run('ip', ['link', 'set', `trn${linkBase}`, 'netns', namespace]);
+      await run('ip', ['-n', jump.namespace, 'link', 'set', outside, 'master', JUMP_BRIDGE, 'up']);
+    }
+    await run('ip', ['-n', namespace, 'link', 'set', `trn${linkBase}`, 'name', 'eth0']);
+    await run('ip', ['-n', namespace, 'addr', 'add', `${address}/24`, 'dev', 'eth0']);
+    await run('ip', ['-n', namespace, 'link', 'set', 'eth0', 'up']);
+
+    if (spec.gpus && spec.gpus.count > 0) {
+      const tools: Array<[string, string]> =
+        spec.vendor === 'amd'
+          ? [['amd-smi', fakeAmdSmi(spec.gpus)], ['rocm-smi', fakeRocmSmi(spec.gpus)]]
+          : [['nvidia-smi', fakeNvidiaSmi(spec.gpus)]];
+      for (const [tool, script] of tools) {
+        await writeFile(join(dir, 'sbin', tool), script);
+        await chmod(join(dir, 'sbin', tool), 0o755);
+      }
+    }
+
+    const host: HostState = {
+      name: spec.name,
+      namespace,
+      address,
+      port: spec.port ?? 22,
+      hostPublicKey: '',
+      hostKeyFingerprint: '',
+      behindJump: spec.behindJump ?? null,
+      jobBaseDir: join(dir, 'jobs'),
+      sshdPid: 0,
+      dir,
+      sshdConfig: join(dir, 'sshd_config'),
+      hostKeyPath: '',
+      keyGeneration: 0,
+    };
+    hosts.set(spec.name, host);
+    await startSshd(host);
+  }
+
+  const knownHostsLine = (name: string): string => {
+    const host = state(name);
+    const hostName = host.port === 22 ? host.address : `[${host.address}]:${host.port}`;
+    return `${hostName} ${host.hostPublicKey}`;
+  };
+
+  const namespacePids = async (host: HostState): Promise<number[]> =>
+    (await run('ip', ['netns', 'pids', host.namespace], { allowFailure: true })).split('\n').filter(Boolean).map(Number);
+
+  const signalAll = async (host: HostState, signal: NodeJS.Signals): Promise<void> => {
+    for (const pid of await namespacePids(host)) {
+      try {
+        process.kill(pid, signal);
+      } catch {
+        // exited meanwhile
+      }
+    }
+  };
+
+  try {
+    let index = 0;
+    for (const spec of orderByJump(specs)) await addHost(spec, index++);
+    await writeFile(knownHostsFile, [...hosts.keys()].map((n) => knownHostsLine(n)).join('\n') + '\n');
+  } catch (err) {
+    instance.destroySync();
+    throw err;
+  }
+
+  const api: TestHosts = {
+    hosts: Object.fromEntries(hosts),
+    host: state,
+    clientKeyPath,
+    knownHostsFile,
+    knownHostsLine,
+    target(name, overrides = {}) {
+      const host = state(name);
+      const target: SshTarget = {
+        hostname: host.address,
+        port: host.port,
+        user: 'root',
+        identity_file: clientKeyPath,
+        ...(host.behindJump ? { proxy_jump: api.target(host.behindJump) } : {}),
+      };
+      return { ...target, ...overrides };
+    },
+    async stopHost(name) {
+      const host = state(name);
+      await run('ip', ['-n', host.namespace, 'link', 'set', 'eth0', 'down']);
+      await signalAll(host, 'SIGKILL');
+      host.sshdPid = 0;
+    },
+    async freezeHost(name) {
+      await signalAll(state(name), 'SIGSTOP');
+    },
+    async thawHost(name) {
+      await signalAll(state(name), 'SIGCONT');
+    },
+    async changeHostKey(name) {
+      const host = state(name);
+      const old = host.sshdPid;
+      if (old > 0) {
+        process.kill(old, 'SIGTERM');
+        const deadline = Date.now() + 5_000;
+        while (existsSync(`/proc/${old}`) && !readFileSync(`/proc/${old}/stat`, 'utf8').includes(') Z') && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      }
+      await startSshd(host);
+    },
+    async jobProcesses(name) {
+      const out: JobProcess[] = [];
+      for (const pid of await namespacePids(state(name))) {
+        let stat: string;
+        let cmdline: string;
+        try {
+          stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+          cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
+        } catch {
+          continue;
+        }
+        const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+        const procState = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+        if (comm === 'sshd' || procState === 'Z') continue;
+        out.push({ pid, command: cmdline || `[${comm}]` });
+      }
+      return out;
+    },
+    async generateClientKey(fileName) {
+      const path = join(root, fileName);
+      await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', path]);
+      return path;
+    },
+    async destroy() {
+      instance.destroySync();
+    },
+  };
+  return api;
+}
