@@ -1,0 +1,110 @@
+import type { JobState, RunState } from '../../../workflows/run-state';
+import { jobReason, nodeName, renderJobsTable, renderRunHeadline } from './run-table';
+import { paint, paintStatus, visibleLength, type Style } from './style';
+
+/** Where the live view writes: a terminal (redrawn in place) or a pipe or file (lines appended). */
+export interface Terminal {
+  write(text: string): unknown;
+  isTTY?: boolean;
+  columns?: number;
+}
+
+function jobChange(before: JobState | undefined, job: JobState, style: Style): string | null {
+  const moved = before?.status !== job.status;
+  const gotAddress = job.instance !== null && before?.instance?.internal_ip !== job.instance.internal_ip;
+  if (!moved && !gotAddress) return null;
+  const details: string[] = [];
+  if (job.instance && (gotAddress || job.status === 'PULLING')) details.push(`on ${job.instance.host} (${job.instance.internal_ip})`);
+  if (job.status === 'RUNNING' && job.pid !== null) details.push(`pid ${job.pid}`);
+  if (job.exit_code !== null) details.push(`exit ${job.exit_code}`);
+  const reason = jobReason(job);
+  const detailText = details.length > 0 ? ` ${details.join(', ')}` : '';
+  return `  job ${job.job_num} ${nodeName(job)}: ${paintStatus(style, job.status)}${detailText}${reason ? ` — ${reason}` : ''}`;
+}
+
+/**
+ * What changed between two states of a run, a line each: the run's status, then every job whose
+ * status or address changed. The first state (prev null) lists everything.
+ */
+export function describeStateChanges(prev: RunState | null, next: RunState, style: Style): string[] {
+  const lines: string[] = [];
+  const resubmitted = prev !== null && prev.submission !== next.submission;
+  if (resubmitted) lines.push(`${paint(style, 'bold', next.run_name)}: resubmitted (attempt ${next.submission + 1})`);
+  if (prev === null || prev.status !== next.status || resubmitted) {
+    const reason = next.termination_reason ? ` (${next.termination_reason}${next.message ? `: ${next.message}` : ''})` : '';
+    lines.push(`${paint(style, 'bold', next.run_name)}: ${paintStatus(style, next.status)}${reason}`);
+  }
+  for (const job of next.jobs) {
+    const before = prev && !resubmitted ? prev.jobs.find((j) => j.job_num === job.job_num) : undefined;
+    const line = jobChange(before, job, style);
+    if (line) lines.push(line);
+  }
+  return lines;
+}
+
+/**
+ * Progress of one run. On a terminal it redraws a headline and a job table in place; elsewhere it
+ * appends a line per change, so CI logs and tests read as a story.
+ */
+export class LiveView {
+  private last: RunState | null = null;
+  private frameRows = 0;
+  private closed = false;
+
+  constructor(
+    private readonly out: Terminal,
+    private readonly style: Style,
+    private readonly now: () => Date = () => new Date(),
+  ) {}
+
+  get redraws(): boolean {
+    return this.out.isTTY === true;
+  }
+
+  update(state: RunState): void {
+    if (this.closed) return;
+    if (this.redraws) {
+      this.clearFrame();
+      const frame = [renderRunHeadline(state, this.style, this.now()), ...renderJobsTable(state, this.style)];
+      this.out.write(`${frame.join('\n')}\n`);
+      this.frameRows = this.rowsOf(frame);
+    } else {
+      const lines = describeStateChanges(this.last, state, this.style);
+      if (lines.length > 0) this.out.write(`${lines.join('\n')}\n`);
+    }
+    this.last = state;
+  }
+
+  /** A line above the live frame (a notice), which stays when the frame is redrawn. */
+  note(line: string): void {
+    if (this.redraws && !this.closed) {
+      this.clearFrame();
+      this.out.write(`${line}\n`);
+      this.frameRows = 0;
+      if (this.last) {
+        const state = this.last;
+        this.last = null;
+        this.update(state);
+      }
+    } else {
+      this.out.write(`${line}\n`);
+    }
+  }
+
+  /** Leaves the last frame on screen; later updates are ignored. */
+  close(): RunState | null {
+    this.closed = true;
+    return this.last;
+  }
+
+  private clearFrame(): void {
+    if (this.frameRows > 0) this.out.write(`\x1b[${this.frameRows}A\x1b[0J`);
+    this.frameRows = 0;
+  }
+
+  /** Rows the frame takes on screen, long lines wrapping at the terminal's width. */
+  private rowsOf(lines: string[]): number {
+    const width = this.out.columns && this.out.columns > 0 ? this.out.columns : 0;
+    return lines.reduce((rows, line) => rows + (width > 0 ? Math.max(1, Math.ceil(visibleLength(line) / width)) : 1), 0);
+  }
+}

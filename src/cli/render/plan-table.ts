@@ -1,0 +1,74 @@
+import type { Range, Resources } from '../../config/resources-schema';
+import type { Plan } from '../../plan/plan-schema';
+import { renderFields, renderTable } from './table';
+import { formatDuration } from './time-text';
+import type { Style } from './style';
+
+function formatRange(range: Range, unit = ''): string | null {
+  const { min, max } = range;
+  if (min !== null && min === max) return `${min}${unit}`;
+  if (min !== null && max === null) return `${min}${unit}..`;
+  if (min === null && max !== null) return `..${max}${unit}`;
+  if (min !== null && max !== null) return `${min}${unit}..${max}${unit}`;
+  return null;
+}
+
+/** `cpu=4 mem=8GB.. disk=100GB.. gpu=L40S:1..` — what a node of the group asks for. */
+export function formatResources(resources: Resources): string {
+  const parts: string[] = [];
+  const cpu = formatRange(resources.cpu.count);
+  if (cpu) parts.push(`cpu=${resources.cpu.arch ? `${resources.cpu.arch}:` : ''}${cpu}`);
+  const memory = formatRange(resources.memory, 'GB');
+  if (memory) parts.push(`mem=${memory}`);
+  const disk = resources.disk ? formatRange(resources.disk, 'GB') : null;
+  if (disk) parts.push(`disk=${disk}`);
+  if (resources.shm_size !== null) parts.push(`shm=${resources.shm_size}GB`);
+  const { gpu } = resources;
+  if (gpu.count.max !== 0) {
+    const count = formatRange(gpu.count);
+    const label = [gpu.vendor && !gpu.name?.length ? gpu.vendor : null, gpu.name?.length ? gpu.name.join('/') : null]
+      .filter((p): p is string => p !== null)
+      .join(':');
+    const memoryText = gpu.memory ? formatRange(gpu.memory, 'GB') : null;
+    parts.push(`gpu=${[label || null, count, memoryText].filter((p): p is string => p !== null && p !== '').join(':')}`);
+  }
+  return parts.join(' ');
+}
+
+function jobRange(plan: Plan, groupIndex: number): string {
+  const nums = plan.jobs.filter((j) => j.node_group_index === groupIndex).map((j) => j.job_num);
+  const first = nums[0];
+  const last = nums[nums.length - 1];
+  if (first === undefined || last === undefined) return '';
+  return first === last ? String(first) : `${first}-${last}`;
+}
+
+/** What `apply` shows before asking to submit: the run's settings, then a row per group. */
+export function renderPlan(plan: Plan, backend: string, style: Style): string[] {
+  const retry = plan.retry
+    ? `on ${plan.retry.on_events.join(', ')} for ${formatDuration(plan.retry.duration_s * 1000)}`
+    : 'no';
+  const fields: Array<[string, string]> = [
+    ['Run', plan.run_name],
+    ['Backend', backend],
+    ...(plan.fleets?.length ? [['Fleets', plan.fleets.join(', ')] as [string, string]] : []),
+    ['Nodes', `${plan.nodes_num} in ${plan.groups.length} group${plan.groups.length === 1 ? '' : 's'}`],
+    ['Startup order', plan.startup_order],
+    ['Stop criteria', plan.stop_criteria],
+    ['Retry', retry],
+    ...(plan.max_duration_s !== null ? [['Max duration', formatDuration(plan.max_duration_s * 1000)] as [string, string]] : []),
+    ...(plan.image ? [['Image', plan.image] as [string, string]] : []),
+  ];
+  const rows = plan.groups.map((group) => [
+    group.name,
+    String(group.nodes),
+    jobRange(plan, group.index),
+    formatResources(group.resources),
+    group.ports.map((p) => (p.local_port === null ? String(p.container_port) : `${p.local_port}:${p.container_port}`)).join(',') || '-',
+  ]);
+  return [
+    ...renderFields(fields, style),
+    '',
+    ...renderTable(['GROUP', 'NODES', 'JOBS', 'RESOURCES', 'PORTS'], rows, style, { alignRight: new Set([1]) }),
+  ];
+}

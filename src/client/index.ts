@@ -1,0 +1,21 @@
+/** The Troupe client SDK: submit runs, read their state and logs, stop them, from your own code. */
+export { TroupeClient } from './troupe-client';
+export type { ListOptions, RunSummary, SubmitRequest, TroupeClientOptions } from './troupe-client';
+export { RunHandle } from './run-handle';
+export type { JobLogChunk, ReadLogOptions, StreamLogsOptions, WatchOptions } from './run-handle';
+export {
+  InvalidConfigError,
+  JobNotFoundError,
+  NoWorkerError,
+  RunNameInUseError,
+  RunNotFoundError,
+  TroupeClientError,
+} from './errors';
+export type { ConfigLocation, TaskQueueLocation } from './errors';
+export { TroupeSearchAttributes } from './search-attributes';
+export type { RunMemo } from './run-memo';
+export type { LogChunk } from '../backends/backend';
+export type { Plan } from '../plan/plan-schema';
+export type { RunOptionsInput } from '../../workflows/messages';
+export { isFinished } from '../../workflows/run-state';
+export type { JobState, JobStatus, RunState, RunStatus } from '../../workflows/run-state';

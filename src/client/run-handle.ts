@@ -1,0 +1,350 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  isGrpcDeadlineError,
+  WorkflowFailedError,
+  WorkflowNotFoundError,
+  type Client,
+  type WorkflowExecutionDescription,
+  type WorkflowExecutionInfo,
+  type WorkflowHandle,
+} from '@temporalio/client';
+import type { JobRef, LogChunk } from '../backends/backend';
+import type { ReadLogInput } from '../../activities';
+import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
+import { runStateQuery, stopRunSignal, type RunInputArg } from '../../workflows/messages';
+import { isFinished, RunStateSchema, type JobState, type RunState, type RunStatus } from '../../workflows/run-state';
+import { JobNotFoundError, NoWorkerError, RunNotFoundError, TroupeClientError, type TaskQueueLocation } from './errors';
+import { readRunMemo } from './run-memo';
+import { missingPollers } from './worker-presence';
+
+export type RunWorkflowFn = (input: RunInputArg) => Promise<RunState>;
+type ReadJobLogWorkflowFn = (input: ReadLogInput) => Promise<LogChunk>;
+
+/** What a RunHandle needs from the TroupeClient that made it. */
+export interface RunContext extends TaskQueueLocation {
+  client: Client;
+  /** How long a state query may take before the run is reported unreachable. */
+  queryTimeoutMs: number;
+}
+
+export interface ReadLogOptions {
+  /** Byte offset to read from (a previous chunk's next_offset). Default 0. */
+  offset?: number;
+  /** At most this many bytes per call. Default 256 KiB. */
+  limitBytes?: number;
+}
+
+export interface StreamLogsOptions {
+  /** Job numbers (global ranks) to read. Default [0], the global master. */
+  jobs?: number[];
+  /** Keep reading until the run has ended; otherwise stop once what is there now has been read. */
+  follow?: boolean;
+  /** Pause between polls while following, in ms. Default 1000. */
+  pollMs?: number;
+  limitBytes?: number;
+  signal?: AbortSignal;
+}
+
+/** A piece of one job's log. A resubmission by `retry` starts its jobs' logs again at offset 0. */
+export interface JobLogChunk {
+  job_num: number;
+  group_name: string;
+  group_job_index: number;
+  submission: number;
+  data: string;
+}
+
+export interface WatchOptions {
+  /** Poll interval in ms. Default 500. */
+  intervalMs?: number;
+  signal?: AbortSignal;
+  /** Called when the state cannot be read for lack of a worker; watching goes on. Without it, watch throws. */
+  onNoWorker?: (err: NoWorkerError) => void;
+}
+
+const DEFAULT_LOG_LIMIT_BYTES = 256 * 1024;
+/** A log read is a short workflow; without a worker it would wait forever. */
+const LOG_READ_TIMEOUT = '1 minute';
+
+/** The innermost message of a Temporal failure chain: what actually went wrong. */
+export function rootCauseMessage(err: unknown): string {
+  let current: unknown = err;
+  while (current instanceof Error && current.cause instanceof Error) current = current.cause;
+  return current instanceof Error ? current.message : String(current);
+}
+
+async function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  try {
+    await sleep(ms, undefined, signal ? { signal } : {});
+  } catch {
+    // Aborted: the caller checks signal.aborted.
+  }
+}
+
+/**
+ * One run, by name (and, for an earlier run of a reused name, by Temporal run id). Every method
+ * reads the run afresh; a handle holds no state of its own.
+ */
+export class RunHandle {
+  readonly workflowId: string;
+
+  constructor(
+    private readonly ctx: RunContext,
+    readonly name: string,
+    /** Temporal run id of one execution; null means the latest run of that name. */
+    readonly runId: string | null = null,
+  ) {
+    this.workflowId = runWorkflowId(name);
+  }
+
+  private handle(): WorkflowHandle<RunWorkflowFn> {
+    return this.ctx.client.workflow.getHandle<RunWorkflowFn>(this.workflowId, this.runId ?? undefined);
+  }
+
+  private notFound(err: unknown): unknown {
+    return err instanceof WorkflowNotFoundError ? new RunNotFoundError(this.name, this.ctx.namespace, { cause: err }) : err;
+  }
+
+  /** Temporal's description of the run's workflow execution. */
+  async describe(): Promise<WorkflowExecutionDescription> {
+    try {
+      return await this.handle().describe();
+    } catch (err) {
+      throw this.notFound(err);
+    }
+  }
+
+  /** The run's current state: its query while it is open, its result once it has closed. */
+  async state(): Promise<RunState> {
+    const info = await this.describe();
+    return info.status.name === 'RUNNING' ? await this.queryState() : await this.closedState(info);
+  }
+
+  /** Waits for the run to end and returns its final state (DONE, FAILED or TERMINATED). */
+  async wait(): Promise<RunState> {
+    try {
+      return parseRunState(await this.handle().result(), this.name);
+    } catch (err) {
+      if (err instanceof WorkflowFailedError) return await this.closedState(await this.describe());
+      throw this.notFound(err);
+    }
+  }
+
+  /** Asks the run to stop gracefully (TERMINATED_BY_USER). False when it had already ended. */
+  async stop(): Promise<boolean> {
+    return await this.sendStop(false);
+  }
+
+  /** Asks the run to stop at once, without the graceful period (ABORTED_BY_USER). False when it had already ended. */
+  async abort(): Promise<boolean> {
+    return await this.sendStop(true);
+  }
+
+  private async sendStop(abort: boolean): Promise<boolean> {
+    const info = await this.describe();
+    if (info.status.name !== 'RUNNING') return false;
+    try {
+      await this.handle().signal(stopRunSignal, { abort });
+      return true;
+    } catch (err) {
+      // Closed between describe and signal: nothing left to stop.
+      if (err instanceof WorkflowNotFoundError) return false;
+      throw err;
+    }
+  }
+
+  /** Reads a chunk of job `jobNum`'s log through a worker (the log stays on the node). */
+  async readLog(jobNum: number, options: ReadLogOptions = {}): Promise<LogChunk> {
+    return await this.readLogOf(await this.state(), jobNum, options.offset ?? 0, options.limitBytes ?? DEFAULT_LOG_LIMIT_BYTES);
+  }
+
+  /**
+   * The logs of some jobs, chunk by chunk, in the order they were read. With `follow`, polls until
+   * the run has ended and every log is drained; ends early when `signal` aborts.
+   */
+  async *streamLogs(options: StreamLogsOptions = {}): AsyncGenerator<JobLogChunk> {
+    const jobNums = options.jobs ?? [0];
+    const limit = options.limitBytes ?? DEFAULT_LOG_LIMIT_BYTES;
+    const cursors = new Map<number, { submission: number; offset: number; drainedFinished: boolean }>();
+    for (;;) {
+      const state = await this.state();
+      const runEnded = isFinished(state.status);
+      for (const jobNum of jobNums) {
+        const job = jobOf(state, jobNum);
+        let cursor = cursors.get(jobNum);
+        if (!cursor || cursor.submission !== state.submission) {
+          cursor = { submission: state.submission, offset: 0, drainedFinished: false };
+          cursors.set(jobNum, cursor);
+        }
+        if (!job.instance || cursor.drainedFinished) continue;
+        const jobEnded = isJobFinished(job);
+        for (;;) {
+          if (options.signal?.aborted) return;
+          let chunk: LogChunk;
+          try {
+            chunk = await this.readLogOf(state, jobNum, cursor.offset, limit);
+          } catch (err) {
+            // After the end the backend may have released the node: nothing more to read.
+            if (jobEnded || runEnded) break;
+            throw err;
+          }
+          const grew = chunk.next_offset > cursor.offset;
+          cursor.offset = chunk.next_offset;
+          if (chunk.data.length > 0) {
+            yield {
+              job_num: jobNum,
+              group_name: job.group_name,
+              group_job_index: job.group_job_index,
+              submission: state.submission,
+              data: chunk.data,
+            };
+          }
+          if (!grew || chunk.data.length === 0) break;
+        }
+        if (jobEnded) cursor.drainedFinished = true;
+      }
+      if (!options.follow || runEnded || options.signal?.aborted) return;
+      await pause(options.pollMs ?? 1000, options.signal);
+      if (options.signal?.aborted) return;
+    }
+  }
+
+  /** The run's state each time it changes, ending with its final state. */
+  async *watch(options: WatchOptions = {}): AsyncGenerator<RunState> {
+    let last = '';
+    for (;;) {
+      let state: RunState | null = null;
+      try {
+        state = await this.state();
+      } catch (err) {
+        if (!(err instanceof NoWorkerError) || !options.onNoWorker) throw err;
+        options.onNoWorker(err);
+      }
+      if (state) {
+        const key = JSON.stringify(state);
+        if (key !== last) {
+          last = key;
+          yield state;
+        }
+        if (isFinished(state.status)) return;
+      }
+      if (options.signal?.aborted) return;
+      await pause(options.intervalMs ?? 500, options.signal);
+      if (options.signal?.aborted) return;
+    }
+  }
+
+  /** Reads a log chunk for a job of a state already in hand (one query fewer per poll). */
+  async readLogOf(state: RunState, jobNum: number, offset: number, limitBytes: number): Promise<LogChunk> {
+    const job = jobOf(state, jobNum);
+    if (!job.instance) return { data: '', next_offset: offset };
+    const ref: JobRef = {
+      // Backends key a job's files by the run's uid (what the workflow's JobRefs carry).
+      run_id: state.run_uid,
+      run_name: state.run_name,
+      submission: state.submission,
+      job_num: job.job_num,
+      job_name: job.job_name,
+      instance: job.instance,
+    };
+    const input: ReadLogInput = { backend: state.backend, job: ref, offset, limit_bytes: limitBytes };
+    try {
+      return await this.ctx.client.workflow.execute<ReadJobLogWorkflowFn>('ReadJobLogWorkflow', {
+        taskQueue: this.ctx.taskQueue,
+        workflowId: logReaderWorkflowId(state.run_id, jobNum, randomUUID()),
+        args: [input],
+        workflowExecutionTimeout: LOG_READ_TIMEOUT,
+      });
+    } catch (err) {
+      if (!(err instanceof WorkflowFailedError)) throw err;
+      const missing = await missingPollers(this.ctx.client, this.ctx);
+      if (missing.length > 0) throw new NoWorkerError(this.ctx, missing, `read the log of ${this.name} job ${jobNum}`);
+      throw new TroupeClientError(`could not read the log of ${this.name} job ${jobNum}: ${rootCauseMessage(err)}`, {
+        cause: err,
+      });
+    }
+  }
+
+  private async queryState(timeoutMs = this.ctx.queryTimeoutMs): Promise<RunState> {
+    try {
+      const state = await this.ctx.client.connection.withDeadline(Date.now() + timeoutMs, () =>
+        this.handle().query(runStateQuery),
+      );
+      return parseRunState(state, this.name);
+    } catch (err) {
+      if (isGrpcDeadlineError(err)) {
+        const missing = await missingPollers(this.ctx.client, this.ctx);
+        if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `read the state of run ${this.name}`);
+        throw new TroupeClientError(`run ${this.name} did not answer its state query within ${timeoutMs / 1000}s`, {
+          cause: err,
+        });
+      }
+      throw this.notFound(err);
+    }
+  }
+
+  /**
+   * The final state of a closed run. Normally its result; when the workflow itself failed or was
+   * terminated from outside Troupe, its last queried state (if a worker can replay it) or what
+   * the memo says, marked FAILED or TERMINATED with the failure's message.
+   */
+  async closedState(info: WorkflowExecutionInfo | WorkflowExecutionDescription): Promise<RunState> {
+    let failure: unknown;
+    try {
+      return parseRunState(await this.handle().result(), this.name);
+    } catch (err) {
+      if (!(err instanceof WorkflowFailedError)) throw this.notFound(err);
+      failure = err;
+    }
+    const status: RunStatus = info.status.name === 'FAILED' || info.status.name === 'TIMED_OUT' ? 'FAILED' : 'TERMINATED';
+    const message = `workflow ${info.status.name.toLowerCase()}: ${rootCauseMessage(failure)}`;
+    const finishedAt = (info.closeTime ?? new Date()).toISOString();
+    let last: RunState | null = null;
+    try {
+      last = await this.queryState(Math.min(this.ctx.queryTimeoutMs, 5_000));
+    } catch {
+      // No worker to replay it: the memo has to do.
+    }
+    if (last) {
+      return isFinished(last.status)
+        ? last
+        : { ...last, status, message: last.message ?? message, finished_at: finishedAt };
+    }
+    const memo = readRunMemo(info.memo);
+    return {
+      run_name: this.name,
+      run_id: this.workflowId,
+      run_uid: info.runId,
+      backend: memo?.backend ?? 'unknown',
+      status,
+      termination_reason: null,
+      message,
+      submission: 0,
+      submitted_at: info.startTime.toISOString(),
+      finished_at: finishedAt,
+      groups: (memo?.groups ?? []).map((g, index) => ({ index, name: g.name, nodes: g.nodes })),
+      jobs: [],
+    };
+  }
+}
+
+function parseRunState(value: unknown, runName: string): RunState {
+  const parsed = RunStateSchema.safeParse(value);
+  if (!parsed.success) {
+    throw new TroupeClientError(
+      `run ${runName} returned a state this client does not understand (a different Troupe version?): ${parsed.error.message}`,
+    );
+  }
+  return parsed.data;
+}
+
+function jobOf(state: RunState, jobNum: number): JobState {
+  const job = state.jobs.find((j) => j.job_num === jobNum);
+  if (!job) throw new JobNotFoundError(state.run_name, jobNum, state.jobs.length);
+  return job;
+}
+
+function isJobFinished(job: JobState): boolean {
+  return ['TERMINATED', 'ABORTED', 'FAILED', 'DONE'].includes(job.status);
+}
