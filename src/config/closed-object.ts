@@ -1,0 +1,67 @@
+import { z } from 'zod';
+
+/**
+ * A mapping whose fields are all known. A field outside the shape is refused, never ignored:
+ * a dstack field Troupe does not implement says so, anything else is an unknown field (with a
+ * suggestion when it looks like a typo).
+ */
+export interface FieldPolicy {
+  /** What the mapping is, for messages: "the task", "a group". */
+  what: string;
+  /** dstack fields Troupe does not implement, with the reason (or `true` for the plain message). */
+  unsupported?: Readonly<Record<string, string | true>>;
+  /** Fields a later Troupe version will add. */
+  planned?: readonly string[];
+  /** A custom refusal for a field given the whole mapping (e.g. `entrypoint` beside `groups`). */
+  special?: (field: string, mapping: Record<string, unknown>) => string | undefined;
+}
+
+export function closedObject<T extends z.ZodRawShape>(shape: T, policy: FieldPolicy) {
+  const known = Object.keys(shape);
+  return z.preprocess((value, ctx) => {
+    if (value === null || typeof value !== 'object' || Array.isArray(value) || value instanceof Date) return value;
+    const mapping = value as Record<string, unknown>;
+    const kept: Record<string, unknown> = {};
+    for (const [field, fieldValue] of Object.entries(mapping)) {
+      if (known.includes(field)) {
+        kept[field] = fieldValue;
+        continue;
+      }
+      ctx.addIssue({
+        code: 'custom',
+        message: refusal(field, mapping, known, policy),
+        path: [field],
+        params: { target: 'key' },
+        input: fieldValue,
+      });
+    }
+    return kept;
+  }, z.object(shape));
+}
+
+function refusal(field: string, mapping: Record<string, unknown>, known: readonly string[], policy: FieldPolicy): string {
+  const special = policy.special?.(field, mapping);
+  if (special) return special;
+  const reason = policy.unsupported?.[field];
+  if (reason !== undefined) {
+    const why = reason === true ? '' : ` (${reason})`;
+    return `Troupe does not support the dstack field \`${field}\`${why}: remove it`;
+  }
+  if (policy.planned?.includes(field)) return `\`${field}\` in ${policy.what} is not supported yet: remove it`;
+  const near = known.find((k) => editDistance(k, field) <= 2);
+  return `unknown field \`${field}\` in ${policy.what}${near ? ` (did you mean \`${near}\`?)` : ''}`;
+}
+
+/** Levenshtein distance, for "did you mean" hints on short field names. */
+export function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const substitution = (previous[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1);
+      current.push(Math.min((previous[j] ?? 0) + 1, (current[j - 1] ?? 0) + 1, substitution));
+    }
+    previous = current;
+  }
+  return previous[b.length] ?? 0;
+}

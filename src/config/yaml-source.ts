@@ -1,0 +1,253 @@
+import {
+  isAlias,
+  isMap,
+  isPair,
+  isScalar,
+  isSeq,
+  LineCounter,
+  parseDocument,
+  Scalar,
+  type Document,
+  type Node,
+  type Pair,
+  type ParsedNode,
+  type ScalarTag,
+  type Tags,
+} from 'yaml';
+import { ConfigError } from './errors';
+import { formatFieldPath, type FieldPath } from './field-path';
+
+/**
+ * A config file parsed with the position of every node kept, so a refusal can point at
+ * `file:line:col`.
+ *
+ * The YAML dialect is the one dstack reads configs with (PyYAML's `safe_load`, YAML 1.1): `on`/`off`
+ * and `yes`/`no` are booleans, but not `y`/`n`, and `1e3` is a string. Unlike dstack, duplicate
+ * keys are refused (PyYAML keeps the last one silently) and aliases may not expand without bound.
+ */
+
+export interface SourcePosition {
+  /** 1-based. */
+  line: number;
+  /** 1-based. */
+  col: number;
+}
+
+/** Which end of a mapping entry a position refers to. */
+export type PositionTarget = 'key' | 'value';
+
+/** Aliases are for small reuse; a bound stops "billion laughs" documents. */
+const MAX_ALIAS_COUNT = 50;
+
+const BOOL_TAG = 'tag:yaml.org,2002:bool';
+const trueScalar: ScalarTag = {
+  tag: BOOL_TAG,
+  default: true,
+  identify: (value) => value === true,
+  test: /^(?:[Tt]rue|TRUE|[Yy]es|YES|[Oo]n|ON)$/,
+  resolve: () => new Scalar(true),
+};
+const falseScalar: ScalarTag = {
+  tag: BOOL_TAG,
+  default: true,
+  identify: (value) => value === false,
+  test: /^(?:[Ff]alse|FALSE|[Nn]o|NO|[Oo]ff|OFF)$/,
+  resolve: () => new Scalar(false),
+};
+/** PyYAML's exponent form needs a dot and a signed exponent (`1.0e+3`); `1e3` stays a string. */
+const exponentFloat = /^[-+]?(?:[0-9][0-9_]*)?\.[0-9_]*[eE][-+][0-9]+$/;
+
+function pyyamlTags(tags: Tags): Tags {
+  const out: Tags = [];
+  for (const tag of tags) {
+    if (typeof tag === 'object' && tag.tag === BOOL_TAG) continue;
+    if (typeof tag === 'object' && tag.format === 'EXP' && !('collection' in tag)) {
+      out.push({ ...(tag as ScalarTag), test: exponentFloat });
+      continue;
+    }
+    out.push(tag);
+  }
+  return [trueScalar, falseScalar, ...out];
+}
+
+export class ConfigSource {
+  private constructor(
+    readonly file: string,
+    readonly text: string,
+    /** The document as plain data. */
+    readonly data: Record<string, unknown>,
+    private readonly doc: Document.Parsed,
+    private readonly lines: LineCounter,
+  ) {}
+
+  /** Parses one YAML document whose root is a mapping; throws ConfigError otherwise. */
+  static parse(text: string, file: string): ConfigSource {
+    const lines = new LineCounter();
+    const doc = parseDocument(text, {
+      version: '1.1',
+      customTags: pyyamlTags,
+      lineCounter: lines,
+      uniqueKeys: true,
+      prettyErrors: false,
+    });
+    const at = (offset: number): SourcePosition => {
+      const pos = lines.linePos(offset);
+      return { line: pos.line, col: pos.col };
+    };
+    const first = doc.errors[0];
+    if (first) {
+      const pos = at(first.pos[0]);
+      const reason =
+        first.code === 'DUPLICATE_KEY'
+          ? 'duplicate key: each key may appear once in a mapping'
+          : first.code === 'MULTIPLE_DOCS'
+            ? 'more than one YAML document: a config file holds exactly one'
+            : `YAML syntax error: ${first.message.split('\n')[0]?.replace(/ at line \d+, column \d+:?$/, '')}`;
+      throw new ConfigError(file, pos.line, pos.col, '(yaml)', reason);
+    }
+    let data: unknown;
+    try {
+      data = doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      const pos = at(0);
+      const reason = /alias/i.test(message)
+        ? `YAML aliases expand to too many nodes (at most ${MAX_ALIAS_COUNT}): write the values out`
+        : `YAML error: ${message}`;
+      throw new ConfigError(file, pos.line, pos.col, '(yaml)', reason);
+    }
+    const root = doc.contents;
+    const rootPos = root?.range ? at(root.range[0]) : { line: 1, col: 1 };
+    if (data === null || data === undefined) {
+      throw new ConfigError(file, rootPos.line, rootPos.col, '(document)', 'the file is empty: expected a mapping with `type:`');
+    }
+    if (typeof data !== 'object' || Array.isArray(data) || data instanceof Date) {
+      throw new ConfigError(
+        file,
+        rootPos.line,
+        rootPos.col,
+        '(document)',
+        `expected a mapping (\`key: value\` lines) at the top level, got ${describeValue(data)}`,
+      );
+    }
+    return new ConfigSource(file, text, data as Record<string, unknown>, doc, lines);
+  }
+
+  /**
+   * Where the node at `path` is; a path that does not exist in the file (a missing field) falls
+   * back to the nearest parent that does.
+   */
+  position(path: FieldPath, target: PositionTarget = 'value'): SourcePosition {
+    const found = this.walk(path);
+    const node = target === 'key' && found.depth === path.length ? (found.key ?? found.node) : found.node;
+    return this.offsetPosition(node?.range?.[0] ?? 0);
+  }
+
+  /** A ConfigError for the node at `path`. `label` replaces the printed path (e.g. `groups[0, 2]`). */
+  error(path: FieldPath, reason: string, options: { target?: PositionTarget; label?: string } = {}): ConfigError {
+    const pos = this.position(path, options.target);
+    return new ConfigError(this.file, pos.line, pos.col, options.label ?? formatFieldPath(path), reason);
+  }
+
+  /** A ConfigError for character `offset` of the string at `path` (e.g. a bad reference in a command). */
+  errorInString(path: FieldPath, offset: number, reason: string): ConfigError {
+    const pos = this.positionInString(path, offset);
+    return new ConfigError(this.file, pos.line, pos.col, formatFieldPath(path), reason);
+  }
+
+  /**
+   * Where character `offset` of the string scalar at `path` is in the file. Exact for plain and
+   * quoted one-line strings without escapes and for literal blocks (`|`); the scalar's own start
+   * otherwise.
+   */
+  positionInString(path: FieldPath, offset: number): SourcePosition {
+    const found = this.walk(path);
+    const node = found.depth === path.length ? found.node : undefined;
+    if (!node || !isScalar(node) || typeof node.value !== 'string' || !node.range) return this.position(path);
+    const start = node.range[0];
+    const value = node.value;
+    const fallback = this.offsetPosition(start);
+    const exact = (sourceOffset: number): SourcePosition =>
+      this.text.startsWith(value.slice(offset, offset + 3), sourceOffset) ? this.offsetPosition(sourceOffset) : fallback;
+    switch (node.type) {
+      case 'PLAIN':
+        return value.includes('\n') ? fallback : exact(start + offset);
+      case 'QUOTE_SINGLE':
+      case 'QUOTE_DOUBLE': {
+        const raw = this.text.slice(start + 1, start + 1 + offset);
+        return raw === value.slice(0, offset) ? exact(start + 1 + offset) : fallback;
+      }
+      case 'BLOCK_LITERAL': {
+        // A literal block keeps every line break, so line i of the value is line i after the header.
+        const lineIndex = value.slice(0, offset).split('\n').length - 1;
+        const column = offset - (value.lastIndexOf('\n', offset - 1) + 1);
+        const contentLines = this.text.slice(this.text.indexOf('\n', start) + 1).split('\n');
+        const firstContent = contentLines.find((line) => line.trim() !== '') ?? '';
+        const indent = /^ */.exec(firstContent)?.[0].length ?? 0;
+        const headerLine = this.offsetPosition(start).line;
+        const lineStart = this.lines.lineStarts[headerLine + lineIndex];
+        return lineStart === undefined ? fallback : exact(lineStart + indent + column);
+      }
+      default:
+        return fallback;
+    }
+  }
+
+  private offsetPosition(offset: number): SourcePosition {
+    const pos = this.lines.linePos(offset);
+    return { line: pos.line, col: pos.col };
+  }
+
+  /** Follows `path` as far as the document goes. */
+  private walk(path: FieldPath): { node: Node | undefined; key: Node | undefined; depth: number } {
+    let node = this.resolve(this.doc.contents ?? undefined);
+    let key: Node | undefined;
+    let depth = 0;
+    for (const part of path) {
+      if (!node) break;
+      let next: Node | undefined;
+      let nextKey: Node | undefined;
+      if (isMap(node) && typeof part === 'string') {
+        const pair = node.items.find(
+          (item): item is Pair<ParsedNode, ParsedNode | null> => isPair(item) && isScalar(item.key) && String(item.key.value) === part,
+        );
+        if (pair) {
+          nextKey = pair.key as Node;
+          // `key:` with nothing after it: the key is the best place to point at.
+          next = this.resolve(pair.value ?? undefined) ?? nextKey;
+        }
+      } else if (isSeq(node) && typeof part === 'number') {
+        next = this.resolve((node.items[part] as Node | undefined) ?? undefined);
+      }
+      if (!next) break;
+      node = next;
+      key = nextKey;
+      depth += 1;
+    }
+    return { node, key, depth };
+  }
+
+  private resolve(node: Node | undefined): Node | undefined {
+    if (node && isAlias(node)) return (node.resolve(this.doc) as Node | undefined) ?? node;
+    return node;
+  }
+}
+
+/** A short, readable description of a YAML value for messages: `a number (4.5)`, `a list`. */
+export function describeValue(value: unknown): string {
+  if (value === null || value === undefined) return 'nothing (null)';
+  if (Array.isArray(value)) return 'a list';
+  if (value instanceof Date) return 'a date';
+  switch (typeof value) {
+    case 'string':
+      return `a string (${JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value)})`;
+    case 'number':
+      return `a number (${value})`;
+    case 'boolean':
+      return `a boolean (${value})`;
+    case 'object':
+      return 'a mapping';
+    default:
+      return typeof value;
+  }
+}

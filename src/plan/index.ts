@@ -1,0 +1,6 @@
+export { loadPlan, MAX_TOTAL_NODES, type LoadPlanOptions } from './load-plan';
+export { planToJson, PlanJsonSchema, type PlanJson } from './plan-json';
+export { loadFleetConfig, type LoadFleetOptions } from '../config/fleet-config';
+export type { FleetConfig, SshHost } from '../config/fleet-schema';
+export { ConfigError } from '../config/errors';
+export * from './plan-schema';

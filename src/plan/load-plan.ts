@@ -1,0 +1,209 @@
+import { ConfigError } from '../config/errors';
+import type { FieldPath } from '../config/field-path';
+import { defaultResources, inferGpuVendor, vendorsNeedingImage } from '../config/resources';
+import type { Resources } from '../config/resources-schema';
+import type { RetryInput } from '../config/retry';
+import { TaskConfigSchema, type TaskConfig } from '../config/task-schema';
+import { parseWithSchema } from '../config/validate';
+import { ConfigSource } from '../config/yaml-source';
+import { checkConfigType } from '../config/config-type';
+import { containsReference, InterpolationError, parseReferences } from '../runner/interpolation';
+import { expandJobs } from './expand';
+import { PlanSchema, RetryEventSchema, type GroupPlan, type Plan, type RetryPolicy } from './plan-schema';
+import { generateRunName, RUN_NAME } from './run-name';
+
+export interface LoadPlanOptions {
+  /** The submitting shell's environment: bare `KEY` entries of `env` take their value from it. */
+  environ: Record<string, string | undefined>;
+  /** The run's name, overriding the config's `name` (like `dstack apply -n`). */
+  runName?: string;
+}
+
+/** At most this many nodes in one run: a bound on the plan's size and on what one run can take. */
+export const MAX_TOTAL_NODES = 4096;
+
+/** dstack's retry window when `retry: true` or `duration` is left out. */
+const DEFAULT_RETRY_DURATION_S = 3600;
+
+/**
+ * Parses, validates and expands a task config (`type: task`) into the plan of its run: the
+ * config's checks as dstack makes them on the client and on the server, its defaults, and the jobs
+ * in one global rank space. Throws ConfigError (file:line:col, field path, reason).
+ */
+export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Plan {
+  const source = ConfigSource.parse(text, file);
+  checkConfigType(source, 'task');
+  const task = parseWithSchema(TaskConfigSchema, source);
+  const image = task.image ?? null;
+
+  const env = resolveEnv(source, task, opts.environ);
+  if (task.working_dir !== null && task.working_dir !== undefined && !task.working_dir.startsWith('/')) {
+    throw source.error(['working_dir'], `working_dir must be an absolute path, got "${task.working_dir}"`);
+  }
+  const runName = chooseRunName(source, task, opts.runName);
+  const retry = retryPolicy(source, task.retry ?? null);
+
+  const groups = planGroups(task, image);
+  const nodesNum = groups.reduce((sum, g) => sum + g.nodes, 0);
+  if (nodesNum > MAX_TOTAL_NODES) {
+    throw source.error(task.groups ? ['groups'] : ['nodes'], `the task asks for ${nodesNum} nodes; a run has at most ${MAX_TOTAL_NODES}`);
+  }
+  checkReferences(source, task, groups);
+  checkGpuVendors(source, task, groups, image);
+  checkCpuArch(source, task, groups, image);
+
+  const maxDuration = task.max_duration ?? null;
+  return PlanSchema.parse({
+    run_name: runName,
+    nodes_num: nodesNum,
+    image,
+    working_dir: task.working_dir ?? null,
+    env,
+    startup_order: task.startup_order ?? 'any',
+    stop_criteria: task.stop_criteria ?? 'all-done',
+    retry,
+    // dstack's runner treats a zero limit as none.
+    max_duration_s: maxDuration === 'off' || maxDuration === 0 ? null : maxDuration,
+    fleets: task.fleets ?? null,
+    groups,
+    jobs: expandJobs(runName, groups),
+  } satisfies Plan);
+}
+
+/** Where group `index`'s fields are in the file: under `groups[index]`, or at the top without groups. */
+function groupPath(task: TaskConfig, index: number, ...rest: (string | number)[]): FieldPath {
+  return task.groups ? ['groups', index, ...rest] : rest;
+}
+
+function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
+  const withDefaults = (resources: Resources | undefined): Resources => inferGpuVendor(resources ?? defaultResources(), image);
+  if (!task.groups) {
+    return [
+      {
+        index: 0,
+        name: '0',
+        nodes: task.nodes ?? 1,
+        resources: withDefaults(task.resources),
+        commands: task.commands ?? [],
+        ports: task.ports ?? [],
+      },
+    ];
+  }
+  // With groups, each group has its own resources; the top-level ones are not inherited (dstack).
+  return task.groups.map((group, index) => ({
+    index,
+    name: group.name ?? String(index),
+    nodes: group.nodes ?? 1,
+    resources: withDefaults(group.resources),
+    commands: group.commands ?? [],
+    ports: group.ports ?? [],
+  }));
+}
+
+function resolveEnv(source: ConfigSource, task: TaskConfig, environ: LoadPlanOptions['environ']): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const entry of task.env ?? []) {
+    const value = entry.value ?? environ[entry.key];
+    if (value === undefined) {
+      throw source.error(
+        ['env', entry.at],
+        `environment variable ${entry.key} is not set in this shell: export it, or write ${entry.key}=<value>`,
+      );
+    }
+    if (containsReference(value)) {
+      throw source.error(
+        ['env', entry.at],
+        '`${{ ... }}` references are only supported in commands, not in `env`: use the address in a command instead',
+      );
+    }
+    env[entry.key] = value;
+  }
+  return env;
+}
+
+function chooseRunName(source: ConfigSource, task: TaskConfig, override: string | undefined): string {
+  const name = override ?? task.name ?? undefined;
+  if (name === undefined) return generateRunName();
+  if (!RUN_NAME.test(name)) {
+    const reason = `run name "${name}" must match ^[a-z][a-z0-9-]{1,40}$ (lowercase letters, digits and -, starting with a letter)`;
+    if (override !== undefined) throw new ConfigError(source.file, 1, 1, '(run name)', reason);
+    throw source.error(['name'], reason);
+  }
+  return name;
+}
+
+function retryPolicy(source: ConfigSource, retry: RetryInput | null): RetryPolicy | null {
+  if (retry === null || retry === false) return null;
+  const allEvents = [...RetryEventSchema.options];
+  if (retry === true) return { on_events: allEvents, duration_s: DEFAULT_RETRY_DURATION_S };
+  const duration = retry.duration ?? DEFAULT_RETRY_DURATION_S;
+  if (duration < 0) throw source.error(['retry', 'duration'], 'retry.duration cannot be negative');
+  // A zero window allows no retry at all.
+  if (duration === 0) return null;
+  return { on_events: [...new Set(retry.on_events ?? allEvents)], duration_s: duration };
+}
+
+function checkReferences(source: ConfigSource, task: TaskConfig, groups: readonly GroupPlan[]): void {
+  for (const group of groups) {
+    group.commands.forEach((command, k) => {
+      const path = groupPath(task, group.index, 'commands', k);
+      let references;
+      try {
+        references = parseReferences(command);
+      } catch (err) {
+        if (err instanceof InterpolationError) throw source.errorInString(path, err.offset, err.message);
+        throw err;
+      }
+      for (const ref of references) {
+        const target = groups[ref.group];
+        const name = `groups[${ref.group}].nodes[${ref.node}].IP_ADDRESS`;
+        if (!target) {
+          throw source.errorInString(path, ref.start, `reference ${name} is out of range: the task has ${groups.length} group(s), 0..${groups.length - 1}`);
+        }
+        if (ref.node >= target.nodes) {
+          throw source.errorInString(
+            path,
+            ref.start,
+            `reference ${name} is out of range: group ${ref.group} ("${target.name}") has ${target.nodes} node(s), 0..${target.nodes - 1}`,
+          );
+        }
+      }
+    });
+  }
+}
+
+/** `groups[0, 2]` for a grouped task; the top-level field otherwise. */
+function offendersLabel(task: TaskConfig, indexes: number[], field: string): string {
+  return task.groups ? `groups[${indexes.join(', ')}]` : `resources.${field}`;
+}
+
+function checkGpuVendors(source: ConfigSource, task: TaskConfig, groups: readonly GroupPlan[], image: string | null): void {
+  const vendors = new Set<string>();
+  const offenders: number[] = [];
+  for (const group of groups) {
+    const needing = vendorsNeedingImage(group.resources, image);
+    if (needing.length > 0) {
+      offenders.push(group.index);
+      for (const v of needing) vendors.add(v);
+    }
+  }
+  const first = offenders[0];
+  if (first === undefined) return;
+  throw source.error(
+    groupPath(task, first, 'resources', 'gpu'),
+    `\`image\` must be set when the requested accelerator is not supported by the default image (${[...vendors].sort().join(', ')}): set \`image\` to one built for it`,
+    { label: offendersLabel(task, offenders, 'gpu') },
+  );
+}
+
+function checkCpuArch(source: ConfigSource, task: TaskConfig, groups: readonly GroupPlan[], image: string | null): void {
+  if (image !== null) return;
+  const offenders = groups.filter((g) => g.resources.cpu.arch === 'arm').map((g) => g.index);
+  const first = offenders[0];
+  if (first === undefined) return;
+  throw source.error(
+    groupPath(task, first, 'resources', 'cpu'),
+    '`image` must be set when an ARM CPU is requested: the default image is x86 only; set `image` to an ARM or multi-arch image',
+    { label: offendersLabel(task, offenders, 'cpu') },
+  );
+}
