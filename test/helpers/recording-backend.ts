@@ -14,6 +14,8 @@ export interface RecordingOptions {
   provisionDelayMs?: number;
   /** job_num → how many of its first provision attempts say "no capacity". */
   noCapacityAttempts?: Record<number, number>;
+  /** The runner never says it is ready (to reach WAITING_RUNNER_LIMIT_EXCEEDED). */
+  runnerNeverReady?: boolean;
 }
 
 /**
@@ -58,8 +60,8 @@ export class RecordingBackend implements Backend {
   jobDirectory(job: JobRef): string {
     return this.inner.jobDirectory(job);
   }
-  runnerReady(job: JobRef) {
-    return this.inner.runnerReady(job);
+  async runnerReady(job: JobRef) {
+    return this.opts.runnerNeverReady ? false : await this.inner.runnerReady(job);
   }
   async startJob(job: JobRef, files: JobFiles) {
     this.starts.push({ job_num: job.job_num, at: Date.now() });
