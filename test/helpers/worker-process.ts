@@ -1,0 +1,32 @@
+/**
+ * A Troupe worker in its own process, so a test can kill -9 it. Configured by environment:
+ * TEMPORAL_ADDRESS, TROUPE_TASK_QUEUE, TROUPE_LOCAL_STATE_DIR, and TEST_PROVISION_DELAY_MS /
+ * TEST_ONE_JOB_PER_CALL to make provisioning slow enough to be interrupted.
+ */
+import { NativeConnection } from '@temporalio/worker';
+import { LocalBackend } from '../../src/backends/local/local-backend';
+import { createTroupeWorker } from '../../src/worker/create-worker';
+import { RecordingBackend } from './recording-backend';
+
+const required = (name: string): string => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set`);
+  return value;
+};
+
+const local = new LocalBackend({ stateDir: required('TROUPE_LOCAL_STATE_DIR'), network: 'auto' });
+const backend = new RecordingBackend(local, {
+  provisionDelayMs: Number(process.env.TEST_PROVISION_DELAY_MS ?? 0),
+  groupProvisioning: process.env.TEST_ONE_JOB_PER_CALL === '1' ? false : undefined,
+});
+const connection = await NativeConnection.connect({ address: required('TEMPORAL_ADDRESS') });
+const worker = await createTroupeWorker({
+  connection,
+  namespace: 'default',
+  taskQueue: required('TROUPE_TASK_QUEUE'),
+  backends: { local: backend },
+});
+process.once('SIGTERM', () => worker.shutdown());
+console.log('worker ready');
+await worker.run();
+await connection.close();

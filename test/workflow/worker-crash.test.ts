@@ -1,0 +1,102 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { Client } from '@temporalio/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runWorkflowId } from '../../workflows/ids';
+import { runStateQuery } from '../../workflows/messages';
+import type { RunState } from '../../workflows/run-state';
+import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
+import { makePlan } from '../helpers/plans';
+import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
+
+/** kill -9 of the worker mid-provisioning and mid-run: the run finishes, each job started once. */
+
+const fleet = makeLocalFleet();
+const shared = makeSharedDir();
+const taskQueue = uniqueTaskQueue('crash');
+const workers: ChildProcess[] = [];
+let client: Client;
+let closeClient: () => Promise<void>;
+
+beforeAll(async () => {
+  ({ client, close: closeClient } = await testClient());
+});
+afterAll(async () => {
+  for (const w of workers) if (w.exitCode === null) w.kill('SIGKILL');
+  await closeClient?.();
+  fleet.remove();
+  shared.remove();
+});
+
+async function startWorkerProcess(): Promise<ChildProcess> {
+  const script = fileURLToPath(new URL('../helpers/worker-process.ts', import.meta.url));
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    env: {
+      ...process.env,
+      TEMPORAL_ADDRESS: temporalAddress(),
+      TROUPE_TASK_QUEUE: taskQueue,
+      TROUPE_LOCAL_STATE_DIR: fleet.stateDir,
+      TEST_PROVISION_DELAY_MS: '1500',
+      TEST_ONE_JOB_PER_CALL: '1',
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  workers.push(child);
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.on('data', (chunk: Buffer) => {
+      if (chunk.toString().includes('worker ready')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
+  });
+  return child;
+}
+
+async function kill9(child: ChildProcess): Promise<void> {
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGKILL');
+  await exited;
+}
+
+async function waitForState(handle: { query: (q: typeof runStateQuery) => Promise<RunState> }, check: (s: RunState) => boolean) {
+  const deadline = Date.now() + 90_000;
+  for (;;) {
+    const state = await handle.query(runStateQuery);
+    if (check(state)) return state;
+    if (Date.now() > deadline) throw new Error(`state not reached: ${JSON.stringify(state.jobs.map((j) => j.status))}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('worker crash', () => {
+  it('kill -9 during provisioning and during the run: the run finishes, every job started exactly once', async () => {
+    let worker = await startWorkerProcess();
+    const name = `crash-${taskQueue}`;
+    const plan = makePlan(name, [
+      { name: 'router', nodes: 1, commands: [`echo "$DSTACK_NODE_RANK" >> ${shared.dir}/starts`, 'sleep 6'] },
+      { name: 'prefill', nodes: 2, commands: [`echo "$DSTACK_NODE_RANK" >> ${shared.dir}/starts`, 'sleep 6'] },
+      { name: 'decode', nodes: 2, commands: [`echo "$DSTACK_NODE_RANK" >> ${shared.dir}/starts`, 'sleep 6'] },
+    ], { startup_order: 'workers-first' });
+    const handle = await client.workflow.start('RunWorkflow', {
+      taskQueue,
+      workflowId: runWorkflowId(name),
+      args: [{ plan, backend: 'local', options: {} }],
+    });
+
+    // Mid-provisioning: job 0 has its machine, the others are still being provisioned.
+    const provisioning = await waitForState(handle, (s) => s.jobs[0]?.instance !== null);
+    expect(provisioning.jobs.some((j) => j.instance === null)).toBe(true);
+    await kill9(worker);
+    worker = await startWorkerProcess();
+
+    // Mid-run: every job is running.
+    await waitForState(handle, (s) => s.jobs.every((j) => j.status === 'RUNNING'));
+    await kill9(worker);
+    worker = await startWorkerProcess();
+
+    const state = (await handle.result()) as RunState;
+    expect(state.status).toBe('DONE');
+    expect(shared.lines('starts').map(Number).sort()).toEqual([0, 1, 2, 3, 4]);
+    for (const job of state.jobs) if (job.pid !== null) expect(processGroupMembers(job.pid)).toEqual([]);
+    worker.kill('SIGTERM');
+  }, 240_000);
+});
