@@ -6,6 +6,11 @@ import { CliError, type Command } from './command';
  */
 const commands: Record<string, () => Promise<{ command: Command }>> = {
   plan: () => import('./commands/plan'),
+  apply: () => import('./commands/apply'),
+  ps: () => import('./commands/ps'),
+  logs: () => import('./commands/logs'),
+  stop: () => import('./commands/stop'),
+  worker: () => import('./commands/worker'),
 };
 
 function usage(): string {

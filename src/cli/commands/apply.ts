@@ -1,0 +1,184 @@
+import { readFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import type { RunHandle, RunState } from '../../client';
+import { isFinished } from '../../client';
+import { loadPlan, type Plan } from '../../plan';
+import { CliError, type Command } from '../command';
+import { connectClient, connectionHelp, connectionOptions, connectionSettings, describeConnection, workflowUrl } from '../connection';
+import { onInterrupt } from '../interrupt';
+import { cliErrorOf } from '../render/client-errors';
+import { describeStateChanges, LiveView } from '../render/live-view';
+import { LogLines } from '../render/log-lines';
+import { renderPlan } from '../render/plan-table';
+import { assertCanAsk, confirm } from '../render/prompt';
+import { nodeName, renderJobsTable, renderRunOutcome } from '../render/run-table';
+import { paint, styleFor, type Style } from '../render/style';
+import { parseOrUsage, renderUsage } from '../render/usage';
+
+const options = {
+  file: { type: 'string', short: 'f' },
+  yes: { type: 'boolean', short: 'y' },
+  detach: { type: 'boolean', short: 'd' },
+  backend: { type: 'string', default: 'local' },
+  name: { type: 'string', short: 'n' },
+  fleet: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+  ...connectionOptions,
+} as const;
+
+const help = renderUsage(
+  'troupe apply -f task.yml [-y] [-d] [--backend local] [--name NAME] [--fleet NAME]',
+  [
+    'Shows the plan of a task, asks to confirm, submits the run, shows each job as it starts, then',
+    "follows job 0's log until the run ends. Ctrl-C detaches; the run goes on.",
+    'Exit code: 0 when the run is DONE, 1 when it FAILED or was TERMINATED (or could not start), 2 on bad usage.',
+  ].join('\n'),
+  [
+    ['-f, --file FILE', 'the task config (type: task)'],
+    ['-y, --yes', 'submit without asking'],
+    ['-d, --detach', 'return once the run is submitted'],
+    ['--backend NAME', 'backend of the workers that provisions the nodes (default local)'],
+    ['-n, --name NAME', "run name, instead of the config's name"],
+    ['--fleet NAME', 'the fleet the run may use'],
+    ...connectionHelp,
+  ],
+);
+
+export const command: Command = async (args) => {
+  const { values } = parseOrUsage(() => parseArgs({ args, options }), help);
+  if (values.help) {
+    process.stdout.write(`${help}\n`);
+    return 0;
+  }
+  if (!values.file) throw new CliError(`apply needs the task config: -f FILE\n\n${help}`, 2);
+  const settings = connectionSettings(values);
+  if (!values.yes) assertCanAsk('-y');
+  const style = styleFor(process.stderr);
+  const plan = await readPlan(values.file, values.name, values.fleet);
+
+  const troupe = await connectClient(settings);
+  try {
+    await troupe.checkWorkers(`start run ${plan.run_name}`);
+    process.stderr.write(`${renderPlan(plan, values.backend, style).join('\n')}\n\n`);
+    if (!values.yes && !(await confirm(`Submit the run ${plan.run_name}?`))) {
+      process.stderr.write('Not submitted.\n');
+      return 0;
+    }
+    const handle = await troupe.submit({ plan, backend: values.backend, checkWorkers: false });
+    const url = workflowUrl(settings, handle.workflowId);
+    process.stderr.write(
+      `Submitted run ${paint(style, 'bold', plan.run_name)} to ${describeConnection(settings)}.\n` +
+        (url ? `Web UI: ${url}\n` : ''),
+    );
+    if (values.detach) {
+      process.stderr.write(reattachHelp(plan.run_name));
+      return 0;
+    }
+    return await attach(handle, style);
+  } catch (err) {
+    throw cliErrorOf(err);
+  } finally {
+    await troupe.close();
+  }
+};
+
+async function readPlan(file: string, name: string | undefined, fleet: string | undefined): Promise<Plan> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
+  }
+  try {
+    const plan = loadPlan(text, file, { environ: process.env, ...(name !== undefined ? { runName: name } : {}) });
+    return fleet ? { ...plan, fleets: [fleet] } : plan;
+  } catch (err) {
+    throw cliErrorOf(err);
+  }
+}
+
+function reattachHelp(runName: string): string {
+  return [
+    `  troupe logs ${runName} -f   follow job 0's log`,
+    `  troupe ps                   every job's status and address`,
+    `  troupe stop ${runName}      stop it (-x aborts)`,
+    '',
+  ].join('\n');
+}
+
+/** Job 0 has started (or will not): time to show its log. */
+function masterStarted(state: RunState): boolean {
+  const master = state.jobs[0];
+  return master === undefined || master.running_at !== null || master.finished_at !== null;
+}
+
+/**
+ * The live view until job 0 starts, then job 0's log (stdout) with job changes as lines (stderr),
+ * until the run ends. Returns the exit code; Ctrl-C lets go of the run without stopping it.
+ */
+async function attach(handle: RunHandle, style: Style): Promise<number> {
+  const interrupt = onInterrupt();
+  const { signal } = interrupt;
+  let noWorkerNoted = false;
+  const view = new LiveView(process.stderr, style);
+  const onNoWorker = (err: Error) => {
+    if (noWorkerNoted) return;
+    noWorkerNoted = true;
+    view.note(paint(style, 'yellow', `${err.message} Waiting for one…`));
+  };
+
+  const follow = async (): Promise<RunState> => {
+    let last: RunState | null = null;
+    for await (const state of handle.watch({ signal, onNoWorker })) {
+      if (noWorkerNoted) {
+        noWorkerNoted = false;
+        view.note('A worker answers again.');
+      }
+      view.update(state);
+      last = state;
+      if (isFinished(state.status) || masterStarted(state)) break;
+    }
+    view.close();
+    if (signal.aborted || last === null) return last ?? (await handle.state());
+    const master = last.jobs[0];
+    if (master) {
+      process.stderr.write(`${paint(style, 'dim', `── log of job 0 (${nodeName(master)}) ──`)}\n`);
+    }
+    const lines = new LogLines((text) => process.stdout.write(text));
+    const changes = (async () => {
+      let prev: RunState | null = last;
+      for await (const state of handle.watch({ signal, onNoWorker })) {
+        const notes = describeStateChanges(prev, state, style);
+        if (notes.length > 0) process.stderr.write(`${notes.join('\n')}\n`);
+        prev = state;
+      }
+      return prev;
+    })();
+    try {
+      for await (const chunk of handle.streamLogs({ jobs: [0], follow: true, signal })) lines.push(chunk.job_num, chunk.data);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      process.stderr.write(
+        `${paint(style, 'yellow', `cannot follow the log: ${err instanceof Error ? err.message : String(err)}`)}; waiting for the run to end\n`,
+      );
+    } finally {
+      lines.flush();
+    }
+    return (await changes) ?? last;
+  };
+
+  const following = follow();
+  following.catch(() => undefined);
+  try {
+    const outcome = await Promise.race([following, interrupt.interrupted]);
+    if (outcome === 'interrupted') {
+      process.stderr.write(`\nDetached from run ${handle.name}; it goes on.\n${reattachHelp(handle.name)}`);
+      return 130;
+    }
+    const final = isFinished(outcome.status) ? outcome : await handle.wait();
+    process.stderr.write(`\n${renderJobsTable(final, style).join('\n')}\n${renderRunOutcome(final, style).join('\n')}\n`);
+    return final.status === 'DONE' ? 0 : 1;
+  } finally {
+    interrupt.dispose();
+  }
+}

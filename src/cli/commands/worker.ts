@@ -1,0 +1,89 @@
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import type { BackendRegistry } from '../../../activities';
+import type { Backend } from '../../backends/backend';
+import { projectRoot } from '../../devserver/dev-server';
+import { createTroupeWorker, defaultBackends } from '../../worker/create-worker';
+import { CliError, type Command } from '../command';
+import { connectionHelp, connectionOptions, connectionSettings, connectWorker, describeConnection } from '../connection';
+import { parseOrUsage, renderUsage } from '../render/usage';
+
+const options = {
+  backend: { type: 'string', multiple: true },
+  'state-dir': { type: 'string' },
+  identity: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+  ...connectionOptions,
+} as const;
+
+const help = renderUsage(
+  'troupe worker [--backend NAME]... [--state-dir DIR]',
+  [
+    "Runs a Troupe worker: it executes runs' workflows and drives the backends that provision nodes.",
+    'Start as many as you like, on as many machines, on one task queue. Ctrl-C (or SIGTERM) shuts it',
+    'down gracefully; runs go on with the other workers, or with this one when it comes back.',
+  ].join('\n'),
+  [
+    ['--backend NAME', 'only these backends (repeatable; default: all the worker has, at least local)'],
+    ['--state-dir DIR', "backends' state on this machine (env TROUPE_STATE_DIR, default <project>/.troupe/state)"],
+    ['--identity ID', 'how the Web UI names this worker (default host and pid)'],
+    ...connectionHelp,
+  ],
+);
+
+function chooseBackends(all: BackendRegistry, wanted: string[] | undefined): BackendRegistry {
+  if (!wanted || wanted.length === 0) return all;
+  const chosen: Record<string, Backend> = {};
+  for (const name of wanted) {
+    const backend = all[name];
+    if (!backend) throw new CliError(`unknown backend "${name}" (this worker has: ${Object.keys(all).join(', ')})`, 2);
+    chosen[name] = backend;
+  }
+  return chosen;
+}
+
+export const command: Command = async (args) => {
+  const { values } = parseOrUsage(() => parseArgs({ args, options }), help);
+  if (values.help) {
+    process.stdout.write(`${help}\n`);
+    return 0;
+  }
+  const settings = connectionSettings(values);
+  const stateDir = values['state-dir'] ?? process.env.TROUPE_STATE_DIR ?? join(projectRoot, '.troupe', 'state');
+  const backends = chooseBackends(defaultBackends({ stateDir }), values.backend);
+  const connection = await connectWorker(settings);
+  try {
+    const worker = await createTroupeWorker({
+      connection,
+      namespace: settings.namespace,
+      taskQueue: settings.taskQueue,
+      backends,
+      ...(values.identity ? { identity: values.identity } : {}),
+    });
+    let stopping = false;
+    const shutdown = (signal: NodeJS.Signals) => {
+      if (stopping) {
+        process.stderr.write(`${signal} again: exiting without waiting for running tasks\n`);
+        process.exit(130);
+      }
+      stopping = true;
+      process.stderr.write(`${signal}: shutting down once running tasks finish (again to exit now)\n`);
+      worker.shutdown();
+    };
+    process.on('SIGINT', shutdown);
+    process.on('SIGTERM', shutdown);
+    process.stderr.write(
+      `Troupe worker on ${describeConnection(settings)}, backends ${Object.keys(backends).join(', ')}; state in ${stateDir}\n`,
+    );
+    try {
+      await worker.run();
+    } finally {
+      process.off('SIGINT', shutdown);
+      process.off('SIGTERM', shutdown);
+    }
+    process.stderr.write('Worker stopped.\n');
+    return 0;
+  } finally {
+    await connection.close();
+  }
+};
