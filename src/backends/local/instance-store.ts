@@ -1,0 +1,152 @@
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { createFileExclusive, isErrno, pathExists, readJsonFile, removeFile, writeFileAtomic } from './state-files';
+import { pathSegment } from './local-names';
+
+/**
+ * The local fleet's state, in files under its state directory, shared by every worker process on
+ * this machine:
+ *
+ *   leases/<ip>                       who holds an address (created with O_EXCL semantics)
+ *   instances/<instance_id>.json      an instance: its address, namespace, job directory
+ *   runs/<run>/<submission>/released  tombstone: the submission was released, provision refuses it
+ *   runs/<run>/<submission>/<job>/    the job's directory
+ */
+
+export const NetworkModeSchema = z.enum(['netns', 'loopback']);
+export type NetworkMode = z.infer<typeof NetworkModeSchema>;
+
+export const LocalInstanceRecordSchema = z.object({
+  instance_id: z.string(),
+  run_id: z.string(),
+  submission: z.number().int().nonnegative(),
+  job_num: z.number().int().nonnegative(),
+  job_name: z.string(),
+  ip: z.string(),
+  gpus: z.number().int().nonnegative(),
+  mode: NetworkModeSchema,
+  /** Namespace and veth names (netns mode only). */
+  netns: z.string().nullable(),
+  host_link: z.string().nullable(),
+  node_link: z.string().nullable(),
+  job_dir: z.string(),
+});
+export type LocalInstanceRecord = z.infer<typeof LocalInstanceRecordSchema>;
+
+const LeaseSchema = z.object({ instance_id: z.string(), run_id: z.string(), submission: z.number().int() });
+type Lease = z.infer<typeof LeaseSchema>;
+
+export class InstanceStore {
+  constructor(readonly stateDir: string) {}
+
+  jobDir(runId: string, submission: number, jobName: string): string {
+    return join(this.submissionDir(runId, submission), pathSegment(jobName));
+  }
+
+  private submissionDir(runId: string, submission: number): string {
+    return join(this.stateDir, 'runs', pathSegment(runId), String(submission));
+  }
+
+  private tombstonePath(runId: string, submission: number): string {
+    return join(this.submissionDir(runId, submission), 'released');
+  }
+
+  private recordPath(instanceId: string): string {
+    return join(this.stateDir, 'instances', `${instanceId}.json`);
+  }
+
+  private leasePath(ip: string): string {
+    return join(this.stateDir, 'leases', ip);
+  }
+
+  async isReleased(runId: string, submission: number): Promise<boolean> {
+    return await pathExists(this.tombstonePath(runId, submission));
+  }
+
+  async markReleased(runId: string, submission: number): Promise<void> {
+    await writeFileAtomic(this.tombstonePath(runId, submission), `${new Date().toISOString()}\n`);
+  }
+
+  async readRecord(instanceId: string): Promise<LocalInstanceRecord | null> {
+    return await readJsonFile(this.recordPath(instanceId), LocalInstanceRecordSchema);
+  }
+
+  /** Creates the record unless one exists; returns the record that won (ours or the earlier one). */
+  async createRecord(record: LocalInstanceRecord): Promise<LocalInstanceRecord> {
+    if (await createFileExclusive(this.recordPath(record.instance_id), `${JSON.stringify(record, null, 2)}\n`)) {
+      return record;
+    }
+    const existing = await this.readRecord(record.instance_id);
+    if (!existing) throw new Error(`instance record ${record.instance_id} vanished while being created`);
+    return existing;
+  }
+
+  async removeRecord(instanceId: string): Promise<void> {
+    await removeFile(this.recordPath(instanceId));
+  }
+
+  async listRecords(runId: string, submission: number): Promise<LocalInstanceRecord[]> {
+    const names = await listDir(join(this.stateDir, 'instances'));
+    const records = await Promise.all(
+      names.filter((n) => n.endsWith('.json')).map((n) => this.readRecord(n.slice(0, -'.json'.length))),
+    );
+    return records.filter((r): r is LocalInstanceRecord => r !== null && r.run_id === runId && r.submission === submission);
+  }
+
+  private async readLease(ip: string): Promise<Lease | null> {
+    try {
+      return await readJsonFile(this.leasePath(ip), LeaseSchema);
+    } catch {
+      return null;
+    }
+  }
+
+  private async leases(): Promise<Map<string, Lease>> {
+    const ips = (await listDir(join(this.stateDir, 'leases'))).filter((n) => !n.includes('.tmp-'));
+    const entries = await Promise.all(ips.map(async (ip) => [ip, await this.readLease(ip)] as const));
+    return new Map(entries.filter((e): e is readonly [string, Lease] => e[1] !== null));
+  }
+
+  /**
+   * An address for the instance: the one it already leased (a provision() that died before
+   * writing its record), else the first free one of `pool`. Exclusive creation makes two
+   * processes never lease one address. Null when the pool is full.
+   */
+  async leaseAddress(owner: Lease, pool: readonly string[]): Promise<{ ip: string; fresh: boolean } | null> {
+    const held = await this.leases();
+    for (const [ip, lease] of held) {
+      if (lease.instance_id === owner.instance_id) return { ip, fresh: false };
+    }
+    for (const ip of pool) {
+      if (held.has(ip)) continue;
+      if (await createFileExclusive(this.leasePath(ip), `${JSON.stringify(owner)}\n`)) return { ip, fresh: true };
+    }
+    return null;
+  }
+
+  /** Gives the address back, only if the instance still holds it. */
+  async releaseAddress(ip: string, instanceId: string): Promise<void> {
+    const lease = await this.readLease(ip);
+    if (lease?.instance_id === instanceId) await removeFile(this.leasePath(ip));
+  }
+
+  /** Leases of a submission whose instance record was never written (a provision() that died). */
+  async orphanLeases(runId: string, submission: number): Promise<{ ip: string; instance_id: string }[]> {
+    const out: { ip: string; instance_id: string }[] = [];
+    for (const [ip, lease] of await this.leases()) {
+      if (lease.run_id !== runId || lease.submission !== submission) continue;
+      if (!(await this.readRecord(lease.instance_id))) out.push({ ip, instance_id: lease.instance_id });
+    }
+    return out;
+  }
+}
+
+async function listDir(dir: string): Promise<string[]> {
+  try {
+    return await readdir(dir);
+  } catch (err) {
+    if (isErrno(err, 'ENOENT')) return [];
+    throw err;
+  }
+}

@@ -1,0 +1,352 @@
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import { mkdir, open } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  NoCapacityError,
+  SubmissionClosedError,
+  type Backend,
+  type Instance,
+  type JobFiles,
+  type JobProcessState,
+  type JobRef,
+  type LogChunk,
+  type ProvisionRequest,
+} from '../backend';
+import type { GroupPlan } from '../../plan/plan-schema';
+import { renderEnvFile } from '../../runner/env-file';
+import { JobLayout as L } from '../../runner/job-layout';
+import { renderJobWrapper } from '../../runner/job-wrapper';
+import { parseSubnet, poolAddresses, subnetContains } from './address-pool';
+import { InstanceStore, type LocalInstanceRecord, type NetworkMode } from './instance-store';
+import {
+  claimForStop,
+  readClaim,
+  readExitCode,
+  recordKilled,
+  settledClaim,
+  spawnWrapper,
+  stopJobProcesses,
+  KILLED_EXIT_CODE,
+  type JobProcessTarget,
+} from './job-process';
+import { localInstanceId, nodeLinkNames, type NodeLinkNames } from './local-names';
+import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
+import { isAlive } from './proc';
+import { isErrno, writeFileAtomic } from './state-files';
+
+export interface LocalBackendOptions {
+  /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
+  stateDir: string;
+  /**
+   * `netns`: a network namespace per node on the bridge trpl0 (root and `ip netns` needed), so
+   * every node has its own 10.213.x.y and can listen on 0.0.0.0. `loopback`: a 127.x.y.z address
+   * per node; nodes share the host's ports, so a node binds its own address (see README of the
+   * local fleet below). `auto`: netns when available, else loopback.
+   */
+  network: 'netns' | 'loopback' | 'auto';
+  /** Most instances at once (then provision() throws NoCapacityError); default: the whole subnet. */
+  capacity?: number;
+  /** Addresses to hand out: inside 10.213.0.0/16 (netns) or 127.0.0.0/8 (loopback). */
+  subnet?: string;
+  /** GPUs an instance reports to a job that asks for some (this machine's are not inspected); default 0. */
+  gpus?: number;
+  /** False: provision() takes one job per call (exercises the workflow's other path); default true. */
+  groupProvisioning?: boolean;
+  /** SIGTERM → SIGKILL grace when releaseRun() finds a job still running; default 5 s. */
+  releaseGraceSeconds?: number;
+}
+
+/** The default state directory of the local fleet (TROUPE_LOCAL_STATE_DIR overrides it). */
+export function defaultLocalStateDir(): string {
+  return process.env.TROUPE_LOCAL_STATE_DIR ?? join(homedir(), '.troupe', 'local');
+}
+
+const DEFAULT_SUBNET: Record<NetworkMode, string> = { netns: BRIDGE_SUBNET, loopback: '127.213.0.0/16' };
+/** Variables of the worker's environment a job inherits; the rest (credentials, tooling) stay out. */
+const INHERITED_ENV = ['PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LC_ALL', 'LC_CTYPE', 'TZ', 'TMPDIR'];
+const FALLBACK_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** Every process of a job inherits `TROUPE_INSTANCE_ID=<id>`: stopping finds the ones that left its group. */
+const MARKER_NAME = 'TROUPE_INSTANCE_ID';
+const CLAIM_WAIT_MS = 10_000;
+
+/**
+ * The local fleet: each node is a process group on this machine, in its own job directory, with its
+ * own network namespace (or loopback address). All state is in files under `stateDir`, so several
+ * worker processes can share the fleet and any of them can pick up a job another one started.
+ */
+export class LocalBackend implements Backend {
+  readonly kind = 'local';
+  readonly groupProvisioning: boolean;
+  private readonly store: InstanceStore;
+  private modePromise: Promise<NetworkMode> | null = null;
+
+  constructor(private readonly options: LocalBackendOptions) {
+    this.store = new InstanceStore(options.stateDir);
+    this.groupProvisioning = options.groupProvisioning ?? true;
+    if (options.capacity !== undefined && !(Number.isInteger(options.capacity) && options.capacity >= 0)) {
+      throw new Error(`local fleet: capacity must be a whole number ≥ 0, not ${options.capacity}`);
+    }
+  }
+
+  /** The network mode in use (`auto` resolved). */
+  networkMode(): Promise<NetworkMode> {
+    this.modePromise ??= this.resolveMode();
+    return this.modePromise;
+  }
+
+  private async resolveMode(): Promise<NetworkMode> {
+    const wanted = this.options.network;
+    if (wanted === 'loopback') return 'loopback';
+    const available = await netnsAvailable();
+    if (wanted === 'netns' && !available) {
+      throw new Error('local fleet: network "netns" needs root and a working `ip netns` (use "loopback" or "auto")');
+    }
+    return available ? 'netns' : 'loopback';
+  }
+
+  private pool(mode: NetworkMode): string[] {
+    const cidr = this.options.subnet ?? DEFAULT_SUBNET[mode];
+    const subnet = parseSubnet(cidr);
+    const outer = parseSubnet(mode === 'netns' ? BRIDGE_SUBNET : '127.0.0.0/8');
+    if (!subnetContains(outer, subnet)) {
+      throw new Error(`local fleet: subnet ${cidr} must lie inside ${mode === 'netns' ? BRIDGE_SUBNET : '127.0.0.0/8'} in ${mode} mode`);
+    }
+    const reserved = mode === 'netns' ? [BRIDGE_ADDRESS, '10.213.255.255'] : ['127.0.0.1'];
+    return poolAddresses(subnet, reserved, this.options.capacity ?? null);
+  }
+
+  jobDirectory(job: JobRef): string {
+    return this.store.jobDir(job.run_id, job.submission, job.job_name);
+  }
+
+  async provision(req: ProvisionRequest): Promise<Instance[]> {
+    if (!this.groupProvisioning && req.jobs.length !== 1) {
+      throw new Error(`local fleet without group provisioning takes one job per call, got ${req.jobs.length}`);
+    }
+    await this.refuseReleased(req.run_id, req.submission);
+    const mode = await this.networkMode();
+    const pool = this.pool(mode);
+    const gpus = this.gpusFor(req.group);
+    const records: LocalInstanceRecord[] = [];
+    const createdHere: LocalInstanceRecord[] = [];
+    for (const job of req.jobs) {
+      const instanceId = localInstanceId(req.run_id, req.submission, job.job_num);
+      let record = await this.store.readRecord(instanceId);
+      if (!record) {
+        const owner = { instance_id: instanceId, run_id: req.run_id, submission: req.submission };
+        const lease = await this.store.leaseAddress(owner, pool);
+        if (!lease) {
+          // All or nothing: a half-placed batch would hold addresses while it waits for capacity.
+          for (const r of createdHere) await this.forget(r);
+          throw new NoCapacityError(
+            `the local fleet is full: ${pool.length} instance${pool.length === 1 ? '' : 's'} at most, ` +
+              `none free for ${job.job_name} (group ${req.group.name})`,
+          );
+        }
+        const names: NodeLinkNames | null = mode === 'netns' ? nodeLinkNames(instanceId) : null;
+        const candidate: LocalInstanceRecord = {
+          instance_id: instanceId,
+          run_id: req.run_id,
+          submission: req.submission,
+          job_num: job.job_num,
+          job_name: job.job_name,
+          ip: lease.ip,
+          gpus,
+          mode,
+          netns: names?.netns ?? null,
+          host_link: names?.hostLink ?? null,
+          node_link: names?.nodeLink ?? null,
+          job_dir: this.store.jobDir(req.run_id, req.submission, job.job_name),
+        };
+        record = await this.store.createRecord(candidate);
+        if (record === candidate) createdHere.push(record);
+        // A concurrent call for the same job won with another address: give ours back.
+        else if (record.ip !== lease.ip) await this.store.releaseAddress(lease.ip, instanceId);
+      }
+      records.push(record);
+    }
+    for (const record of records) {
+      const names = linkNames(record);
+      if (names) await ensureNodeNetwork(names, record.ip);
+    }
+    // releaseRun() may have run meanwhile: undo what this call set up, then refuse.
+    if (await this.store.isReleased(req.run_id, req.submission)) {
+      for (const record of records) await this.forget(record);
+      await this.refuseReleased(req.run_id, req.submission);
+    }
+    return records.map(toInstance);
+  }
+
+  private gpusFor(group: GroupPlan): number {
+    const { min, max } = group.resources.gpu.count;
+    if (!min) return 0;
+    const have = Math.min(this.options.gpus ?? 0, max ?? Number.POSITIVE_INFINITY);
+    if (have < min) {
+      throw new NoCapacityError(
+        `the local fleet has ${this.options.gpus ?? 0} GPUs per instance; group ${group.name} needs at least ${min}`,
+      );
+    }
+    return have;
+  }
+
+  private async refuseReleased(runId: string, submission: number): Promise<void> {
+    if (await this.store.isReleased(runId, submission)) {
+      throw new SubmissionClosedError(`submission ${submission} of run ${runId} was released; it cannot take instances any more`);
+    }
+  }
+
+  async runnerReady(job: JobRef): Promise<boolean> {
+    if (await this.store.isReleased(job.run_id, job.submission)) return false;
+    const record = await this.store.readRecord(job.instance.instance_id);
+    if (!record) return false;
+    const names = linkNames(record);
+    return names ? await nodeNetworkReady(names, record.ip) : true;
+  }
+
+  async startJob(job: JobRef, files: JobFiles): Promise<{ pid: number }> {
+    const dir = this.jobDirectory(job);
+    const claim = await readClaim(dir);
+    if (claim.kind === 'none') {
+      await this.refuseReleased(job.run_id, job.submission);
+      const record = await this.store.readRecord(job.instance.instance_id);
+      if (!record) throw new Error(`${job.job_name}: instance ${job.instance.instance_id} is not provisioned on the local fleet`);
+      await mkdir(dir, { recursive: true });
+      // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
+      await writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), 0o600);
+      await writeFileAtomic(join(dir, L.hostfile), files.hostfile);
+      await writeFileAtomic(join(dir, L.launchScript), files.script, 0o755);
+      await writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(), 0o755);
+      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record) });
+      return await this.waitForStart(job, dir, spawned.exited);
+    }
+    return await this.waitForStart(job, dir, null);
+  }
+
+  private baseEnv(record: LocalInstanceRecord): Record<string, string> {
+    const env: Record<string, string> = {};
+    for (const name of INHERITED_ENV) {
+      const value = process.env[name];
+      if (value !== undefined) env[name] = value;
+    }
+    env.PATH ??= FALLBACK_PATH;
+    env[MARKER_NAME] = record.instance_id;
+    return env;
+  }
+
+  /** The pid of whichever wrapper won the claim; refuses a job that a stop claimed first. */
+  private async waitForStart(job: JobRef, dir: string, wrapperExited: Promise<number | null> | null): Promise<{ pid: number }> {
+    let exitCode: number | null = null;
+    void wrapperExited?.then((code) => {
+      exitCode = code;
+    });
+    const deadline = Date.now() + CLAIM_WAIT_MS;
+    for (;;) {
+      const claim = await readClaim(dir);
+      if (claim.kind === 'started') return { pid: claim.leader.pid };
+      if (claim.kind === 'stopped') {
+        throw new SubmissionClosedError(`${job.job_name} was stopped before it started; it will not start any more`);
+      }
+      // Our wrapper ended without anyone claiming: it could not start (its log says why).
+      if (claim.kind === 'none' && exitCode !== null) {
+        throw new Error(`${job.job_name}: the job wrapper exited with ${exitCode} before starting; see ${join(dir, L.wrapperLog)}`);
+      }
+      if (Date.now() > deadline) throw new Error(`${job.job_name}: no process recorded in ${dir} after ${CLAIM_WAIT_MS / 1000}s`);
+      await sleep(20);
+    }
+  }
+
+  async jobState(job: JobRef): Promise<JobProcessState> {
+    const dir = this.jobDirectory(job);
+    const claim = await settledClaim(dir, 2_000);
+    if (claim.kind !== 'started') return { state: 'absent' };
+    const { pid } = claim.leader;
+    const recorded = await readExitCode(dir);
+    if (recorded !== null) return { state: 'exited', pid, exit_code: recorded };
+    if (await isAlive(claim.leader)) return { state: 'running', pid };
+    // It may have written its code just after the first look.
+    const late = await readExitCode(dir);
+    return { state: 'exited', pid, exit_code: late ?? KILLED_EXIT_CODE };
+  }
+
+  async stopJob(job: JobRef, graceSeconds: number): Promise<void> {
+    const record = await this.store.readRecord(job.instance.instance_id);
+    await this.stopJobIn(this.jobDirectory(job), job.instance.instance_id, record, graceSeconds);
+  }
+
+  private async stopJobIn(dir: string, instanceId: string, record: LocalInstanceRecord | null, graceSeconds: number): Promise<void> {
+    if (await claimForStop(dir)) return;
+    const claim = await settledClaim(dir, CLAIM_WAIT_MS);
+    if (claim.kind === 'stopped') return;
+    const target: JobProcessTarget = {
+      leader: claim.kind === 'started' ? claim.leader : null,
+      marker: `${MARKER_NAME}=${instanceId}`,
+      netnsInode: record?.netns ? await netnsInode(record.netns) : null,
+    };
+    await stopJobProcesses(target, graceSeconds * 1000);
+    if (claim.kind === 'started') await recordKilled(dir);
+  }
+
+  async releaseRun(runId: string, submission: number): Promise<void> {
+    await this.store.markReleased(runId, submission);
+    const records = await this.store.listRecords(runId, submission);
+    const grace = this.options.releaseGraceSeconds ?? 5;
+    await Promise.all(records.map((r) => this.stopJobIn(r.job_dir, r.instance_id, r, grace)));
+    for (const record of records) await this.forget(record);
+    for (const orphan of await this.store.orphanLeases(runId, submission)) {
+      await this.store.releaseAddress(orphan.ip, orphan.instance_id);
+    }
+  }
+
+  /** Removes an instance: its namespace and links, its address lease, its record. */
+  private async forget(record: LocalInstanceRecord): Promise<void> {
+    const names = linkNames(record);
+    if (names) await removeNodeNetwork(names);
+    await this.store.releaseAddress(record.ip, record.instance_id);
+    await this.store.removeRecord(record.instance_id);
+  }
+
+  async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {
+    let handle;
+    try {
+      handle = await open(join(this.jobDirectory(job), L.log), 'r');
+    } catch (err) {
+      if (isErrno(err, 'ENOENT')) return { data: '', next_offset: offset };
+      throw err;
+    }
+    try {
+      const buffer = Buffer.alloc(Math.max(0, limitBytes));
+      const { bytesRead } = await handle.read(buffer, 0, buffer.length, offset);
+      const length = wholeCharacters(buffer.subarray(0, bytesRead));
+      return { data: buffer.subarray(0, length).toString('utf8'), next_offset: offset + length };
+    } finally {
+      await handle.close();
+    }
+  }
+}
+
+function linkNames(record: LocalInstanceRecord): NodeLinkNames | null {
+  if (!record.netns || !record.host_link || !record.node_link) return null;
+  return { netns: record.netns, hostLink: record.host_link, nodeLink: record.node_link };
+}
+
+function toInstance(record: LocalInstanceRecord): Instance {
+  const details: Record<string, string> = { mode: record.mode, job_dir: record.job_dir };
+  if (record.netns) details.netns = record.netns;
+  return { instance_id: record.instance_id, host: 'local', internal_ip: record.ip, gpus: record.gpus, details };
+}
+
+/**
+ * Bytes of `chunk` up to the last whole UTF-8 character, so a chunk never ends inside one (the
+ * next read starts where this one stopped). A chunk of nothing but a broken sequence is taken as is.
+ */
+function wholeCharacters(chunk: Buffer): number {
+  const n = chunk.length;
+  for (let back = 1; back <= Math.min(3, n); back += 1) {
+    const byte = chunk[n - back] ?? 0;
+    if ((byte & 0xc0) === 0x80) continue; // continuation byte: look further back
+    const need = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+    return need > back && n - back > 0 ? n - back : n;
+  }
+  return n;
+}

@@ -1,0 +1,33 @@
+import { createHash } from 'node:crypto';
+
+/** Names the local fleet derives from a job's identity; all deterministic, so retries find them again. */
+
+function shortHash(text: string, length: number): string {
+  return createHash('sha256').update(text).digest('hex').slice(0, length);
+}
+
+/** One instance per (run, submission, job): a retried provision() finds the same one. */
+export function localInstanceId(runId: string, submission: number, jobNum: number): string {
+  return `local-${shortHash(`${runId}\0${submission}\0${jobNum}`, 16)}`;
+}
+
+export interface NodeLinkNames {
+  netns: string;
+  /** The veth end on the bridge, in the root namespace. */
+  hostLink: string;
+  /** The veth end inside the node's namespace. */
+  nodeLink: string;
+}
+
+/** Link names are at most 15 characters (IFNAMSIZ), hence a 10-hex hash behind a 5-letter prefix. */
+export function nodeLinkNames(instanceId: string): NodeLinkNames {
+  const h = shortHash(instanceId, 10);
+  return { netns: `trpl-${h}`, hostLink: `trplh${h}`, nodeLink: `trpln${h}` };
+}
+
+/** A run id or job name as one safe path component: kept as is when harmless, else sanitised and hashed. */
+export function pathSegment(name: string): string {
+  if (/^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$/.test(name)) return name;
+  const readable = name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\.+/, '').slice(0, 60);
+  return `${readable}-${shortHash(name, 10)}`;
+}

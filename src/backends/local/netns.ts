@@ -1,0 +1,108 @@
+import { execFile } from 'node:child_process';
+import { stat } from 'node:fs/promises';
+import type { NodeLinkNames } from './local-names';
+import { pathExists } from './state-files';
+
+/**
+ * Network namespaces for local nodes: each node gets its own namespace with a veth into the bridge
+ * `trpl0` (10.213.0.1/16 in the root namespace), so two nodes can both listen on 0.0.0.0:8000 and
+ * reach each other (and the root namespace reaches them). Every step is idempotent and tolerates a
+ * concurrent identical step by another worker process: "already exists" counts as done once the
+ * result is checked to be there.
+ */
+
+export const BRIDGE = 'trpl0';
+export const BRIDGE_ADDRESS = '10.213.0.1';
+export const BRIDGE_SUBNET = '10.213.0.0/16';
+const PREFIX = 16;
+
+interface IpResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function ip(args: readonly string[]): Promise<IpResult> {
+  return new Promise((resolve) => {
+    execFile('ip', args, { encoding: 'utf8' }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+async function ipOrThrow(args: readonly string[]): Promise<string> {
+  const r = await ip(args);
+  if (r.code !== 0) throw new Error(`ip ${args.join(' ')} failed: ${r.stderr.trim() || `exit ${r.code}`}`);
+  return r.stdout;
+}
+
+/** Runs a creating step; a failure is fine when `done()` shows another process did it. */
+async function create(args: readonly string[], done: () => Promise<boolean>): Promise<void> {
+  if (await done()) return;
+  const r = await ip(args);
+  if (r.code !== 0 && !(await done())) throw new Error(`ip ${args.join(' ')} failed: ${r.stderr.trim()}`);
+}
+
+const linkExists = (name: string) => pathExists(`/sys/class/net/${name}`);
+const netnsExists = (name: string) => pathExists(`/run/netns/${name}`);
+
+/** True when this process may create namespaces: root, and `ip netns` answers. */
+export async function netnsAvailable(): Promise<boolean> {
+  if (process.getuid?.() !== 0) return false;
+  return (await ip(['netns', 'list'])).code === 0;
+}
+
+export async function ensureBridge(): Promise<void> {
+  await create(['link', 'add', BRIDGE, 'type', 'bridge'], () => linkExists(BRIDGE));
+  // `replace` is idempotent where `add` would fail on a second call.
+  await ipOrThrow(['addr', 'replace', `${BRIDGE_ADDRESS}/${PREFIX}`, 'dev', BRIDGE]);
+  await ipOrThrow(['link', 'set', BRIDGE, 'up']);
+}
+
+/** Namespace, veth pair on the bridge, the node's address and loopback, all up. */
+export async function ensureNodeNetwork(names: NodeLinkNames, address: string): Promise<void> {
+  await ensureBridge();
+  await create(['netns', 'add', names.netns], () => netnsExists(names.netns));
+  await create(
+    ['link', 'add', names.hostLink, 'type', 'veth', 'peer', 'name', names.nodeLink, 'netns', names.netns],
+    () => linkExists(names.hostLink),
+  );
+  await ipOrThrow(['link', 'set', names.hostLink, 'master', BRIDGE, 'up']);
+  await ipOrThrow(['-n', names.netns, 'addr', 'replace', `${address}/${PREFIX}`, 'dev', names.nodeLink]);
+  await ipOrThrow(['-n', names.netns, 'link', 'set', names.nodeLink, 'up']);
+  await ipOrThrow(['-n', names.netns, 'link', 'set', 'lo', 'up']);
+}
+
+/** True when the node's namespace holds its address on an up link and the bridge end is up. */
+export async function nodeNetworkReady(names: NodeLinkNames, address: string): Promise<boolean> {
+  if (!(await netnsExists(names.netns)) || !(await linkExists(names.hostLink))) return false;
+  const inside = await ip(['-n', names.netns, '-o', '-4', 'addr', 'show', 'dev', names.nodeLink, 'up']);
+  const host = await ip(['-o', 'link', 'show', 'dev', names.hostLink, 'up']);
+  return inside.code === 0 && inside.stdout.includes(` ${address}/`) && host.code === 0 && host.stdout.includes(names.hostLink);
+}
+
+/** Inode of the namespace, to recognise the processes that live in it (/proc/PID/ns/net). */
+export async function netnsInode(name: string): Promise<number | null> {
+  try {
+    return (await stat(`/run/netns/${name}`)).ino;
+  } catch {
+    return null;
+  }
+}
+
+/** Deletes the namespace (which destroys the veth pair) and the bridge end if it is left. */
+export async function removeNodeNetwork(names: NodeLinkNames): Promise<void> {
+  if (await netnsExists(names.netns)) {
+    const r = await ip(['netns', 'del', names.netns]);
+    if (r.code !== 0 && (await netnsExists(names.netns))) {
+      throw new Error(`ip netns del ${names.netns} failed: ${r.stderr.trim()}`);
+    }
+  }
+  if (await linkExists(names.hostLink)) {
+    const r = await ip(['link', 'del', names.hostLink]);
+    if (r.code !== 0 && (await linkExists(names.hostLink))) {
+      throw new Error(`ip link del ${names.hostLink} failed: ${r.stderr.trim()}`);
+    }
+  }
+}

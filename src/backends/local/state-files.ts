@@ -1,0 +1,72 @@
+import { randomBytes } from 'node:crypto';
+import { link, mkdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import type { z } from 'zod';
+
+/**
+ * Files that several worker processes may write at once. A reader never sees half a file: content
+ * goes to a private temporary file first, then into place with one atomic system call.
+ */
+
+function tempPath(path: string): string {
+  return `${path}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+}
+
+export function isErrno(err: unknown, code: string): boolean {
+  return err instanceof Error && (err as NodeJS.ErrnoException).code === code;
+}
+
+/** Replaces `path` atomically (rename). */
+export async function writeFileAtomic(path: string, content: string, mode = 0o644): Promise<void> {
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = tempPath(path);
+  await writeFile(tmp, content, { mode });
+  await rename(tmp, path);
+}
+
+/**
+ * Creates `path` with `content` only if it does not exist (link(2) fails with EEXIST, atomically,
+ * with the content complete). Returns false when another writer was first.
+ */
+export async function createFileExclusive(path: string, content: string): Promise<boolean> {
+  await mkdir(dirname(path), { recursive: true });
+  const tmp = tempPath(path);
+  await writeFile(tmp, content, { mode: 0o644 });
+  try {
+    await link(tmp, path);
+    return true;
+  } catch (err) {
+    if (isErrno(err, 'EEXIST')) return false;
+    throw err;
+  } finally {
+    await unlink(tmp).catch(() => undefined);
+  }
+}
+
+/** Parsed content of `path`, or null when it does not exist. */
+export async function readJsonFile<S extends z.ZodType>(path: string, schema: S): Promise<z.infer<S> | null> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if (isErrno(err, 'ENOENT')) return null;
+    throw err;
+  }
+  return schema.parse(JSON.parse(text));
+}
+
+export async function removeFile(path: string): Promise<void> {
+  await unlink(path).catch((err: unknown) => {
+    if (!isErrno(err, 'ENOENT')) throw err;
+  });
+}
+
+export async function pathExists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch (err) {
+    if (isErrno(err, 'ENOENT')) return false;
+    throw err;
+  }
+}

@@ -1,0 +1,180 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Instance, JobRef, ProvisionRequest } from '../../src/backends/backend';
+import { LocalBackend, type LocalBackendOptions } from '../../src/backends/local/local-backend';
+import { nodeLinkNames } from '../../src/backends/local/local-names';
+import { BRIDGE } from '../../src/backends/local/netns';
+import { environHas, readProcStat } from '../../src/backends/local/proc';
+import type { Resources } from '../../src/config/resources-schema';
+import type { GroupPlan, JobPlan } from '../../src/plan/plan-schema';
+import { buildClusterInfo } from '../../src/runner/cluster-info';
+import { renderJobFiles } from '../../src/runner/job-files';
+
+/** Runs, requests and clean-up for tests of the local fleet with real processes and namespaces. */
+
+export function resources(gpuMin = 0, gpuMax: number | null = 0): Resources {
+  return {
+    cpu: { arch: null, count: { min: 2, max: null } },
+    memory: { min: 8, max: null },
+    shm_size: null,
+    disk: { min: 100, max: null },
+    gpu: { vendor: null, name: null, count: { min: gpuMin, max: gpuMax }, memory: null, total_memory: null, compute_capability: null },
+  };
+}
+
+export interface TestRun {
+  runId: string;
+  runName: string;
+  submission: number;
+  env: Record<string, string>;
+  groups: GroupPlan[];
+  jobs: JobPlan[];
+}
+
+export function makeRun(
+  groups: { name: string; nodes: number; commands: string[]; gpus?: number }[],
+  env: Record<string, string> = {},
+): TestRun {
+  const runName = `t-${randomUUID().slice(0, 8)}`;
+  const plans: GroupPlan[] = groups.map((g, index) => ({
+    index,
+    name: g.name,
+    nodes: g.nodes,
+    resources: resources(g.gpus ?? 0, g.gpus ?? 0),
+    commands: g.commands,
+    ports: [],
+  }));
+  const jobs: JobPlan[] = [];
+  for (const g of plans) {
+    for (let i = 0; i < g.nodes; i += 1) {
+      const num = jobs.length;
+      jobs.push({
+        job_num: num,
+        job_name: `${runName}-${num}-0`,
+        node_group_index: g.index,
+        node_group_name: g.name,
+        node_group_job_index: i,
+        global_master: num === 0,
+        group_master: i === 0,
+        commands: g.commands,
+        ports: [],
+      });
+    }
+  }
+  return { runId: `${runName}-uid`, runName, submission: 0, env, groups: plans, jobs };
+}
+
+export function groupRequest(run: TestRun, groupIndex: number, jobs?: JobPlan[]): ProvisionRequest {
+  const group = run.groups[groupIndex]!;
+  return {
+    run_id: run.runId,
+    run_name: run.runName,
+    submission: run.submission,
+    group,
+    jobs: jobs ?? run.jobs.filter((j) => j.node_group_index === groupIndex),
+    fleets: null,
+  };
+}
+
+export function jobRef(run: TestRun, jobNum: number, instance: Instance): JobRef {
+  const job = run.jobs[jobNum]!;
+  return { run_id: run.runId, run_name: run.runName, submission: run.submission, job_num: jobNum, job_name: job.job_name, instance };
+}
+
+export async function waitFor<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+/** True while /proc shows the pid as a live process (zombies count as gone). */
+export async function alive(pid: number): Promise<boolean> {
+  const stat = await readProcStat(pid);
+  return stat !== null && stat.state !== 'Z';
+}
+
+/**
+ * A fleet in a temporary state directory plus everything needed to clean it up even when a test
+ * fails: it releases every run it saw, then removes by name any namespace or link of its instances
+ * that is left, and the bridge if this file created it and nothing else is attached.
+ */
+export class LocalFleetHarness {
+  readonly stateDir = mkdtempSync(join(tmpdir(), 'troupe-local-test-'));
+  private readonly runs = new Map<string, TestRun>();
+  private readonly instanceIds = new Set<string>();
+  private readonly bridgeExisted = existsSync(`/sys/class/net/${BRIDGE}`);
+  readonly backends: LocalBackend[] = [];
+
+  backend(options: Partial<LocalBackendOptions> = {}): LocalBackend {
+    const backend = new LocalBackend({ stateDir: this.stateDir, network: 'auto', ...options });
+    this.backends.push(backend);
+    return backend;
+  }
+
+  track(run: TestRun, instances: readonly Instance[] = []): void {
+    this.runs.set(`${run.runId}/${run.submission}`, run);
+    for (const i of instances) this.instanceIds.add(i.instance_id);
+  }
+
+  async provision(backend: LocalBackend, run: TestRun): Promise<Instance[]> {
+    this.track(run);
+    const instances: Instance[] = [];
+    for (const group of run.groups) {
+      const placed = await backend.provision(groupRequest(run, group.index));
+      this.track(run, placed);
+      instances.push(...placed);
+    }
+    return instances;
+  }
+
+  /** Renders every job's files as the start activity does, and starts it. */
+  async start(backend: LocalBackend, run: TestRun, instances: readonly Instance[], jobNums?: number[]): Promise<number[]> {
+    const ips = instances.map((i) => i.internal_ip);
+    const addresses = run.groups.map((g) => run.jobs.filter((j) => j.node_group_index === g.index).map((j) => ips[j.job_num]!));
+    const nums = jobNums ?? run.jobs.map((j) => j.job_num);
+    return await Promise.all(
+      nums.map(async (num) => {
+        const ref = jobRef(run, num, instances[num]!);
+        const files = renderJobFiles({
+          run: { run_name: run.runName, nodes_num: run.jobs.length, env: run.env, image: null, working_dir: null },
+          runUid: run.runId,
+          job: run.jobs[num]!,
+          cluster: buildClusterInfo(ips, instances.map((i) => i.gpus), num),
+          addresses,
+          jobDirectory: backend.jobDirectory(ref),
+        });
+        return (await backend.startJob(ref, files)).pid;
+      }),
+    );
+  }
+
+  async cleanup(): Promise<void> {
+    const backend = this.backends[0] ?? this.backend();
+    for (const run of this.runs.values()) {
+      await backend.releaseRun(run.runId, run.submission).catch((err: unknown) => console.error('releaseRun in cleanup:', err));
+    }
+    for (const id of this.instanceIds) {
+      const names = nodeLinkNames(id);
+      if (existsSync(`/run/netns/${names.netns}`)) {
+        for (const pid of execFileSync('ip', ['netns', 'pids', names.netns], { encoding: 'utf8' }).split('\n').filter(Boolean)) {
+          if (await environHas(Number(pid), `TROUPE_INSTANCE_ID=${id}`)) process.kill(Number(pid), 'SIGKILL');
+        }
+        execFileSync('ip', ['netns', 'del', names.netns]);
+      }
+      if (existsSync(`/sys/class/net/${names.hostLink}`)) execFileSync('ip', ['link', 'del', names.hostLink]);
+    }
+    const attached = existsSync(`/sys/class/net/${BRIDGE}/brif`) ? readdirSync(`/sys/class/net/${BRIDGE}/brif`) : [];
+    if (!this.bridgeExisted && existsSync(`/sys/class/net/${BRIDGE}`) && attached.length === 0) {
+      execFileSync('ip', ['link', 'del', BRIDGE]);
+    }
+    rmSync(this.stateDir, { recursive: true, force: true });
+  }
+}

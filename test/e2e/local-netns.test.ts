@@ -1,0 +1,256 @@
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { get } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SubmissionClosedError } from '../../src/backends/backend';
+import type { LocalBackend } from '../../src/backends/local/local-backend';
+import { readProcStat } from '../../src/backends/local/proc';
+import { JobLayout } from '../../src/runner/job-layout';
+import { alive, groupRequest, jobRef, LocalFleetHarness, makeRun, waitFor } from './local-fixtures';
+
+/** The local fleet in netns mode, with real processes, namespaces and a bridge (needs root). */
+
+const SUBNET = '10.213.250.0/24';
+const h = new LocalFleetHarness();
+const out = mkdtempSync(join(tmpdir(), 'troupe-local-out-'));
+let backend: LocalBackend;
+
+beforeAll(async () => {
+  backend = h.backend({ network: 'netns', subnet: SUBNET });
+  expect(await backend.networkMode()).toBe('netns');
+});
+
+afterAll(async () => {
+  await h.cleanup();
+  rmSync(out, { recursive: true, force: true });
+});
+
+function lines(path: string): string[] {
+  return existsSync(path) ? readFileSync(path, 'utf8').split('\n').filter(Boolean) : [];
+}
+
+function httpGet(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    get(url, { timeout: 5000 }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve(body));
+    }).on('error', reject);
+  });
+}
+
+describe('local fleet, netns mode', () => {
+  it('provisions a batch in one call, idempotently, each node in its own namespace', async () => {
+    const run = makeRun([{ name: 'workers', nodes: 3, commands: ['true'] }]);
+    h.track(run);
+    const req = groupRequest(run, 0);
+    const other = h.backend({ network: 'netns', subnet: SUBNET });
+    const results = await Promise.all([backend.provision(req), backend.provision(req), other.provision(req)]);
+    for (const r of results) h.track(run, r);
+    expect(results[1]).toEqual(results[0]);
+    expect(results[2]).toEqual(results[0]);
+    const instances = results[0]!;
+    expect(instances).toHaveLength(3);
+    expect(new Set(instances.map((i) => i.internal_ip)).size).toBe(3);
+    for (const [num, instance] of instances.entries()) {
+      expect(instance.internal_ip).toMatch(/^10\.213\.250\.\d+$/);
+      expect(existsSync(`/run/netns/${instance.details.netns}`)).toBe(true);
+      expect(await backend.runnerReady(jobRef(run, num, instance))).toBe(true);
+    }
+    expect(readdirSync(join(h.stateDir, 'leases')).filter((ip) => ip.startsWith('10.213.250.'))).toHaveLength(3);
+    expect(await backend.provision(req)).toEqual(instances);
+  });
+
+  it('starts a job once however many starts race, and returns the same pid', async () => {
+    const starts = join(out, 'starts');
+    const run = makeRun([{ name: 'main', nodes: 1, commands: [`echo started >> ${starts}`, 'sleep 60'] }]);
+    const instances = await h.provision(backend, run);
+    const second = h.backend({ network: 'netns', subnet: SUBNET });
+    const pids = await Promise.all([
+      h.start(backend, run, instances),
+      h.start(backend, run, instances),
+      h.start(second, run, instances),
+    ]);
+    expect(new Set(pids.flat()).size).toBe(1);
+    const pid = pids[0]![0]!;
+    await waitFor('the command to run', async () => lines(starts).length > 0);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(lines(starts)).toEqual(['started']);
+    const ref = jobRef(run, 0, instances[0]!);
+    expect(await backend.jobState(ref)).toEqual({ state: 'running', pid });
+    await backend.stopJob(ref, 5);
+    expect(await backend.jobState(ref)).toEqual({ state: 'exited', pid, exit_code: 143 });
+    expect((await h.start(backend, run, instances))[0]).toBe(pid);
+    expect(lines(starts)).toEqual(['started']);
+  });
+
+  it('stops the whole process group, and processes that left it, SIGKILL after the grace period', async () => {
+    const pidsFile = join(out, 'pids');
+    const run = makeRun([
+      {
+        name: 'main',
+        nodes: 1,
+        commands: [
+          `sleep 300 & echo "child $!" >> ${pidsFile}`,
+          `bash -c 'sleep 301 & echo "grandchild $!" >> ${pidsFile}; wait' &`,
+          `(setsid sleep 302 & echo "own-session $!" >> ${pidsFile})`,
+          `(setsid env -i sleep 303 & echo "own-session-no-env $!" >> ${pidsFile})`,
+          `(trap '' TERM; exec sleep 304) & echo "ignores-term $!" >> ${pidsFile}`,
+          'wait',
+        ],
+      },
+    ]);
+    const instances = await h.provision(backend, run);
+    const [pid] = await h.start(backend, run, instances);
+    const ref = jobRef(run, 0, instances[0]!);
+    const children = new Map(
+      (await waitFor('every child', async () => lines(pidsFile).length === 5 && lines(pidsFile))).map((line) => {
+        const [name, childPid] = line.split(' ');
+        return [name!, Number(childPid)] as const;
+      }),
+    );
+    await waitFor('the children to run', async () => (await Promise.all([...children.values()].map(alive))).every(Boolean));
+    // The setsid ones really left the job's process group.
+    expect((await readProcStat(children.get('own-session')!))?.pgrp).not.toBe(pid);
+    expect((await readProcStat(children.get('own-session-no-env')!))?.pgrp).not.toBe(pid);
+    const started = Date.now();
+    await backend.stopJob(ref, 1);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1000);
+    for (const [name, child] of [['wrapper', pid!] as const, ...children]) expect(await alive(child), name).toBe(false);
+    expect((await backend.jobState(ref)).state).toBe('exited');
+    await backend.stopJob(ref, 1);
+  });
+
+  it('records SIGKILL as exit code 137 when the commands ignore SIGTERM', async () => {
+    const run = makeRun([{ name: 'main', nodes: 1, commands: [`trap '' TERM`, 'echo ready', 'sleep 300'] }]);
+    const instances = await h.provision(backend, run);
+    const [pid] = await h.start(backend, run, instances);
+    const ref = jobRef(run, 0, instances[0]!);
+    await waitFor('ready', async () => (await backend.readLog(ref, 0, 100)).data.includes('ready'));
+    await backend.stopJob(ref, 0.5);
+    expect(await alive(pid!)).toBe(false);
+    expect(await backend.jobState(ref)).toEqual({ state: 'exited', pid, exit_code: 137 });
+  });
+
+  it('reports the exit code and serves the log by byte offset', async () => {
+    const run = makeRun([{ name: 'main', nodes: 1, commands: ['echo "hello from $DSTACK_NODE_RANK"', 'echo "ünïcödé 🎭 ✓" >&2', 'exit 3'] }]);
+    const instances = await h.provision(backend, run);
+    const [pid] = await h.start(backend, run, instances);
+    const ref = jobRef(run, 0, instances[0]!);
+    const state = await waitFor('exit', async () => {
+      const s = await backend.jobState(ref);
+      return s.state === 'exited' && s;
+    });
+    expect(state).toEqual({ state: 'exited', pid, exit_code: 3 });
+    const whole = await backend.readLog(ref, 0, 1 << 20);
+    expect(whole.data).toBe('hello from 0\nünïcödé 🎭 ✓\n');
+    expect(whole.next_offset).toBe(Buffer.byteLength(whole.data));
+    let text = '';
+    let offset = 0;
+    for (;;) {
+      const chunk = await backend.readLog(ref, offset, 5);
+      if (chunk.next_offset === offset) break;
+      expect(chunk.data).not.toContain('\uFFFD');
+      text += chunk.data;
+      offset = chunk.next_offset;
+    }
+    expect(text).toBe(whole.data);
+    expect(await backend.readLog(ref, whole.next_offset, 100)).toEqual({ data: '', next_offset: whole.next_offset });
+  });
+
+  it('lets two nodes listen on 0.0.0.0:8000 and reach each other by the interpolated address', async () => {
+    const serve = (name: string) => `"$NODE" -e 'require("http").createServer((q, s) => s.end("${name}")).listen(8000, "0.0.0.0")' &`;
+    const fetchPeer = (name: string, peer: number) =>
+      `until curl -sf http://\${{ groups[${peer}].nodes[0].IP_ADDRESS }}:8000/ > peer.txt; do sleep 0.1; done\necho "${name} got $(cat peer.txt)"`;
+    const run = makeRun(
+      [
+        { name: 'alpha', nodes: 1, commands: [serve('alpha'), fetchPeer('alpha', 1), 'wait'] },
+        { name: 'beta', nodes: 1, commands: [serve('beta'), fetchPeer('beta', 0), 'wait'] },
+      ],
+      { NODE: process.execPath },
+    );
+    const instances = await h.provision(backend, run);
+    await h.start(backend, run, instances);
+    const refs = instances.map((instance, num) => jobRef(run, num, instance));
+    await waitFor('alpha to reach beta', async () => (await backend.readLog(refs[0]!, 0, 1000)).data.includes('alpha got beta'));
+    await waitFor('beta to reach alpha', async () => (await backend.readLog(refs[1]!, 0, 1000)).data.includes('beta got alpha'));
+    // The root namespace reaches them too, through the bridge.
+    expect(await httpGet(`http://${instances[0]!.internal_ip}:8000/`)).toBe('alpha');
+    expect(await httpGet(`http://${instances[1]!.internal_ip}:8000/`)).toBe('beta');
+    await Promise.all(refs.map((ref) => backend.stopJob(ref, 2)));
+    for (const ref of refs) expect((await backend.jobState(ref)).state).toBe('exited');
+  });
+
+  it('passes hostile env values to the process unchanged, and none of the worker\'s own variables', async () => {
+    const envOut = join(out, 'env.json');
+    const hostile = {
+      QUOTES: `it's "double" '\\'' ''`,
+      DOLLAR: `$HOME $(touch ${out}/PWNED1) \`touch ${out}/PWNED2\``,
+      SEMICOLON: `; touch ${out}/PWNED3; echo`,
+      NEWLINES: 'one\ntwo\n\nexport INJECTED=1\n',
+      BACKSLASH: 'a\\b\\\\c\\n\\',
+      EMPTY: '',
+      UNICODE: 'naïve — 日本語 🎭',
+    };
+    process.env.TROUPE_TEST_WORKER_SECRET = 'not for jobs';
+    try {
+      const run = makeRun([{ name: 'main', nodes: 1, commands: [`"$NODE" -e 'require("fs").writeFileSync(process.argv[1], JSON.stringify(process.env))' ${envOut}`] }], {
+        ...hostile,
+        NODE: process.execPath,
+      });
+      const instances = await h.provision(backend, run);
+      await h.start(backend, run, instances);
+      const ref = jobRef(run, 0, instances[0]!);
+      const state = await waitFor('exit', async () => {
+        const s = await backend.jobState(ref);
+        return s.state === 'exited' && s;
+      });
+      expect(state).toMatchObject({ exit_code: 0 });
+      const seen = JSON.parse(readFileSync(envOut, 'utf8')) as Record<string, string>;
+      for (const [name, value] of Object.entries(hostile)) expect(seen[name], name).toBe(value);
+      expect(seen.INJECTED).toBeUndefined();
+      expect(seen.TROUPE_TEST_WORKER_SECRET).toBeUndefined();
+      expect(seen.DSTACK_NODES_IPS).toBe(instances[0]!.internal_ip);
+      expect(seen.DSTACK_MPI_HOSTFILE).toBe(join(backend.jobDirectory(ref), JobLayout.hostfile));
+      expect(readFileSync(seen.DSTACK_MPI_HOSTFILE!, 'utf8')).toBe(`${instances[0]!.internal_ip}\n`);
+      for (const f of ['PWNED1', 'PWNED2', 'PWNED3']) expect(existsSync(join(out, f))).toBe(false);
+    } finally {
+      delete process.env.TROUPE_TEST_WORKER_SECRET;
+    }
+  });
+
+  it('never starts a job that a stop claimed first', async () => {
+    const marker = join(out, 'should-not-exist');
+    const run = makeRun([{ name: 'main', nodes: 1, commands: [`touch ${marker}`] }]);
+    const instances = await h.provision(backend, run);
+    const ref = jobRef(run, 0, instances[0]!);
+    await backend.stopJob(ref, 1);
+    await expect(h.start(backend, run, instances)).rejects.toThrow(SubmissionClosedError);
+    expect(await backend.jobState(ref)).toEqual({ state: 'absent' });
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it('releaseRun stops every process, removes namespaces, links and leases, and refuses later provisioning', async () => {
+    const run = makeRun([{ name: 'main', nodes: 2, commands: ['sleep 300 & sleep 301 & echo ready; wait'] }]);
+    const instances = await h.provision(backend, run);
+    const [pid] = await h.start(backend, run, instances, [0]);
+    const refs = instances.map((instance, num) => jobRef(run, num, instance));
+    await waitFor('ready', async () => (await backend.readLog(refs[0]!, 0, 100)).data.includes('ready'));
+    const records = readdirSync(join(h.stateDir, 'instances')).length;
+    await backend.releaseRun(run.runId, run.submission);
+    expect(await alive(pid!)).toBe(false);
+    expect(await backend.jobState(refs[0]!)).toMatchObject({ state: 'exited', exit_code: 143 });
+    for (const instance of instances) {
+      expect(existsSync(`/run/netns/${instance.details.netns}`)).toBe(false);
+      expect(existsSync(`/sys/class/net/trplh${instance.details.netns!.slice('trpl-'.length)}`)).toBe(false);
+      expect(existsSync(join(h.stateDir, 'leases', instance.internal_ip))).toBe(false);
+    }
+    expect(readdirSync(join(h.stateDir, 'instances'))).toHaveLength(records - 2);
+    await expect(backend.provision(groupRequest(run, 0))).rejects.toThrow(SubmissionClosedError);
+    await expect(h.start(backend, run, instances, [1])).rejects.toThrow(SubmissionClosedError);
+    expect(await backend.runnerReady(refs[1]!)).toBe(false);
+    expect((await backend.readLog(refs[0]!, 0, 100)).data).toContain('ready');
+    await backend.releaseRun(run.runId, run.submission);
+  });
+});

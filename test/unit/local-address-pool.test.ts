@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { numberToIp, ipToNumber, parseSubnet, poolAddresses, subnetContains } from '../../src/backends/local/address-pool';
+import { localInstanceId, nodeLinkNames, pathSegment } from '../../src/backends/local/local-names';
+
+describe('local fleet addresses', () => {
+  it('converts addresses both ways', () => {
+    expect(ipToNumber('10.213.1.2')).toBe(10 * 2 ** 24 + 213 * 2 ** 16 + 258);
+    expect(numberToIp(ipToNumber('255.255.255.255'))).toBe('255.255.255.255');
+    expect(() => ipToNumber('10.213.1')).toThrow('not an IPv4 address');
+    expect(() => ipToNumber('10.213.1.256')).toThrow('not an IPv4 address');
+  });
+
+  it('parses subnets and refuses host bits', () => {
+    expect(parseSubnet('10.213.0.0/16')).toEqual({ base: ipToNumber('10.213.0.0'), prefix: 16 });
+    expect(() => parseSubnet('10.213.0.1/16')).toThrow('host bits');
+    expect(() => parseSubnet('10.213.0.0')).toThrow('a.b.c.d/prefix');
+    expect(() => parseSubnet('10.0.0.0/31')).toThrow('between 8 and 30');
+    expect(subnetContains(parseSubnet('10.213.0.0/16'), parseSubnet('10.213.250.0/24'))).toBe(true);
+    expect(subnetContains(parseSubnet('10.213.0.0/16'), parseSubnet('10.214.0.0/24'))).toBe(false);
+    expect(subnetContains(parseSubnet('10.213.0.0/16'), parseSubnet('10.212.0.0/15'))).toBe(false);
+  });
+
+  it('hands out hosts in order, without network, broadcast or reserved addresses, up to the capacity', () => {
+    const pool = poolAddresses(parseSubnet('10.213.0.0/29'), ['10.213.0.1'], null);
+    expect(pool).toEqual(['10.213.0.2', '10.213.0.3', '10.213.0.4', '10.213.0.5', '10.213.0.6']);
+    expect(poolAddresses(parseSubnet('10.213.0.0/16'), ['10.213.0.1'], 2)).toEqual(['10.213.0.2', '10.213.0.3']);
+    expect(poolAddresses(parseSubnet('10.213.0.0/16'), [], 0)).toEqual([]);
+  });
+});
+
+describe('local fleet names', () => {
+  it('derives one instance per (run, submission, job)', () => {
+    const id = localInstanceId('run-a', 0, 1);
+    expect(localInstanceId('run-a', 0, 1)).toBe(id);
+    expect(new Set([id, localInstanceId('run-a', 1, 1), localInstanceId('run-a', 0, 2), localInstanceId('run-b', 0, 1)]).size).toBe(4);
+  });
+
+  it('keeps link names within 15 characters', () => {
+    const names = nodeLinkNames(localInstanceId('a-very-long-run-name-that-goes-on', 12, 345));
+    for (const name of [names.netns, names.hostLink, names.nodeLink]) expect(name.length).toBeLessThanOrEqual(15);
+    expect(names.netns).toMatch(/^trpl-[0-9a-f]{10}$/);
+  });
+
+  it('turns any run id into one safe path component', () => {
+    expect(pathSegment('pd-disagg-0-0')).toBe('pd-disagg-0-0');
+    for (const hostile of ['..', '.', 'a/b', '../../etc', '', 'x'.repeat(300)]) {
+      const segment = pathSegment(hostile);
+      expect(segment).not.toContain('/');
+      expect(segment.startsWith('.')).toBe(false);
+      expect(segment.length).toBeGreaterThan(0);
+      expect(segment.length).toBeLessThanOrEqual(100);
+    }
+    expect(pathSegment('a/b')).not.toBe(pathSegment('a_b'));
+  });
+});
