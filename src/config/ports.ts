@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { PortMappingSchema } from '../plan/plan-schema';
-import { ScalarError, toInt } from './scalars';
+import { ScalarError, toInt, within } from './scalars';
 import { describeValue } from './yaml-source';
 
 export type PortMapping = z.infer<typeof PortMappingSchema>;
@@ -30,11 +30,14 @@ export function parsePort(value: unknown): PortMapping {
   if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     const obj = value as Record<string, unknown>;
     const extra = Object.keys(obj).find((k) => k !== 'container_port' && k !== 'local_port');
-    if (extra !== undefined) throw new ScalarError(`unknown field \`${extra}\` in a port: expected \`container_port\` and \`local_port\``);
+    if (extra !== undefined) {
+      throw new ScalarError(`unknown field \`${extra}\` in a port: expected \`container_port\` and \`local_port\``, [extra], 'key');
+    }
     if (obj.container_port === undefined) throw new ScalarError('a port mapping needs `container_port`');
     return {
-      container_port: port(obj.container_port, '`container_port`'),
-      local_port: obj.local_port === undefined || obj.local_port === null ? null : port(obj.local_port, '`local_port`'),
+      container_port: within('container_port', () => port(obj.container_port, '`container_port`')),
+      local_port:
+        obj.local_port === undefined || obj.local_port === null ? null : within('local_port', () => port(obj.local_port, '`local_port`')),
     };
   }
   throw new ScalarError(`expected a port such as 8000, "8080:8000" or "*:8000", got ${describeValue(value)}`);

@@ -20,7 +20,7 @@ export function parseRange(value: unknown, endpoint: (v: unknown) => number | un
   } else if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
     const keys = Object.keys(value);
     const extra = keys.find((k) => k !== 'min' && k !== 'max');
-    if (extra !== undefined) throw new ScalarError(`unknown field \`${extra}\` in a range: only \`min\` and \`max\``);
+    if (extra !== undefined) throw new ScalarError(`unknown field \`${extra}\` in a range: only \`min\` and \`max\``, [extra], 'key');
     const obj = value as { min?: unknown; max?: unknown };
     min = obj.min ?? null;
     max = obj.max ?? null;

@@ -1,8 +1,9 @@
-import { z } from 'zod';
+import type { z } from 'zod';
+import { closedObject } from './closed-object';
 import { gpuVendorsOfName, parseGpuVendor } from './gpu-vendors';
 import { parseCountRange, parseMemoryRange } from './range';
 import type { CpuArchSchema, GpuVendor, Range, Resources } from './resources-schema';
-import { parsed, parseMemory, ScalarError, toInt, toText } from './scalars';
+import { parsed, parseMemory, ScalarError, toInt, toText, within } from './scalars';
 import { describeValue } from './yaml-source';
 
 /**
@@ -42,7 +43,7 @@ function isMapping(value: unknown): value is Record<string, unknown> {
 function refuseUnknownKeys(value: Record<string, unknown>, allowed: readonly string[], what: string): void {
   const extra = Object.keys(value).find((k) => !allowed.includes(k));
   if (extra !== undefined) {
-    throw new ScalarError(`unknown field \`${extra}\` in ${what}: expected ${allowed.map((k) => `\`${k}\``).join(', ')}`);
+    throw new ScalarError(`unknown field \`${extra}\` in ${what}: expected ${allowed.map((k) => `\`${k}\``).join(', ')}`, [extra], 'key');
   }
 }
 
@@ -81,8 +82,8 @@ export function parseCpu(value: unknown): Resources['cpu'] {
     }
     refuseUnknownKeys(value, ['arch', 'count'], '`cpu`');
     return {
-      arch: parseArch(value.arch),
-      count: value.count === undefined ? { ...DEFAULT_CPU_COUNT } : parseCountRange(value.count),
+      arch: within('arch', () => parseArch(value.arch)),
+      count: value.count === undefined ? { ...DEFAULT_CPU_COUNT } : within('count', () => parseCountRange(value.count)),
     };
   }
   throw new ScalarError(`expected a CPU count, a range or arch:count (e.g. 4, 2..8, arm:8), got ${describeValue(value)}`);
@@ -150,16 +151,26 @@ export function parseGpu(value: unknown): Gpu {
   }
   if (isMapping(value)) {
     refuseUnknownKeys(value, ['vendor', 'name', 'count', 'memory', 'total_memory', 'compute_capability'], '`gpu`');
-    if (value.vendor !== undefined && value.vendor !== null) {
-      const vendor = typeof value.vendor === 'string' ? parseGpuVendor(value.vendor) : undefined;
-      if (!vendor) throw new ScalarError(`unknown GPU vendor ${describeValue(value.vendor)}: use nvidia, amd, google (tpu), intel or tenstorrent`);
-      gpu.vendor = vendor;
+    const given = (key: string): unknown => (value[key] === null ? undefined : value[key]);
+    const vendor = given('vendor');
+    if (vendor !== undefined) {
+      gpu.vendor = within('vendor', () => {
+        const parsedVendor = typeof vendor === 'string' ? parseGpuVendor(vendor) : undefined;
+        if (!parsedVendor) {
+          throw new ScalarError(`unknown GPU vendor ${JSON.stringify(vendor)}: use nvidia, amd, google (tpu), intel or tenstorrent`);
+        }
+        return parsedVendor;
+      });
     }
-    if (value.name !== undefined && value.name !== null) gpu.name = parseGpuNames(value.name);
-    if (value.count !== undefined) gpu.count = parseCountRange(value.count);
-    if (value.memory !== undefined && value.memory !== null) gpu.memory = parseMemoryRange(value.memory);
-    if (value.total_memory !== undefined && value.total_memory !== null) gpu.total_memory = parseMemoryRange(value.total_memory);
-    gpu.compute_capability = parseComputeCapability(value.compute_capability);
+    const name = given('name');
+    if (name !== undefined) gpu.name = within('name', () => parseGpuNames(name));
+    // `count: null` is refused, as dstack does: the count is not optional once `gpu` is a mapping.
+    if (value.count !== undefined) gpu.count = within('count', () => parseCountRange(value.count));
+    const memory = given('memory');
+    if (memory !== undefined) gpu.memory = within('memory', () => parseMemoryRange(memory));
+    const totalMemory = given('total_memory');
+    if (totalMemory !== undefined) gpu.total_memory = within('total_memory', () => parseMemoryRange(totalMemory));
+    gpu.compute_capability = within('compute_capability', () => parseComputeCapability(value.compute_capability));
     return gpu;
   }
   throw new ScalarError(`expected a GPU spec such as L40S, A100:2, nvidia:24GB..:1..4 or 0, got ${describeValue(value)}`);
@@ -171,7 +182,7 @@ export function parseDisk(value: unknown): Range | null {
   if (isMapping(value)) {
     refuseUnknownKeys(value, ['size'], '`disk`');
     if (value.size === undefined) throw new ScalarError('`disk` needs `size`, e.g. disk: {size: 100GB..}');
-    return parseMemoryRange(value.size);
+    return within('size', () => parseMemoryRange(value.size));
   }
   return parseMemoryRange(value);
 }
@@ -187,15 +198,16 @@ function parseShmSize(value: unknown): number | null {
  * The `resources:` mapping. Each field is its own schema so that a refusal points at the field;
  * absent fields take dstack's defaults.
  */
-export const ResourcesInputSchema = z
-  .strictObject({
+export const ResourcesInputSchema = closedObject(
+  {
     cpu: parsed(parseCpu).optional(),
     memory: parsed(parseMemoryRange).optional(),
     shm_size: parsed(parseShmSize).optional(),
     gpu: parsed((v) => (v === null ? noGpuRequirement() : parseGpu(v))).optional(),
     disk: parsed(parseDisk).optional(),
-  })
-  .transform((input): Resources => {
+  },
+  { what: '`resources`' },
+).transform((input): Resources => {
     const out = defaultResources();
     if (input.cpu) out.cpu = input.cpu;
     if (input.memory) out.memory = input.memory;
@@ -206,26 +218,30 @@ export const ResourcesInputSchema = z
   });
 
 /**
- * dstack's server-side GPU vendor inference: a vendor already given stays; no GPU wanted
- * (`count` max 0) leaves it unset; without names, the default image (no `image:`) means NVIDIA;
- * with names, the one vendor they all belong to (unset when they disagree or one is unknown).
+ * The defaults dstack's server adds to a node's resources (checked against dstack 0.21.2):
+ *
+ * - GPU vendor: a vendor already given stays; no GPU wanted (`count` max 0) leaves it unset;
+ *   without names, the default image (no `image:`) means NVIDIA; with names, the one vendor they
+ *   all belong to (unset when they disagree or one is unknown).
+ * - CPU architecture: with no `image:` the default image is x86-only, so `x86`; with an image
+ *   dstack asks its registry, which Troupe does not, so it stays unset (any) as for a multi-arch
+ *   image.
  */
-export function inferGpuVendor(resources: Resources, image: string | null): Resources {
-  const gpu = resources.gpu;
-  if (gpu.vendor !== null || gpu.count.max === 0) return resources;
-  let vendor: GpuVendor | null = null;
-  if (!gpu.name || gpu.name.length === 0) {
-    if (image === null) vendor = 'nvidia';
-  } else {
-    const vendors = new Set<GpuVendor | null>();
-    for (const name of gpu.name) {
-      const found = gpuVendorsOfName(name);
-      if (found.length === 0) vendors.add(null);
-      for (const v of found) vendors.add(v);
-    }
-    if (vendors.size === 1) vendor = [...vendors][0] ?? null;
+export function withServerDefaults(resources: Resources, image: string | null): Resources {
+  const cpu = resources.cpu.arch === null && image === null ? { ...resources.cpu, arch: 'x86' as const } : resources.cpu;
+  return { ...resources, cpu, gpu: { ...resources.gpu, vendor: inferGpuVendor(resources.gpu, image) } };
+}
+
+function inferGpuVendor(gpu: Gpu, image: string | null): GpuVendor | null {
+  if (gpu.vendor !== null || gpu.count.max === 0) return gpu.vendor;
+  if (!gpu.name || gpu.name.length === 0) return image === null ? 'nvidia' : null;
+  const vendors = new Set<GpuVendor | null>();
+  for (const name of gpu.name) {
+    const found = gpuVendorsOfName(name);
+    if (found.length === 0) vendors.add(null);
+    for (const v of found) vendors.add(v);
   }
-  return { ...resources, gpu: { ...gpu, vendor } };
+  return vendors.size === 1 ? ([...vendors][0] ?? null) : null;
 }
 
 /**

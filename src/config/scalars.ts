@@ -33,6 +33,16 @@ export class ScalarError extends Error {
   }
 }
 
+/** Runs `parse` on the field `key` of a mapping, so that its refusal points at that field. */
+export function within<T>(key: string | number, parse: () => T): T {
+  try {
+    return parse();
+  } catch (err) {
+    if (err instanceof ScalarError) throw new ScalarError(err.message, [key, ...err.subpath], err.target);
+    throw err;
+  }
+}
+
 /** A schema running `convert`, which refuses by throwing a ScalarError. */
 export function parsed<T>(convert: (value: unknown) => T) {
   return z.unknown().transform((value, ctx): T => {

@@ -97,13 +97,15 @@ export class ConfigSource {
     const first = doc.errors[0];
     if (first) {
       const pos = at(first.pos[0]);
+      const path = pathAtOffset(doc.contents, first.pos[0]);
+      const key = path[path.length - 1];
       const reason =
         first.code === 'DUPLICATE_KEY'
-          ? 'duplicate key: each key may appear once in a mapping'
+          ? `\`${String(key ?? '')}\` appears twice in this mapping: keep one`
           : first.code === 'MULTIPLE_DOCS'
             ? 'more than one YAML document: a config file holds exactly one'
             : `YAML syntax error: ${first.message.split('\n')[0]?.replace(/ at line \d+, column \d+:?$/, '')}`;
-      throw new ConfigError(file, pos.line, pos.col, '(yaml)', reason);
+      throw new ConfigError(file, pos.line, pos.col, path.length > 0 ? formatFieldPath(path) : '(yaml)', reason);
     }
     let data: unknown;
     try {
@@ -231,6 +233,27 @@ export class ConfigSource {
     if (node && isAlias(node)) return (node.resolve(this.doc) as Node | undefined) ?? node;
     return node;
   }
+}
+
+/** The field path of the deepest node at `offset`, for errors the YAML parser reports by offset. */
+function pathAtOffset(node: unknown, offset: number): (string | number)[] {
+  const contains = (n: unknown): boolean => {
+    const range = (n as Node | null)?.range;
+    return !!range && range[0] <= offset && offset < Math.max(range[2], range[0] + 1);
+  };
+  if (isMap(node)) {
+    for (const item of node.items) {
+      const key = isScalar(item.key) ? String(item.key.value) : undefined;
+      if (key === undefined) continue;
+      if (contains(item.key)) return [key];
+      if (contains(item.value)) return [key, ...pathAtOffset(item.value, offset)];
+    }
+  } else if (isSeq(node)) {
+    for (const [index, item] of node.items.entries()) {
+      if (contains(item)) return [index, ...pathAtOffset(item, offset)];
+    }
+  }
+  return [];
 }
 
 /** A short, readable description of a YAML value for messages: `a number (4.5)`, `a list`. */

@@ -1,6 +1,6 @@
 import { ConfigError } from '../config/errors';
 import type { FieldPath } from '../config/field-path';
-import { defaultResources, inferGpuVendor, vendorsNeedingImage } from '../config/resources';
+import { defaultResources, withServerDefaults, vendorsNeedingImage } from '../config/resources';
 import type { Resources } from '../config/resources-schema';
 import type { RetryInput } from '../config/retry';
 import { TaskConfigSchema, type TaskConfig } from '../config/task-schema';
@@ -76,7 +76,7 @@ function groupPath(task: TaskConfig, index: number, ...rest: (string | number)[]
 }
 
 function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
-  const withDefaults = (resources: Resources | undefined): Resources => inferGpuVendor(resources ?? defaultResources(), image);
+  const withDefaults = (resources: Resources | undefined): Resources => withServerDefaults(resources ?? defaultResources(), image);
   if (!task.groups) {
     return [
       {
@@ -110,15 +110,25 @@ function resolveEnv(source: ConfigSource, task: TaskConfig, environ: LoadPlanOpt
         `environment variable ${entry.key} is not set in this shell: export it, or write ${entry.key}=<value>`,
       );
     }
-    if (containsReference(value)) {
+    if (hasReference(value)) {
       throw source.error(
         ['env', entry.at],
-        '`${{ ... }}` references are only supported in commands, not in `env`: use the address in a command instead',
+        '`${{ ... }}` is not supported in `env`: group addresses go in commands, and Troupe has no secrets to fill in',
       );
     }
     env[entry.key] = value;
   }
   return env;
+}
+
+/** Any unescaped `${{`, well-formed or not. */
+function hasReference(text: string): boolean {
+  try {
+    return containsReference(text);
+  } catch (err) {
+    if (err instanceof InterpolationError) return true;
+    throw err;
+  }
 }
 
 function chooseRunName(source: ConfigSource, task: TaskConfig, override: string | undefined): string {
@@ -137,7 +147,7 @@ function retryPolicy(source: ConfigSource, retry: RetryInput | null): RetryPolic
   const allEvents = [...RetryEventSchema.options];
   if (retry === true) return { on_events: allEvents, duration_s: DEFAULT_RETRY_DURATION_S };
   const duration = retry.duration ?? DEFAULT_RETRY_DURATION_S;
-  if (duration < 0) throw source.error(['retry', 'duration'], 'retry.duration cannot be negative');
+  if (duration < 0) throw source.error(['retry', 'duration'], `cannot be negative, got ${duration}`);
   // A zero window allows no retry at all.
   if (duration === 0) return null;
   return { on_events: [...new Set(retry.on_events ?? allEvents)], duration_s: duration };
