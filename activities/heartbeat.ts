@@ -2,14 +2,16 @@ import { Context } from '@temporalio/activity';
 
 /**
  * Runs a backend call while heartbeating, so a long call (an SSH handshake, a batch of
- * namespaces) is not mistaken for a dead worker, and cancellation reaches the activity.
+ * namespaces) is not mistaken for a dead worker. Cancellation (which reaches the activity through
+ * its heartbeats) ends the activity at once even if the call hangs: the run's teardown must not
+ * wait on a stuck backend, and releaseRun() refuses whatever the call would still produce.
  */
 export async function whileHeartbeating<T>(work: () => Promise<T>, everyMs = 2_000): Promise<T> {
   const ctx = Context.current();
   ctx.heartbeat();
   const timer = setInterval(() => ctx.heartbeat(), everyMs);
   try {
-    return await work();
+    return await Promise.race([work(), ctx.cancelled]);
   } finally {
     clearInterval(timer);
   }

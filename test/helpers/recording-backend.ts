@@ -14,6 +14,8 @@ export interface RecordingOptions {
   provisionDelayMs?: number;
   /** job_num → how many of its first provision attempts say "no capacity". */
   noCapacityAttempts?: Record<number, number>;
+  /** Jobs whose provisioning never answers (to reach the address deadline). */
+  provisionHangs?: number[];
   /** The runner never says it is ready (to reach WAITING_RUNNER_LIMIT_EXCEEDED). */
   runnerNeverReady?: boolean;
 }
@@ -41,6 +43,7 @@ export class RecordingBackend implements Backend {
     const call: ProvisionCall = { job_nums: req.jobs.map((j) => j.job_num), started: Date.now(), ended: 0, ok: false };
     this.calls.push(call);
     try {
+      if (req.jobs.some((job) => this.opts.provisionHangs?.includes(job.job_num))) await new Promise(() => undefined);
       if (this.opts.provisionDelayMs) await new Promise((r) => setTimeout(r, this.opts.provisionDelayMs));
       for (const job of req.jobs) {
         const seen = (this.attempts.get(job.job_num) ?? 0) + 1;

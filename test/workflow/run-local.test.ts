@@ -22,7 +22,9 @@ let recording: RecordingBackend;
 beforeAll(async () => {
   ({ client, close: closeClient } = await testClient());
   recording = new RecordingBackend(fleet.backend);
-  worker = await startTroupeWorker({ local: fleet.backend, recording, 'never-ready': new RecordingBackend(fleet.backend, { runnerNeverReady: true }) });
+  worker = await startTroupeWorker({ local: fleet.backend, recording, 'never-ready': new RecordingBackend(fleet.backend, { runnerNeverReady: true }),
+    'hangs-job-1': new RecordingBackend(fleet.backend, { provisionHangs: [1] }),
+  });
 });
 afterAll(async () => {
   await worker?.stop();
@@ -154,6 +156,19 @@ describe('runs on the local fleet', () => {
     const state = await runToEnd([{ name: 'g', nodes: 1 }], {}, { runner_ready_timeout_s: 2 }, 'never-ready');
     expect(state.status).toBe('FAILED');
     expect(state.jobs[0]?.termination_reason).toBe('WAITING_RUNNER_LIMIT_EXCEEDED');
+  });
+
+  it('a job whose address never comes fails the run after the deadline, naming job and group', async () => {
+    const state = await runToEnd(
+      [{ name: 'head', nodes: 1, commands: ['sleep 300'] }, { name: 'workers', nodes: 1 }],
+      {},
+      { address_deadline_s: 2, provision_attempt_timeout_s: 1 },
+      'hangs-job-1',
+    );
+    expect(state.status).toBe('FAILED');
+    expect(state.jobs[1]).toMatchObject({ status: 'FAILED', termination_reason: 'WAITING_ADDRESSES_LIMIT_EXCEEDED' });
+    expect(state.message).toMatch(/no address after \d+s for workers\/0 \(job 1\)/);
+    expect(state.jobs[0]?.termination_reason).toBe('TERMINATED_BY_SERVER');
   });
 
   for (const abort of [false, true]) {
