@@ -17,6 +17,11 @@ export interface LoadPlanOptions {
   environ: Record<string, string | undefined>;
   /** The run's name, overriding the config's `name` (like `dstack apply -n`). */
   runName?: string;
+  /**
+   * Given: a bare `KEY` missing from `environ` is reported here and left out of the plan's env
+   * instead of refused (for `troupe plan`, which only shows the plan). Not given: refused.
+   */
+  onMissingEnv?: (error: ConfigError) => void;
 }
 
 /** At most this many nodes in one run: a bound on the plan's size and on what one run can take. */
@@ -36,7 +41,7 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
   const task = parseWithSchema(TaskConfigSchema, source);
   const image = task.image ?? null;
 
-  const env = resolveEnv(source, task, opts.environ);
+  const env = resolveEnv(source, task, opts);
   if (task.working_dir !== null && task.working_dir !== undefined && !task.working_dir.startsWith('/')) {
     throw source.error(['working_dir'], `working_dir must be an absolute path, got "${task.working_dir}"`);
   }
@@ -100,15 +105,18 @@ function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
   }));
 }
 
-function resolveEnv(source: ConfigSource, task: TaskConfig, environ: LoadPlanOptions['environ']): Record<string, string> {
+function resolveEnv(source: ConfigSource, task: TaskConfig, opts: LoadPlanOptions): Record<string, string> {
   const env: Record<string, string> = {};
   for (const entry of task.env ?? []) {
-    const value = entry.value ?? environ[entry.key];
+    const value = entry.value ?? opts.environ[entry.key];
     if (value === undefined) {
-      throw source.error(
+      const error = source.error(
         ['env', entry.at],
         `environment variable ${entry.key} is not set in this shell: export it, or write ${entry.key}=<value>`,
       );
+      if (!opts.onMissingEnv) throw error;
+      opts.onMissingEnv(error);
+      continue;
     }
     if (hasReference(value)) {
       throw source.error(

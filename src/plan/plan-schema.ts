@@ -23,6 +23,23 @@ export const PortMappingSchema = z.object({
   local_port: z.number().int().nullable(),
 });
 
+/**
+ * Troupe's extension: how to tell that a node of a group is ready (run on the node itself).
+ * `http`: a GET answered 2xx; `tcp`: a connection accepted; `command`: exit status 0.
+ */
+export const ReadyProbeSchema = z.object({
+  check: z.discriminatedUnion('kind', [
+    z.object({ kind: z.literal('http'), port: z.number().int().min(1).max(65535), path: z.string() }),
+    z.object({ kind: z.literal('tcp'), port: z.number().int().min(1).max(65535) }),
+    z.object({ kind: z.literal('command'), command: z.string() }),
+  ]),
+  /** Seconds between two probes of one node. */
+  interval_s: z.number().positive(),
+  /** Seconds after its commands start within which every node of the group must be ready. */
+  timeout_s: z.number().positive(),
+});
+export type ReadyProbe = z.infer<typeof ReadyProbeSchema>;
+
 export const GroupPlanSchema = z.object({
   index: z.number().int().nonnegative(),
   name: z.string(),
@@ -30,6 +47,10 @@ export const GroupPlanSchema = z.object({
   resources: ResourcesSchema,
   commands: z.array(z.string()),
   ports: z.array(PortMappingSchema),
+  /** Troupe's extension: indices of the groups whose every node must be READY before this one starts. */
+  depends_on: z.array(z.number().int().nonnegative()).optional(),
+  /** Troupe's extension: the readiness probe; without one a node is ready once its commands run. */
+  ready: ReadyProbeSchema.nullable().optional(),
 });
 export type GroupPlan = z.infer<typeof GroupPlanSchema>;
 
