@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   isGrpcDeadlineError,
+  ServiceError,
   WorkflowFailedError,
   WorkflowNotFoundError,
   type Client,
@@ -273,7 +274,8 @@ export class RunHandle {
       );
       return parseRunState(state, this.name);
     } catch (err) {
-      if (isGrpcDeadlineError(err)) {
+      // The server answers DEADLINE_EXCEEDED itself when no worker takes the query; the client wraps it.
+      if (isGrpcDeadlineError(err) || (err instanceof ServiceError && isGrpcDeadlineError(err.cause))) {
         const missing = await missingPollers(this.ctx.client, this.ctx);
         if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `read the state of run ${this.name}`);
         throw new TroupeClientError(`run ${this.name} did not answer its state query within ${timeoutMs / 1000}s`, {

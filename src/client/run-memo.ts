@@ -10,7 +10,8 @@ export const RunMemoSchema = z.object({
   backend: z.string(),
   nodes_num: z.number().int(),
   groups: z.array(z.object({ name: z.string(), nodes: z.number().int() })),
-  fleets: z.array(z.string()).nullable(),
+  /** Absent (or null) when the run names no fleet. */
+  fleets: z.array(z.string()).nullish(),
 });
 export type RunMemo = z.infer<typeof RunMemoSchema>;
 
@@ -20,7 +21,7 @@ export function runMemo(plan: Plan, backend: string): RunMemo {
     backend,
     nodes_num: plan.nodes_num,
     groups: plan.groups.map((g) => ({ name: g.name, nodes: g.nodes })),
-    fleets: plan.fleets,
+    ...(plan.fleets ? { fleets: plan.fleets } : {}),
   };
 }
 
