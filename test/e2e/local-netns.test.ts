@@ -79,6 +79,8 @@ describe('local fleet, netns mode', () => {
     expect(lines(starts)).toEqual(['started']);
     const ref = jobRef(run, 0, instances[0]!);
     expect(await backend.jobState(ref)).toEqual({ state: 'running', pid });
+    // It leads its own session and process group, apart from the worker's.
+    expect(await readProcStat(pid)).toMatchObject({ session: pid, pgrp: pid });
     await backend.stopJob(ref, 5);
     expect(await backend.jobState(ref)).toEqual({ state: 'exited', pid, exit_code: 143 });
     expect((await h.start(backend, run, instances))[0]).toBe(pid);

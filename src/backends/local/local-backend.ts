@@ -41,8 +41,10 @@ export interface LocalBackendOptions {
   /**
    * `netns`: a network namespace per node on the bridge trpl0 (root and `ip netns` needed), so
    * every node has its own 10.213.x.y and can listen on 0.0.0.0. `loopback`: a 127.x.y.z address
-   * per node; nodes share the host's ports, so a node binds its own address (see README of the
-   * local fleet below). `auto`: netns when available, else loopback.
+   * per node; nodes share the host's ports, so a node must bind its own address rather than
+   * 0.0.0.0: `${{ groups[i].nodes[j].IP_ADDRESS }}` of itself, or line DSTACK_NODE_RANK+1 of
+   * DSTACK_NODES_IPS (`sed -n "$((DSTACK_NODE_RANK + 1))p" <<< "$DSTACK_NODES_IPS"`).
+   * `auto`: netns when available, else loopback.
    */
   network: 'netns' | 'loopback' | 'auto';
   /** Most instances at once (then provision() throws NoCapacityError); default: the whole subnet. */
