@@ -1,0 +1,385 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import { z } from 'zod';
+import { projectRoot, searchAttributes } from '../../src/devserver/dev-server';
+
+/**
+ * The deployment files checked without Docker: docker-compose.yml against a schema of the compose
+ * subset Troupe uses plus the rules that make it Troupe's stack, and the worker's Dockerfile.
+ * Each rule is also shown to fire on a broken copy, so none of them passes vacuously.
+ */
+
+const read = (path: string) => readFileSync(join(projectRoot, path), 'utf8');
+
+// ---- docker-compose.yml: the subset we use ------------------------------------------------------
+
+/** `name:1.2…`: a release tag. A floating tag (`latest`, `16`) changes under a running stack. */
+const pinnedImage = z
+  .string()
+  .regex(/^[a-z0-9][a-z0-9._/-]*:\d+\.\d+[0-9A-Za-z._-]*$/, 'pin the image to a release tag (name:X.Y…), not latest or a major version');
+
+/** Short syntax only, and only on loopback; a host port may come from `${VAR:-default}`. */
+const loopbackPort = z
+  .string()
+  .regex(/^127\.0\.0\.1:(\d+|\$\{[A-Z0-9_]+:-\d+\}):\d+$/, 'publish ports on 127.0.0.1 only (127.0.0.1:HOST:CONTAINER)');
+
+const duration = z.string().regex(/^\d+(ms|s|m|h)$/, 'a duration such as 10s');
+const command = z.union([z.string().min(1), z.array(z.string()).min(1)]);
+
+const healthcheck = z.strictObject({
+  test: z.array(z.string()).min(2).refine((t) => t[0] === 'CMD' || t[0] === 'CMD-SHELL', 'test starts with CMD or CMD-SHELL'),
+  interval: duration,
+  timeout: duration,
+  retries: z.number().int().positive(),
+  start_period: duration.optional(),
+});
+
+const service = z
+  .strictObject({
+    image: pinnedImage.optional(),
+    build: z.string().optional(),
+    command: command.optional(),
+    entrypoint: command.optional(),
+    depends_on: z
+      .record(
+        z.string(),
+        z.strictObject({ condition: z.enum(['service_started', 'service_healthy', 'service_completed_successfully']) }),
+      )
+      .optional(),
+    environment: z.record(z.string(), z.string()).optional(),
+    ports: z.array(loopbackPort).optional(),
+    volumes: z.array(z.string().regex(/^[^:]+:\/[^:]*(:ro|:rw)?$/, 'SOURCE:/TARGET[:ro]')).optional(),
+    healthcheck: healthcheck.optional(),
+    restart: z.enum(['no', 'always', 'on-failure', 'unless-stopped']),
+    init: z.boolean().optional(),
+    stop_grace_period: duration.optional(),
+    cap_drop: z.array(z.string()).optional(),
+    security_opt: z.array(z.string()).optional(),
+    deploy: z.strictObject({ replicas: z.number().int().positive() }).optional(),
+  })
+  .refine((s) => s.image !== undefined || s.build !== undefined, 'a service needs an image or a build');
+
+const composeFile = z.strictObject({
+  services: z.record(z.string(), service),
+  volumes: z.record(z.string(), z.null()).optional(),
+});
+
+type ComposeFile = z.infer<typeof composeFile>;
+type Service = z.infer<typeof service>;
+
+const dynamicConfig = z.record(
+  z.string(),
+  z.array(z.strictObject({ value: z.unknown(), constraints: z.record(z.string(), z.unknown()).optional() })).min(1),
+);
+
+function words(cmd: Service['command']): string {
+  return cmd === undefined ? '' : typeof cmd === 'string' ? cmd : cmd.join(' ');
+}
+
+/** `temporal:7233` → the service it names must exist and publish that port inside the network. */
+function addressProblems(compose: ComposeFile, where: string, address: string | undefined): string[] {
+  if (address === undefined || address === '') return [`${where}: TEMPORAL_ADDRESS is required`];
+  const [host, port] = address.split(':');
+  if (host === undefined || compose.services[host] === undefined) {
+    return [`${where}: TEMPORAL_ADDRESS ${address} names no service of this file`];
+  }
+  return port === '7233' ? [] : [`${where}: TEMPORAL_ADDRESS ${address} is not the frontend port 7233`];
+}
+
+/** Attributes as `Name=Type` pairs → a map. */
+function attributeMap(list: string | undefined): Record<string, string> {
+  return Object.fromEntries((list ?? '').split(/\s+/).filter(Boolean).map((pair) => pair.split('=', 2) as [string, string]));
+}
+
+/** Everything wrong with a compose document, as `where: what` lines; empty when it is Troupe's stack. */
+function composeProblems(doc: unknown, fileExists: (path: string) => boolean): string[] {
+  const parsed = composeFile.safeParse(doc);
+  if (!parsed.success) return parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
+  const compose = parsed.data;
+  const problems: string[] = [];
+  const declared = new Set(Object.keys(compose.volumes ?? {}));
+  const used = new Set<string>();
+
+  for (const [name, svc] of Object.entries(compose.services)) {
+    for (const [target, dep] of Object.entries(svc.depends_on ?? {})) {
+      const other = compose.services[target];
+      if (other === undefined) {
+        problems.push(`${name}.depends_on: no service "${target}"`);
+      } else if (dep.condition === 'service_healthy' && other.healthcheck === undefined) {
+        problems.push(`${name}.depends_on: waits for "${target}" to be healthy, but it has no healthcheck`);
+      } else if (dep.condition === 'service_completed_successfully' && !['on-failure', 'no'].includes(other.restart)) {
+        problems.push(`${name}.depends_on: waits for "${target}" to complete, but its restart policy never lets it end`);
+      }
+    }
+    for (const volume of svc.volumes ?? []) {
+      const source = volume.split(':')[0] ?? '';
+      if (source.startsWith('.') || source.startsWith('/')) {
+        if (!fileExists(source)) problems.push(`${name}.volumes: ${source} does not exist in the repository`);
+      } else {
+        used.add(source);
+        if (!declared.has(source)) problems.push(`${name}.volumes: named volume "${source}" is not declared under volumes`);
+      }
+    }
+    if (['always', 'unless-stopped'].includes(svc.restart) && svc.healthcheck === undefined) {
+      problems.push(`${name}: a long-running service needs a healthcheck`);
+    }
+  }
+  for (const volume of declared) {
+    if (!used.has(volume)) problems.push(`volumes: "${volume}" is declared but no service uses it`);
+  }
+
+  const { worker, temporal } = compose.services;
+  const setup = compose.services['temporal-setup'];
+  if (worker === undefined) return [...problems, 'services: no "worker" service'];
+  if (temporal === undefined) return [...problems, 'services: no "temporal" service'];
+  if (setup === undefined) return [...problems, 'services: no "temporal-setup" service'];
+
+  // The workers: built from this repository, enough of them, told where Temporal is.
+  const env = worker.environment ?? {};
+  if (worker.build !== '.') problems.push('worker: must be built from this repository (build: .)');
+  if (!/(^| )node bin\/troupe\.js worker$/.test(words(worker.command))) {
+    problems.push('worker.command: must run `node bin/troupe.js worker`');
+  }
+  problems.push(...addressProblems(compose, 'worker.environment', env.TEMPORAL_ADDRESS));
+  for (const key of ['TEMPORAL_NAMESPACE', 'TROUPE_TASK_QUEUE']) {
+    if (!env[key]) problems.push(`worker.environment: ${key} is required`);
+  }
+  if ((worker.deploy?.replicas ?? 1) < 2) problems.push('worker.deploy.replicas: at least 2, so a run survives a worker');
+  if (!(worker.volumes ?? []).some((v) => /^[a-z][a-z0-9_-]*:\/var\/lib\/troupe(:rw)?$/.test(v))) {
+    problems.push('worker.volumes: a named volume must hold the state dir /var/lib/troupe');
+  }
+  if (worker.depends_on?.['temporal-setup']?.condition !== 'service_completed_successfully') {
+    problems.push('worker.depends_on: must wait for temporal-setup to complete successfully');
+  }
+  const healthScript = (worker.healthcheck?.test ?? []).find((word) => word.endsWith('.ts'));
+  if (healthScript === undefined || !fileExists(healthScript)) {
+    problems.push(`worker.healthcheck: runs no script of this repository (${healthScript ?? 'none'})`);
+  }
+
+  // The set-up: same namespace as the workers, the dev server's search attributes, after the server.
+  const setupEnv = setup.environment ?? {};
+  problems.push(...addressProblems(compose, 'temporal-setup.environment', setupEnv.TEMPORAL_ADDRESS));
+  if (setupEnv.TEMPORAL_NAMESPACE !== env.TEMPORAL_NAMESPACE) {
+    problems.push(`temporal-setup.environment: TEMPORAL_NAMESPACE ${setupEnv.TEMPORAL_NAMESPACE} is not the workers' ${env.TEMPORAL_NAMESPACE}`);
+  }
+  const attributes = attributeMap(setupEnv.TROUPE_SEARCH_ATTRIBUTES);
+  for (const [attr, type] of Object.entries(searchAttributes)) {
+    if (attributes[attr] !== type) problems.push(`temporal-setup.environment: TROUPE_SEARCH_ATTRIBUTES must register ${attr}=${type}`);
+  }
+  for (const attr of Object.keys(attributes)) {
+    if (!(attr in searchAttributes)) problems.push(`temporal-setup.environment: ${attr} is not in the dev server's searchAttributes`);
+  }
+  if (setup.depends_on?.temporal?.condition !== 'service_healthy') {
+    problems.push('temporal-setup.depends_on: must wait for temporal to be healthy');
+  }
+  if (!/^temporalio\/admin-tools:/.test(setup.image ?? '')) problems.push('temporal-setup.image: the temporal CLI comes from temporalio/admin-tools');
+
+  // The server: on PostgreSQL, with the dynamic config file from deploy/ mounted where it reads it.
+  const temporalEnv = temporal.environment ?? {};
+  if (!/^postgres/.test(temporalEnv.DB ?? '')) problems.push('temporal.environment: DB must be PostgreSQL');
+  const seeds = temporalEnv.POSTGRES_SEEDS ?? '';
+  if (!/^postgres:/.test(compose.services[seeds]?.image ?? '')) {
+    problems.push(`temporal.environment: POSTGRES_SEEDS "${seeds}" is not a PostgreSQL service of this file`);
+  }
+  if (temporal.depends_on?.[seeds]?.condition !== 'service_healthy') {
+    problems.push('temporal.depends_on: must wait for PostgreSQL to be healthy');
+  }
+  const dynamicPath = temporalEnv.DYNAMIC_CONFIG_FILE_PATH ?? '';
+  const mount = (temporal.volumes ?? []).find((v) => v.split(':')[1] === `/etc/temporal/${dynamicPath}`);
+  if (mount === undefined || !mount.startsWith('./deploy/')) {
+    problems.push(`temporal.volumes: DYNAMIC_CONFIG_FILE_PATH ${dynamicPath || '(unset)'} is not mounted from deploy/`);
+  }
+  return problems;
+}
+
+// ---- Dockerfile ---------------------------------------------------------------------------------
+
+interface Instruction {
+  keyword: string;
+  args: string;
+}
+
+/** Instructions with continuation lines joined and comments dropped. */
+function dockerInstructions(text: string): Instruction[] {
+  const logical = text
+    .split('\n')
+    .filter((line) => !/^\s*#/.test(line))
+    .join('\n')
+    .replace(/\\\n/g, ' ');
+  return logical
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean)
+    .map((line) => {
+      const [keyword = '', ...rest] = line.split(/\s+/);
+      return { keyword: keyword.toUpperCase(), args: rest.join(' ') };
+    });
+}
+
+function dockerfileProblems(text: string, dockerignore: string, fileExists: (path: string) => boolean): string[] {
+  const problems: string[] = [];
+  const steps = dockerInstructions(text);
+  const of = (keyword: string) => steps.filter((s) => s.keyword === keyword);
+
+  const base = of('FROM')[0]?.args ?? '';
+  if (!/^node:20\.\d+\.\d+-bookworm-slim$/.test(base)) {
+    problems.push(`FROM ${base}: pin the base image to an exact Node 20 release (node:20.X.Y-bookworm-slim)`);
+  }
+  const runs = of('RUN').map((s) => s.args);
+  if (!runs.some((r) => /\bnpm ci\b/.test(r) && /--omit=dev\b/.test(r))) {
+    problems.push('RUN: dependencies must come from the lock file with `npm ci --omit=dev`');
+  }
+  for (const pkg of ['openssh-client', 'iproute2']) {
+    if (!runs.some((r) => /apt-get install/.test(r) && new RegExp(`\\b${pkg}\\b`).test(r))) {
+      problems.push(`RUN: apt-get install must include ${pkg}`);
+    }
+  }
+  const user = of('USER').at(-1)?.args;
+  if (user === undefined || /^(root|0)(:|$)/.test(user)) problems.push(`USER: the image must run as a non-root user (${user ?? 'none'})`);
+  const users = steps.findIndex((s) => s.keyword === 'USER');
+  const lastRun = steps.map((s) => s.keyword).lastIndexOf('RUN');
+  if (users !== -1 && lastRun > users) problems.push('USER: set it after the last RUN, so nothing of the image runs as root by mistake');
+
+  const copied = of('COPY').flatMap((s) => s.args.split(/\s+/).filter((w) => !w.startsWith('--')).slice(0, -1));
+  for (const needed of ['package.json', 'package-lock.json', 'tsconfig.json', 'src/', 'workflows/', 'activities/', 'bin/']) {
+    if (!copied.includes(needed)) problems.push(`COPY: the image needs ${needed}`);
+  }
+  const ignored = new Set(dockerignore.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#')));
+  for (const path of copied) {
+    if (!fileExists(path)) problems.push(`COPY: ${path} does not exist in the repository`);
+    if (ignored.has(path.replace(/\/$/, ''))) problems.push(`COPY: ${path} is excluded by .dockerignore`);
+  }
+  for (const excluded of ['node_modules', '.venv', '.troupe', 'artifacts', '.git']) {
+    if (!ignored.has(excluded)) problems.push(`.dockerignore: must exclude ${excluded}`);
+  }
+  const cmd = of('CMD').at(-1)?.args ?? '';
+  if (!/^\["node",\s*"bin\/troupe\.js",\s*"worker"\]$/.test(cmd)) problems.push(`CMD ${cmd}: must be ["node", "bin/troupe.js", "worker"]`);
+  return problems;
+}
+
+// ---- the checks ---------------------------------------------------------------------------------
+
+const inRepo = (path: string) => existsSync(join(projectRoot, path));
+const composeDoc = (): Record<string, unknown> => parse(read('docker-compose.yml')) as Record<string, unknown>;
+
+/** A deep copy of docker-compose.yml with one edit applied. */
+function brokenCompose(edit: (doc: { services: Record<string, Record<string, unknown>>; volumes?: Record<string, unknown> }) => void) {
+  const doc = structuredClone(composeDoc()) as { services: Record<string, Record<string, unknown>>; volumes?: Record<string, unknown> };
+  edit(doc);
+  return composeProblems(doc, inRepo);
+}
+
+function svc(doc: { services: Record<string, Record<string, unknown>> }, name: string): Record<string, unknown> {
+  const found = doc.services[name];
+  if (found === undefined) throw new Error(`docker-compose.yml has no service ${name}`);
+  return found;
+}
+
+function envOf(doc: { services: Record<string, Record<string, unknown>> }, name: string): Record<string, string> {
+  return svc(doc, name).environment as Record<string, string>;
+}
+
+describe('docker-compose.yml', () => {
+  it("is Troupe's stack: pinned images, loopback ports, workers wired to Temporal", () => {
+    expect(composeProblems(composeDoc(), inRepo)).toEqual([]);
+  });
+
+  it("registers exactly the dev server's search attributes", () => {
+    const env = envOf(composeDoc() as { services: Record<string, Record<string, unknown>> }, 'temporal-setup');
+    expect(attributeMap(env.TROUPE_SEARCH_ATTRIBUTES)).toEqual(searchAttributes);
+  });
+
+  it("mounts a dynamic config the server can read", () => {
+    const parsed = dynamicConfig.safeParse(parse(read('deploy/temporal/dynamicconfig.yaml')));
+    expect(parsed.success, parsed.error?.message).toBe(true);
+    expect(parsed.data?.['frontend.enableServerVersionCheck']?.[0]?.value).toBe(false);
+  });
+
+  it('names the worker image after the package version', () => {
+    const version = (JSON.parse(read('package.json')) as { version: string }).version;
+    expect(svc(composeDoc() as { services: Record<string, Record<string, unknown>> }, 'worker').image).toBe(`troupe-worker:${version}`);
+  });
+
+  describe('each rule catches a broken copy', () => {
+    const cases: Array<[string, Parameters<typeof brokenCompose>[0], RegExp]> = [
+      ['a port on all interfaces', (d) => { svc(d, 'temporal').ports = ['0.0.0.0:7233:7233']; }, /127\.0\.0\.1 only/],
+      ['a port without a host address', (d) => { svc(d, 'temporal-ui').ports = ['8080:8080']; }, /127\.0\.0\.1 only/],
+      ['an image on latest', (d) => { svc(d, 'postgresql').image = 'postgres:latest'; }, /pin the image/],
+      ['an image on a major version', (d) => { svc(d, 'postgresql').image = 'postgres:16'; }, /pin the image/],
+      ['an image without a tag', (d) => { svc(d, 'temporal-ui').image = 'temporalio/ui'; }, /pin the image/],
+      ['a key outside the subset', (d) => { svc(d, 'worker').network_mode = 'host'; }, /network_mode/],
+      ['no restart policy', (d) => { delete svc(d, 'temporal-ui').restart; }, /temporal-ui\.restart/],
+      ['a service with neither image nor build', (d) => { delete svc(d, 'worker').build; delete svc(d, 'worker').image; }, /image or a build/],
+      ['a dependency on no service', (d) => { svc(d, 'worker').depends_on = { tempora: { condition: 'service_started' } }; }, /no service "tempora"/],
+      ['waiting for health that is never checked', (d) => { delete svc(d, 'postgresql').healthcheck; }, /has no healthcheck/],
+      ['waiting for a one-shot that restarts forever', (d) => { svc(d, 'temporal-setup').restart = 'unless-stopped'; }, /never lets it end/],
+      ['a named volume not declared', (d) => { delete d.volumes?.['troupe-state']; }, /"troupe-state" is not declared/],
+      ['a declared volume nobody uses', (d) => { d.volumes = { ...d.volumes, spare: null }; }, /"spare" is declared but no service uses it/],
+      ['a bind mount of a missing file', (d) => { svc(d, 'temporal-setup').volumes = ['./deploy/nope.sh:/etc/troupe/temporal-setup.sh:ro']; }, /nope\.sh does not exist/],
+      ['a worker that does not run the worker', (d) => { svc(d, 'worker').command = ['node', 'bin/troupe.js', 'ps']; }, /bin\/troupe\.js worker/],
+      ['a worker not built here', (d) => { svc(d, 'worker').build = './elsewhere'; }, /build: \./],
+      ['a worker without a task queue', (d) => { delete envOf(d, 'worker').TROUPE_TASK_QUEUE; }, /TROUPE_TASK_QUEUE is required/],
+      ['a worker pointed at no service', (d) => { envOf(d, 'worker').TEMPORAL_ADDRESS = 'temporal-server:7233'; }, /names no service/],
+      ['a worker on another namespace', (d) => { envOf(d, 'worker').TEMPORAL_NAMESPACE = 'troupe'; }, /is not the workers'/],
+      ['one worker', (d) => { svc(d, 'worker').deploy = { replicas: 1 }; }, /at least 2/],
+      ['no state volume', (d) => { svc(d, 'worker').volumes = ['troupe-state:/home/troupe']; }, /\/var\/lib\/troupe/],
+      ['workers that do not wait for the set-up', (d) => { svc(d, 'worker').depends_on = { temporal: { condition: 'service_healthy' } }; }, /wait for temporal-setup/],
+      ['a missing search attribute', (d) => { envOf(d, 'temporal-setup').TROUPE_SEARCH_ATTRIBUTES = 'TroupeRunName=Keyword TroupeRunStatus=Keyword TroupeFleet=Keyword'; }, /TroupeGroups=KeywordList/],
+      ['a search attribute of the wrong type', (d) => { envOf(d, 'temporal-setup').TROUPE_SEARCH_ATTRIBUTES = 'TroupeRunName=Text TroupeRunStatus=Keyword TroupeFleet=Keyword TroupeGroups=KeywordList'; }, /TroupeRunName=Keyword/],
+      ['the server without its dynamic config', (d) => { svc(d, 'temporal').volumes = []; }, /DYNAMIC_CONFIG_FILE_PATH/],
+      ['the server not on PostgreSQL', (d) => { envOf(d, 'temporal').DB = 'mysql8'; }, /PostgreSQL/],
+      ['a long-running service without a healthcheck', (d) => { delete svc(d, 'worker').healthcheck; }, /worker: a long-running service needs a healthcheck/],
+    ];
+    it.each(cases)('%s', (_label, edit, expected) => {
+      const problems = brokenCompose(edit);
+      expect(problems.join('\n')).toMatch(expected);
+    });
+  });
+});
+
+describe('Dockerfile', () => {
+  const dockerfile = read('Dockerfile');
+  const dockerignore = read('.dockerignore');
+
+  it('is pinned, installs from the lock file, runs the worker as a non-root user', () => {
+    expect(dockerfileProblems(dockerfile, dockerignore, inRepo)).toEqual([]);
+  });
+
+  it("copies the worker's healthcheck script into the image", () => {
+    const worker = svc(composeDoc() as { services: Record<string, Record<string, unknown>> }, 'worker');
+    const script = (worker.healthcheck as { test: string[] }).test.find((word) => word.endsWith('.ts'));
+    const copied = dockerInstructions(dockerfile).filter((s) => s.keyword === 'COPY').flatMap((s) => s.args.split(/\s+/));
+    expect(script).toBeDefined();
+    expect(copied).toContain(script);
+  });
+
+  it('can install with --omit=dev because tsx is a runtime dependency', () => {
+    const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> };
+    expect(pkg.dependencies.tsx).toBeDefined();
+  });
+
+  describe('each rule catches a broken copy', () => {
+    const cases: Array<[string, string, string, RegExp]> = [
+      ['a floating base image', 'FROM node:20.19.5-bookworm-slim', 'FROM node:20-bookworm-slim', /exact Node 20 release/],
+      ['root as the user', 'USER troupe', 'USER root', /non-root/],
+      ['no user at all', 'USER troupe', '', /non-root/],
+      ['npm install in place of npm ci', 'RUN npm ci --omit=dev', 'RUN npm install --omit=dev', /npm ci --omit=dev/],
+      ['dev dependencies installed', 'RUN npm ci --omit=dev', 'RUN npm ci', /npm ci --omit=dev/],
+      ['no SSH client', 'openssh-client iproute2', 'iproute2', /openssh-client/],
+      ['workflows left out', 'COPY workflows/ ./workflows/', '', /needs workflows\//],
+      ['another command', 'CMD ["node", "bin/troupe.js", "worker"]', 'CMD ["node", "bin/troupe.js"]', /CMD/],
+    ];
+    it.each(cases)('%s', (_label, from, to, expected) => {
+      expect(dockerfile).toContain(from);
+      expect(dockerfileProblems(dockerfile.replace(from, to), dockerignore, inRepo).join('\n')).toMatch(expected);
+    });
+
+    it('a .dockerignore that lets node_modules in, or hides a copied folder', () => {
+      const problems = dockerfileProblems(dockerfile, dockerignore.replace(/^node_modules$/m, 'src'), inRepo).join('\n');
+      expect(problems).toMatch(/must exclude node_modules/);
+      expect(problems).toMatch(/src\/ is excluded/);
+    });
+  });
+});
