@@ -2,3 +2,4 @@
 export { RunWorkflow } from './run-workflow';
 export { NodeGroupWorkflow } from './node-group-workflow';
 export { ReadJobLogWorkflow } from './read-log-workflow';
+export { FleetWorkflow } from './fleet-workflow';

@@ -1,7 +1,9 @@
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NativeConnection, WorkflowBundle } from '@temporalio/worker';
 import { Worker } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
+import { LocalBackend } from '../backends/local/local-backend';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -26,4 +28,11 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
     activities: createActivities(opts.backends),
     ...(opts.identity ? { identity: opts.identity } : {}),
   });
+}
+
+/** The backends every worker has: the local fleet (processes on this machine). */
+export function defaultBackends(opts: { stateDir: string }): BackendRegistry {
+  return {
+    local: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto' }),
+  };
 }

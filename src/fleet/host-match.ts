@@ -1,0 +1,63 @@
+import type { Range, Resources } from '../config/resources-schema';
+import type { HostFacts } from '../backends/ssh/detect';
+
+/**
+ * Whether a host satisfies a group's resources, and if not, why — in words a user can act on.
+ * Pure: FleetWorkflow decides allocations with it.
+ */
+
+function within(value: number, range: Range): boolean {
+  return (range.min === null || value >= range.min) && (range.max === null || value <= range.max);
+}
+
+export function formatRange(range: Range, unit = ''): string {
+  if (range.min !== null && range.max !== null) {
+    return range.min === range.max ? `${range.min}${unit}` : `${range.min}${unit}..${range.max}${unit}`;
+  }
+  if (range.min !== null) return `${range.min}${unit}..`;
+  if (range.max !== null) return `..${range.max}${unit}`;
+  return 'any';
+}
+
+/** Every way the host falls short of the resources; empty when it fits. */
+export function hostShortfalls(facts: HostFacts, resources: Resources): string[] {
+  const out: string[] = [];
+  const { cpu, memory, disk, gpu } = resources;
+  if (cpu.arch !== null && cpu.arch !== facts.arch) out.push(`cpu arch ${facts.arch ?? facts.machine}, needs ${cpu.arch}`);
+  if (!within(facts.cpus, cpu.count)) out.push(`${facts.cpus} CPUs, needs ${formatRange(cpu.count)}`);
+  if (!within(facts.memory_gb, memory)) out.push(`${facts.memory_gb}GB memory, needs ${formatRange(memory, 'GB')}`);
+  if (disk && !within(facts.disk_gb, disk)) out.push(`${facts.disk_gb}GB disk, needs ${formatRange(disk, 'GB')}`);
+  const count = facts.gpus.reduce((sum, g) => sum + g.count, 0);
+  if (!within(count, gpu.count)) {
+    const has = count > 0 ? facts.gpus.map((g) => `${g.count}× ${g.name}`).join(' + ') : 'no GPU';
+    out.push(`${has}, needs ${formatRange(gpu.count)} GPU`);
+    return out;
+  }
+  const g = facts.gpus[0];
+  if (count > 0 && g) {
+    if (facts.gpus.length > 1) out.push(`mixed GPUs (${facts.gpus.map((x) => x.name).join(', ')}): not supported for one job`);
+    if (gpu.vendor !== null && gpu.vendor !== g.vendor) out.push(`${g.vendor} GPUs, needs ${gpu.vendor}`);
+    if (gpu.name !== null && !gpu.name.some((n) => n.toLowerCase() === g.name.toLowerCase())) {
+      out.push(`GPU ${g.name}, needs ${gpu.name.join(' or ')}`);
+    }
+    if (gpu.memory && !within(g.memory_gb, gpu.memory)) out.push(`${g.memory_gb}GB per GPU, needs ${formatRange(gpu.memory, 'GB')}`);
+    if (gpu.total_memory && !within(g.memory_gb * count, gpu.total_memory)) {
+      out.push(`${g.memory_gb * count}GB GPU memory in all, needs ${formatRange(gpu.total_memory, 'GB')}`);
+    }
+  }
+  return out;
+}
+
+/** Smaller hosts first, so a CPU router does not take a GPU host that a GPU group needs. */
+export function hostSize(facts: HostFacts): [number, number, number] {
+  return [facts.gpus.reduce((sum, g) => sum + g.count, 0), facts.cpus, facts.memory_gb];
+}
+
+export function compareHostSize(a: HostFacts, b: HostFacts): number {
+  const [x, y] = [hostSize(a), hostSize(b)];
+  for (let i = 0; i < x.length; i++) {
+    const d = (x[i] ?? 0) - (y[i] ?? 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
