@@ -108,7 +108,7 @@ export class SshSession {
       await this.slots.acquire();
       try {
         const stream = await new Promise<ClientChannel>((resolve, reject) =>
-          this.client.exec(bashCommandLine(script), (err, channel) => (err ? reject(err) : resolve(channel))),
+          this.client.exec(bashCommandLine(script, timeoutMs), (err, channel) => (err ? reject(err) : resolve(channel))),
         );
         if (settled()) {
           stream.close();

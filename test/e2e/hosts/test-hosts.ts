@@ -277,14 +277,15 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
     );
     child.unref();
     const deadline = Date.now() + 10_000;
-    while (!existsSync(pidFile)) {
+    const writtenPid = (): number => (existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) || 0 : 0);
+    while (writtenPid() === 0) {
       if (child.exitCode !== null || Date.now() > deadline) {
         const log = existsSync(join(host.dir, 'sshd.log')) ? readFileSync(join(host.dir, 'sshd.log'), 'utf8') : '';
         throw new Error(`test hosts: sshd of ${host.name} did not start: ${log.trim()}`);
       }
       await new Promise((r) => setTimeout(r, 20));
     }
-    host.sshdPid = Number(readFileSync(pidFile, 'utf8').trim());
+    host.sshdPid = writtenPid();
     if (host.sshdPid !== child.pid) throw new Error(`test hosts: sshd of ${host.name} has pid ${host.sshdPid}, expected ${child.pid}`);
   }
 

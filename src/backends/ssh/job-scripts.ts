@@ -1,0 +1,229 @@
+import { JobLayout as L } from '../../runner/job-layout';
+import { shQuote } from './shell-quote';
+
+/**
+ * The bash scripts the SSH runner runs on a host, one round trip each. They follow the job
+ * directory protocol of src/runner/job-wrapper.ts (the same one the local fleet uses): `started/`
+ * is the start claim, made with mkdir; `started/pid` holds the wrapper's pid and start time;
+ * `started/stopped` marks a stop that came before any start; `exit_code` is written when the
+ * commands end. Every script prints one `result ...` line for the runner to read.
+ */
+
+/** Every process of a job inherits `TROUPE_INSTANCE_ID=<instance id>`: stop finds the ones that left its group. */
+export const MARKER_NAME = 'TROUPE_INSTANCE_ID';
+/** The instance id, beside the job's files, so a run's cleanup can find processes by marker. */
+export const INSTANCE_FILE = 'instance_id';
+/** `<runtime> <container name>` of a job run in an image. */
+export const CONTAINER_FILE = 'container';
+/** The job's own commands when launch.sh is the container launcher. */
+export const CONTAINER_COMMANDS_FILE = 'commands.sh';
+/** Exit code recorded for a job whose wrapper died without writing one (SIGKILL). */
+export const KILLED_EXIT_CODE = 128 + 9;
+/** How long a start or stop waits for a claim taken a moment ago to show its pid. */
+export const CLAIM_WAIT_SECONDS = 10;
+
+const procHelpers = `
+proc_info() {
+  local s
+  { read -r s < "/proc/$1/stat"; } 2>/dev/null || return 1
+  s=\${s##*) }
+  set -f; set -- $s; set +f
+  st=$1 pg=$3 sid=$4 t0=\${20}
+}
+alive() {
+  proc_info "$1" || return 1
+  [ "$st" != Z ] && [ "$t0" = "$2" ]
+}
+# The job's live processes: everything carrying the marker, plus the leader's process group and
+# session while the leader lives or a marked process is still in its group (a pgid in use is never reused).
+members() {
+  local f p use_group=0
+  local -a marked=()
+  if [ -n "$marker" ]; then
+    for f in $(grep -lzxF -- "$marker" /proc/[0-9]*/environ 2>/dev/null); do
+      p=\${f#/proc/}; p=\${p%%/*}
+      [ "$p" = "$$" ] && continue
+      proc_info "$p" && [ "$st" != Z ] || continue
+      marked+=("$p")
+      [ -n "$leader" ] && [ "$pg" = "$leader" ] && use_group=1
+    done
+  fi
+  [ -n "$leader" ] && alive "$leader" "$leader_t0" && use_group=1
+  {
+    [ "\${#marked[@]}" -gt 0 ] && printf '%s\\n' "\${marked[@]}"
+    if [ "$use_group" = 1 ]; then
+      for f in /proc/[0-9]*; do
+        p=\${f#/proc/}
+        [ "$p" = "$$" ] && continue
+        proc_info "$p" && [ "$st" != Z ] || continue
+        { [ "$pg" = "$leader" ] || [ "$sid" = "$leader" ]; } && printf '%s\\n' "$p"
+      done
+    fi
+  } | sort -un
+}
+signal_members() {
+  local p
+  for p in $(members); do
+    [ "$p" = "$leader" ] && kill -"$1" -- -"$p" 2>/dev/null
+    kill -"$1" "$p" 2>/dev/null
+  done
+}
+# SIGTERM, then SIGKILL after the grace period; the container (if any) is removed before SIGKILL.
+stop_members() {
+  local grace=$1 i left
+  left=$(members)
+  if [ -n "$left" ]; then
+    signal_members TERM
+    for ((i = 0; i < grace * 10; i++)); do
+      sleep 0.1
+      left=$(members)
+      [ -z "$left" ] && break
+    done
+  fi
+  if [ -s ${CONTAINER_FILE} ]; then
+    read -r rt cname < ${CONTAINER_FILE}
+    timeout 30 "$rt" rm -f "$cname" >/dev/null 2>&1
+  fi
+  for ((i = 0; i < 100 && \${#left} > 0; i++)); do
+    signal_members KILL
+    sleep 0.1
+    left=$(members)
+  done
+  if [ -n "$left" ]; then
+    echo "result survivors $(echo $left)"
+    exit 0
+  fi
+}
+`;
+
+function wait_for_claim(seconds: number): string {
+  return `for ((i = 0; i < ${seconds * 20}; i++)); do { [ -s ${L.started}/${L.pid} ] || [ -e ${L.started}/${L.stopped} ]; } && break; sleep 0.05; done`;
+}
+
+/** Step 1 of a start: stop here if the job is claimed already; else make its directory (and find the image runtime). */
+export function prepareStartScript(jobDir: string, needsRuntime: boolean): string {
+  return [
+    `d=${shQuote(jobDir)}`,
+    `if [ -d "$d/${L.started}" ]; then echo "result claimed"; exit 0; fi`,
+    'rt=',
+    ...(needsRuntime
+      ? [
+          'if command -v docker >/dev/null 2>&1 && timeout 20 docker version --format "{{.Server.Version}}" >/dev/null 2>&1; then rt=docker',
+          'elif command -v podman >/dev/null 2>&1 && timeout 20 podman version >/dev/null 2>&1; then rt=podman',
+          'else echo "result no-runtime"; exit 0; fi',
+        ]
+      : []),
+    'mkdir -p "$d" || exit 97',
+    'echo "result ready $rt"',
+  ].join('\n');
+}
+
+/**
+ * Step 3 of a start (after the files are in place): spawns the wrapper in a new session unless
+ * the claim exists, then waits for whoever won the claim to record its pid. `setsid -f` rather
+ * than `&`, because a background command of a non-interactive bash ignores SIGINT for good.
+ */
+export function spawnWrapperScript(jobDir: string, instanceId: string): string {
+  const launch = `${MARKER_NAME}=${shQuote(instanceId)} setsid`;
+  const wrapper = `bash --noprofile --norc ${L.wrapper} </dev/null >>${L.wrapperLog} 2>&1`;
+  return [
+    `cd ${shQuote(jobDir)} || exit 97`,
+    `if [ ! -d ${L.started} ]; then`,
+    `  if setsid --help 2>&1 | grep -q -- --fork; then ${launch} -f ${wrapper}`,
+    `  else ${launch} ${wrapper} & fi`,
+    'fi',
+    wait_for_claim(CLAIM_WAIT_SECONDS),
+    `if [ -s ${L.started}/${L.pid} ]; then read -r pid t < ${L.started}/${L.pid}; echo "result started $pid"; exit 0; fi`,
+    `if [ -e ${L.started}/${L.stopped} ]; then echo "result stopped"; exit 0; fi`,
+    `echo "result timeout"; tail -c 2000 ${L.wrapperLog} 2>/dev/null`,
+  ].join('\n');
+}
+
+export function jobStateScript(jobDir: string): string {
+  return [
+    procHelpers,
+    `cd ${shQuote(jobDir)} 2>/dev/null && [ -d ${L.started} ] || { echo "result absent"; exit 0; }`,
+    wait_for_claim(2),
+    `[ -s ${L.started}/${L.pid} ] || { echo "result absent"; exit 0; }`,
+    `read -r leader leader_t0 < ${L.started}/${L.pid}`,
+    `if [ -s ${L.exitCode} ]; then echo "result exited $leader $(< ${L.exitCode})"; exit 0; fi`,
+    'if alive "$leader" "$leader_t0"; then echo "result running $leader"; exit 0; fi',
+    // It may have written its code just after the first look.
+    `if [ -s ${L.exitCode} ]; then echo "result exited $leader $(< ${L.exitCode})"; else echo "result exited $leader ${KILLED_EXIT_CODE}"; fi`,
+  ].join('\n');
+}
+
+/** Claims the start (so a late start never runs), else stops the job's processes. */
+export function stopJobScript(jobDir: string, instanceId: string, graceSeconds: number): string {
+  return [
+    procHelpers,
+    `marker=${shQuote(`${MARKER_NAME}=${instanceId}`)}`,
+    `mkdir -p ${shQuote(jobDir)} && cd ${shQuote(jobDir)} || exit 97`,
+    `if mkdir ${L.started} 2>/dev/null; then`,
+    `  date -u +%FT%TZ > ${L.started}/${L.stopped}.tmp && mv -f ${L.started}/${L.stopped}.tmp ${L.started}/${L.stopped}`,
+    '  echo "result stopped-before-start"; exit 0',
+    'fi',
+    wait_for_claim(CLAIM_WAIT_SECONDS),
+    'leader= leader_t0=',
+    `[ -s ${L.started}/${L.pid} ] && read -r leader leader_t0 < ${L.started}/${L.pid}`,
+    `if [ -z "$leader" ] && [ -e ${L.started}/${L.stopped} ]; then echo "result already-stopped"; exit 0; fi`,
+    `stop_members ${Math.max(0, Math.ceil(graceSeconds))}`,
+    `if [ -n "$leader" ] && [ ! -s ${L.exitCode} ]; then echo ${KILLED_EXIT_CODE} > ${L.exitCode}.tmp && mv -f ${L.exitCode}.tmp ${L.exitCode}; fi`,
+    'echo "result stopped"',
+  ].join('\n');
+}
+
+/** Kills whatever still runs from the run's jobs (no grace: teardown already asked nicely), then removes its directory. */
+export function cleanupRunScript(runDir: string): string {
+  return [
+    procHelpers,
+    `r=${shQuote(runDir)}`,
+    '[ -d "$r" ] || { echo "result clean"; exit 0; }',
+    `for job in "$r"/*/*/; do`,
+    '  ( cd "$job" 2>/dev/null || exit 0',
+    `    marker= leader= leader_t0=`,
+    `    [ -s ${INSTANCE_FILE} ] && marker="${MARKER_NAME}=$(< ${INSTANCE_FILE})"`,
+    `    [ -s ${L.started}/${L.pid} ] && read -r leader leader_t0 < ${L.started}/${L.pid}`,
+    '    stop_members 0 )',
+    'done | grep "^result survivors" && exit 0',
+    'rm -rf -- "$r" && echo "result clean"',
+  ].join('\n');
+}
+
+export interface ContainerLaunchInput {
+  jobDir: string;
+  image: string;
+  runtime: 'docker' | 'podman';
+  containerName: string;
+}
+
+/**
+ * launch.sh for a job with `image:`: runs commands.sh (the job's own launch script) in the image,
+ * with the host's network, the host's GPUs when it has any, and the job directory mounted at the
+ * same path (so DSTACK_MPI_HOSTFILE holds inside too). The wrapper's SIGTERM reaches the
+ * container through the client's signal proxy; `--init` forwards it to the commands.
+ */
+export function renderContainerLaunchScript(input: ContainerLaunchInput): string {
+  const dir = shQuote(input.jobDir);
+  const gpu =
+    input.runtime === 'docker' ? 'gpu=(--gpus all)' : 'gpu=(--device nvidia.com/gpu=all)';
+  return [
+    '#!/usr/bin/env bash',
+    `# Generated by Troupe: runs ${CONTAINER_COMMANDS_FILE} in image ${JSON.stringify(input.image)} (${input.runtime}).`,
+    `dir=${dir}`,
+    'gpu=()',
+    `if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then ${gpu}`,
+    'elif [ -e /dev/kfd ]; then gpu=(--device /dev/kfd --device /dev/dri --group-add video); fi',
+    `printf '%s %s\\n' ${input.runtime} ${shQuote(input.containerName)} > "$dir/${CONTAINER_FILE}"`,
+    `exec ${input.runtime} run --rm --init --name ${shQuote(input.containerName)} --network host "\${gpu[@]}" \\`,
+    `  -e ${MARKER_NAME} -v "$dir:$dir" -w "$dir/${L.workDir}" --entrypoint bash ${shQuote(input.image)} \\`,
+    `  --noprofile --norc -c '. "$1/${L.env}" && exec bash "$1/${CONTAINER_COMMANDS_FILE}"' troupe "$dir"`,
+    '',
+  ].join('\n');
+}
+
+/** The `result ...` line of a script's output, split into words. */
+export function resultOf(stdout: string): string[] | null {
+  const line = stdout.split('\n').find((l) => l.startsWith('result '));
+  return line ? line.trim().split(/\s+/).slice(1) : null;
+}

@@ -1,0 +1,265 @@
+import { randomBytes } from 'node:crypto';
+import type { SFTPWrapper } from 'ssh2';
+import { InstanceUnreachableError, SubmissionClosedError, type JobFiles, type JobProcessState, type JobRef, type LogChunk } from '../backend';
+import { renderEnvFile } from '../../runner/env-file';
+import { JobLayout as L } from '../../runner/job-layout';
+import { renderJobWrapper } from '../../runner/job-wrapper';
+import { connectSsh } from './connect';
+import { isHostUnreachable, SshCommandError, SshError } from './errors';
+import type { HostKeyTrust } from './host-key-trust';
+import { checkBaseDir, containerName, jobDirectory, runDirectory } from './job-paths';
+import {
+  CLAIM_WAIT_SECONDS,
+  CONTAINER_COMMANDS_FILE,
+  INSTANCE_FILE,
+  cleanupRunScript,
+  jobStateScript,
+  prepareStartScript,
+  renderContainerLaunchScript,
+  resultOf,
+  spawnWrapperScript,
+  stopJobScript,
+} from './job-scripts';
+import type { CommandResult, SshSession } from './session';
+import { shQuote } from './shell-quote';
+import { describeTarget, type SshTarget } from './target';
+import type { SshTimeouts } from './timeouts';
+
+export interface SshRunnerOptions {
+  trust: HostKeyTrust;
+  /** Absolute job base directory on the host (defaultJobBaseDir(facts) is `~/.troupe/jobs`). */
+  baseDir: string;
+  timeouts?: Partial<SshTimeouts>;
+}
+
+export interface StartJobOptions {
+  /** Run the commands in this image (docker or podman on the host, host network, host GPUs). */
+  image?: string | null;
+}
+
+/** `image:` was asked for on a host with neither docker nor podman answering. */
+export class NoContainerRuntimeError extends SshError {
+  override name = 'NoContainerRuntimeError';
+}
+
+/** stopJob or cleanupRun could not make every process of a job go away. */
+export class JobStopFailedError extends SshError {
+  override name = 'JobStopFailedError';
+}
+
+/**
+ * The runner on one SSH host: the Backend job methods (startJob, jobState, stopJob, readLog) with
+ * the same semantics as the local fleet (src/backends/backend.ts), over one pooled connection.
+ * Idempotent and safe to retry: the start is claimed on the host with an atomic mkdir, so of
+ * concurrent or retried starts exactly one runs the commands, and a stop claims the start too.
+ * A host that cannot be reached yields InstanceUnreachableError (its cause: the typed SSH error).
+ */
+export class SshRunner {
+  readonly baseDir: string;
+  private readonly host: string;
+
+  constructor(
+    readonly target: SshTarget,
+    private readonly options: SshRunnerOptions,
+  ) {
+    this.baseDir = checkBaseDir(options.baseDir);
+    this.host = describeTarget(target);
+  }
+
+  jobDirectory(job: Pick<JobRef, 'run_id' | 'submission' | 'job_name'>): string {
+    return jobDirectory(this.baseDir, job);
+  }
+
+  /** True when the host answers and its job base directory is writable; false while it cannot be reached. */
+  async runnerReady(): Promise<boolean> {
+    try {
+      const session = await this.session();
+      const dir = shQuote(this.baseDir);
+      const result = await session.exec(`mkdir -p ${dir} && test -w ${dir}`);
+      return result.exitCode === 0;
+    } catch (err) {
+      if (isHostUnreachable(err)) return false;
+      throw err;
+    }
+  }
+
+  /**
+   * Uploads env, hostfile, launch script and wrapper by SFTP (each replaced atomically, so a
+   * wrapper already running keeps reading what it started with), then starts the wrapper in a new
+   * session on the host. Returns the pid of whichever start won the claim; throws
+   * SubmissionClosedError when a stop claimed the job first.
+   */
+  async startJob(job: JobRef, files: JobFiles, options: StartJobOptions = {}): Promise<{ pid: number }> {
+    return this.reachable(async (session) => {
+      const dir = this.jobDirectory(job);
+      const image = options.image ?? null;
+      const prepared = await this.script(session, 'prepare the job directory', prepareStartScript(dir, image !== null));
+      const [state, runtime] = prepared;
+      if (state === 'no-runtime') {
+        throw new NoContainerRuntimeError(
+          this.host,
+          `${job.job_name}: image ${image} cannot run on ${this.host}: the host has neither docker nor podman (with a daemon that answers)`,
+        );
+      }
+      if (state === 'ready') {
+        const uploads: Array<[string, string, number]> = [
+          [L.env, renderEnvFile(files.env), 0o600],
+          [L.hostfile, files.hostfile, 0o644],
+          [L.wrapper, renderJobWrapper(), 0o755],
+          [INSTANCE_FILE, `${job.instance.instance_id}\n`, 0o644],
+        ];
+        if (image !== null && (runtime === 'docker' || runtime === 'podman')) {
+          uploads.push([CONTAINER_COMMANDS_FILE, files.script, 0o755]);
+          uploads.push([L.launchScript, renderContainerLaunchScript({ jobDir: dir, image, runtime, containerName: containerName(dir) }), 0o755]);
+        } else {
+          uploads.push([L.launchScript, files.script, 0o755]);
+        }
+        await this.upload(session, dir, uploads);
+      }
+      const [outcome, pid, ...rest] = await this.script(
+        session,
+        'start the job',
+        spawnWrapperScript(dir, job.instance.instance_id),
+        (CLAIM_WAIT_SECONDS + 20) * 1000,
+      );
+      if (outcome === 'started' && Number(pid) > 0) return { pid: Number(pid) };
+      if (outcome === 'stopped') {
+        throw new SubmissionClosedError(`${job.job_name} was stopped before it started; it will not start any more`);
+      }
+      throw new SshCommandError(this.host, `start ${job.job_name}`, 0, `no process recorded in ${dir} after ${CLAIM_WAIT_SECONDS}s ${rest.join(' ')}`);
+    });
+  }
+
+  async jobState(job: JobRef): Promise<JobProcessState> {
+    return this.reachable(async (session) => {
+      const [state, pid, code] = await this.script(session, 'read the job state', jobStateScript(this.jobDirectory(job)));
+      if (state === 'running') return { state: 'running', pid: Number(pid) };
+      if (state === 'exited') return { state: 'exited', pid: Number(pid), exit_code: Number(code) };
+      return { state: 'absent' };
+    });
+  }
+
+  /** SIGTERM to the job's processes (group, session, and any carrying its marker), SIGKILL after the grace period. */
+  async stopJob(job: JobRef, graceSeconds: number): Promise<void> {
+    await this.reachable(async (session) => {
+      const result = await this.script(
+        session,
+        'stop the job',
+        stopJobScript(this.jobDirectory(job), job.instance.instance_id, graceSeconds),
+        (graceSeconds + CLAIM_WAIT_SECONDS + 30) * 1000,
+      );
+      if (result[0] === 'survivors') {
+        throw new JobStopFailedError(this.host, `${job.job_name}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);
+      }
+    });
+  }
+
+  /** Up to `limitBytes` of the job's log from `offset`, never ending inside a UTF-8 character. */
+  async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {
+    const path = `${this.jobDirectory(job)}/${L.log}`;
+    return this.reachable((session) =>
+      session.sftp(`read ${path}`, async (sftp) => {
+        const bytes = await readRange(sftp, path, offset, Math.max(0, limitBytes));
+        if (bytes === null) return { data: '', next_offset: offset };
+        const length = wholeCharacters(bytes);
+        return { data: bytes.subarray(0, length).toString('utf8'), next_offset: offset + length };
+      }),
+    );
+  }
+
+  /** Kills whatever still runs from the run's jobs on this host and removes the run's directory. Idempotent. */
+  async cleanupRun(runId: string): Promise<void> {
+    await this.reachable(async (session) => {
+      const result = await this.script(session, 'clean up the run', cleanupRunScript(runDirectory(this.baseDir, runId)), 60_000);
+      if (result[0] === 'survivors') {
+        throw new JobStopFailedError(this.host, `run ${runId}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);
+      }
+    });
+  }
+
+  private session(): Promise<SshSession> {
+    return connectSsh(this.target, this.options.trust, { timeouts: this.options.timeouts });
+  }
+
+  /** Runs `body` on the host's session; "cannot reach the host" becomes InstanceUnreachableError. */
+  private async reachable<T>(body: (session: SshSession) => Promise<T>): Promise<T> {
+    try {
+      return await body(await this.session());
+    } catch (err) {
+      if (isHostUnreachable(err)) {
+        throw new InstanceUnreachableError((err as Error).message, { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  private async script(session: SshSession, what: string, script: string, timeoutMs?: number): Promise<string[]> {
+    const result: CommandResult = await session.exec(script, { timeoutMs });
+    const words = resultOf(result.stdout);
+    if (result.exitCode !== 0 || words === null) {
+      throw new SshCommandError(this.host, what, result.exitCode, `${result.stderr}${result.stdout}`);
+    }
+    return words;
+  }
+
+  private async upload(session: SshSession, dir: string, files: Array<[string, string, number]>): Promise<void> {
+    const nonce = randomBytes(6).toString('hex');
+    await session.sftp(`upload the job files to ${dir}`, async (sftp) => {
+      await Promise.all(
+        files.map(async ([name, content, mode]) => {
+          const tmp = `${dir}/.${name}.${nonce}`;
+          await sftpCall<void>((cb) => sftp.writeFile(tmp, content, { mode }, cb));
+          // posix-rename replaces atomically; plain SFTP rename refuses an existing target.
+          await sftpCall<void>((cb) => sftp.ext_openssh_rename(tmp, `${dir}/${name}`, cb));
+        }),
+      );
+    });
+  }
+}
+
+function sftpCall<T>(call: (cb: (err: Error | null | undefined, value?: T) => void) => void): Promise<T> {
+  return new Promise((resolve, reject) => call((err, value) => (err ? reject(err) : resolve(value as T))));
+}
+
+const SFTP_NO_SUCH_FILE = 2;
+
+/** Bytes [offset, offset+limit) of a remote file, fewer at its end; null when the file does not exist. */
+async function readRange(sftp: SFTPWrapper, path: string, offset: number, limit: number): Promise<Buffer | null> {
+  let handle: Buffer;
+  try {
+    handle = await sftpCall<Buffer>((cb) => sftp.open(path, 'r', cb));
+  } catch (err) {
+    if ((err as { code?: number }).code === SFTP_NO_SUCH_FILE) return null;
+    throw err;
+  }
+  try {
+    const buffer = Buffer.alloc(limit);
+    let filled = 0;
+    while (filled < limit) {
+      const n = await new Promise<number>((resolve, reject) =>
+        sftp.read(handle, buffer, filled, limit - filled, offset + filled, (err, bytesRead) => {
+          // End of file is reported as an error with the SFTP EOF status.
+          if (err) (err as { code?: number }).code === 1 ? resolve(0) : reject(err);
+          else resolve(bytesRead);
+        }),
+      );
+      if (n === 0) break;
+      filled += n;
+    }
+    return buffer.subarray(0, filled);
+  } finally {
+    await sftpCall<void>((cb) => sftp.close(handle, cb)).catch(() => undefined);
+  }
+}
+
+/** Bytes of `chunk` up to the last whole UTF-8 character (a chunk of only a broken sequence is taken as is). */
+export function wholeCharacters(chunk: Buffer): number {
+  const n = chunk.length;
+  for (let back = 1; back <= Math.min(3, n); back += 1) {
+    const byte = chunk[n - back] ?? 0;
+    if ((byte & 0xc0) === 0x80) continue;
+    const need = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+    return need > back && n - back > 0 ? n - back : n;
+  }
+  return n;
+}

@@ -1,0 +1,252 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { InstanceUnreachableError, SubmissionClosedError, type JobFiles, type JobRef } from '../../src/backends/backend';
+import {
+  closeAllSshSessions,
+  connectSsh,
+  HostKeyTrust,
+  NoContainerRuntimeError,
+  SshConnectionLostError,
+  SshRunner,
+} from '../../src/backends/ssh';
+import { renderLaunchScript } from '../../src/runner/launch-script';
+import { createTestHosts, type TestHosts } from './hosts';
+
+/** The runner over SSH against real sshd hosts: start, state, log, stop, idempotence, host loss. */
+
+const fast = { keepaliveIntervalMs: 500, keepaliveCountMax: 3, connectMs: 3_000, handshakeMs: 3_000 };
+
+function jobRef(host: string, jobName = 'job-0', runId = `run-${randomUUID().slice(0, 8)}`): JobRef {
+  return {
+    run_id: runId,
+    run_name: 'ssh-test',
+    submission: 0,
+    job_num: 0,
+    job_name: jobName,
+    instance: { instance_id: `${runId}-0-${jobName}`, host, internal_ip: '10.214.0.2', gpus: 0, details: {} },
+  };
+}
+
+function files(runner: SshRunner, job: JobRef, commands: string[], env: Record<string, string> = {}): JobFiles {
+  return {
+    env: { DSTACK_NODE_RANK: String(job.job_num), DSTACK_MPI_HOSTFILE: `${runner.jobDirectory(job)}/hostfile`, ...env },
+    hostfile: '10.214.0.2 slots=1\n10.214.0.3\n',
+    script: renderLaunchScript({ commands, workingDir: null, image: null }),
+  };
+}
+
+async function logUntil(runner: SshRunner, job: JobRef, pattern: RegExp, timeoutMs = 15_000): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  let log = '';
+  while (Date.now() < deadline) {
+    const chunk = await runner.readLog(job, 0, 1 << 20);
+    log = chunk.data;
+    if (pattern.test(log)) return log;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`log never matched ${pattern}: ${JSON.stringify(log)}`);
+}
+
+async function exitedState(runner: SshRunner, job: JobRef, timeoutMs = 15_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const state = await runner.jobState(job);
+    if (state.state === 'exited') return state.exit_code;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error('job never exited');
+}
+
+describe('SshRunner', () => {
+  let hosts: TestHosts;
+  let trust: HostKeyTrust;
+  const runner = (name: string, timeouts = {}): SshRunner =>
+    new SshRunner(hosts.target(name), { trust, baseDir: hosts.host(name).jobBaseDir, timeouts });
+
+  beforeAll(async () => {
+    hosts = await createTestHosts([
+      { name: 'cpu' },
+      { name: 'gpu', gpus: { name: 'NVIDIA L40S', memoryMiB: 46068, count: 1 } },
+      { name: 'hidden', behindJump: 'cpu' },
+      { name: 'lost' },
+    ]);
+    trust = new HostKeyTrust({ knownHostsFiles: [hosts.knownHostsFile] });
+  });
+
+  afterEach(async () => {
+    await closeAllSshSessions();
+    // After every test: no job process left on any host.
+    for (const name of Object.keys(hosts.hosts)) expect(await hosts.jobProcesses(name), `processes left on ${name}`).toEqual([]);
+  });
+
+  afterAll(async () => {
+    await closeAllSshSessions();
+    await hosts?.destroy();
+  });
+
+  it('starts a job detached, reads its state and log, and stops its whole process group', async () => {
+    const r = runner('cpu');
+    const job = jobRef('cpu');
+    const { pid } = await r.startJob(
+      job,
+      files(r, job, [
+        'echo "rank=$DSTACK_NODE_RANK"',
+        'cat "$DSTACK_MPI_HOSTFILE"',
+        // One child in the group, one that leaves it (setsid): both must go.
+        'sleep 1000 & setsid sleep 1001 & echo spawned; wait',
+      ]),
+    );
+    expect(pid).toBeGreaterThan(0);
+    const log = await logUntil(r, job, /spawned/);
+    expect(log).toBe('rank=0\n10.214.0.2 slots=1\n10.214.0.3\nspawned\n');
+    expect(await r.jobState(job)).toEqual({ state: 'running', pid });
+
+    // The job outlives the SSH connection that started it.
+    await closeAllSshSessions();
+    expect(await r.jobState(job)).toEqual({ state: 'running', pid });
+    const commands = (await hosts.jobProcesses('cpu')).map((p) => p.command);
+    expect(commands).toEqual(expect.arrayContaining(['sleep 1000', 'sleep 1001']));
+
+    await r.stopJob(job, 5);
+    expect(await hosts.jobProcesses('cpu')).toEqual([]);
+    // SIGTERM ended the commands; the wrapper outlived them and wrote 128+15.
+    expect(await r.jobState(job)).toEqual({ state: 'exited', pid, exit_code: 143 });
+    // Idempotent: stopping again, and starting again, changes nothing.
+    await r.stopJob(job, 5);
+    expect(await r.startJob(job, files(r, job, ['echo second start']))).toEqual({ pid });
+    expect((await r.readLog(job, 0, 1 << 20)).data).not.toContain('second start');
+  });
+
+  it('kills a job that ignores SIGTERM once the grace period is over', async () => {
+    const r = runner('cpu');
+    const job = jobRef('cpu');
+    await r.startJob(job, files(r, job, ["trap '' TERM", 'echo ready', 'sleep 1000; sleep 1000']));
+    await logUntil(r, job, /ready/);
+    const started = Date.now();
+    await r.stopJob(job, 1);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+    expect(await hosts.jobProcesses('cpu')).toEqual([]);
+    expect(await r.jobState(job)).toMatchObject({ state: 'exited', exit_code: 137 });
+  });
+
+  it('starts a job at most once under concurrent and retried starts', async () => {
+    const r = runner('cpu');
+    const job = jobRef('cpu');
+    // Each start that ran the commands would add one line to the log.
+    const f = files(r, job, ['echo "started $$"', 'sleep 1000']);
+    const others = [runner('cpu'), new SshRunner(hosts.target('cpu'), { trust: new HostKeyTrust({ knownHostsFiles: [hosts.knownHostsFile] }), baseDir: hosts.host('cpu').jobBaseDir })];
+    const results = await Promise.all([...Array.from({ length: 4 }, () => r.startJob(job, f)), ...others.map((o) => o.startJob(job, f))]);
+    expect(new Set(results.map((x) => x.pid)).size).toBe(1);
+    await logUntil(r, job, /started/);
+    await new Promise((res) => setTimeout(res, 300));
+    expect((await r.readLog(job, 0, 1 << 20)).data.match(/started/g)).toHaveLength(1);
+    expect((await hosts.jobProcesses('cpu')).filter((p) => p.command === 'sleep 1000')).toHaveLength(1);
+    await r.stopJob(job, 2);
+  });
+
+  it('a stop before the start claims it: the start is refused and nothing runs', async () => {
+    const r = runner('gpu');
+    const job = jobRef('gpu');
+    await r.stopJob(job, 1);
+    await expect(r.startJob(job, files(r, job, ['echo should-not-run', 'sleep 1000']))).rejects.toBeInstanceOf(SubmissionClosedError);
+    expect(await r.jobState(job)).toEqual({ state: 'absent' });
+    expect((await r.readLog(job, 0, 1000)).data).toBe('');
+    // A start racing a stop: whichever claims first wins, and nothing is left running either way.
+    const raced = jobRef('gpu');
+    const outcome = await Promise.allSettled([r.startJob(raced, files(r, raced, ['sleep 1000'])), r.stopJob(raced, 1)]);
+    expect(outcome[1].status).toBe('fulfilled');
+    if (outcome[0].status === 'rejected') expect(outcome[0].reason).toBeInstanceOf(SubmissionClosedError);
+    await r.stopJob(raced, 1);
+  });
+
+  it('records the exit code and reads the log by offset without splitting a character', async () => {
+    const r = runner('gpu');
+    const job = jobRef('gpu');
+    expect(await r.jobState(job)).toEqual({ state: 'absent' });
+    await r.startJob(job, files(r, job, ["printf 'h\\xc3\\xa9llo\\n'", 'exit 3']));
+    expect(await exitedState(r, job)).toBe(3);
+    const all = await r.readLog(job, 0, 1000);
+    expect(all).toEqual({ data: 'héllo\n', next_offset: 7 });
+    // Two bytes stop inside "é": the chunk ends before it.
+    const first = await r.readLog(job, 0, 2);
+    expect(first).toEqual({ data: 'h', next_offset: 1 });
+    const rest = await r.readLog(job, first.next_offset, 1000);
+    expect(rest).toEqual({ data: 'éllo\n', next_offset: 7 });
+    expect(await r.readLog(job, 7, 1000)).toEqual({ data: '', next_offset: 7 });
+  });
+
+  it('passes hostile env values to the commands unchanged and never executes them', async () => {
+    const r = runner('cpu');
+    const job = jobRef('cpu', "we'ird $(touch /tmp/pwned-name) `x` name");
+    const values = {
+      QUOTES: `it's "quoted" 'twice'`,
+      DOLLAR: '$HOME ${PATH} $(touch /tmp/troupe-pwned) `touch /tmp/troupe-pwned`',
+      NEWLINES: 'line one\nline two\n\nexport INJECTED=1',
+      BACKSLASH: 'a\\b\\\\c \\n not a newline',
+      UNICODE: 'ünïcødé ✓',
+    };
+    await r.startJob(job, files(r, job, ['for v in QUOTES DOLLAR NEWLINES BACKSLASH UNICODE; do printf "%s\\0" "${!v}"; done', 'printf "%s" "${INJECTED-unset}"'], values));
+    expect(await exitedState(r, job)).toBe(0);
+    const log = (await r.readLog(job, 0, 1 << 20)).data;
+    const parts = log.split('\0');
+    expect(parts.slice(0, 5)).toEqual(Object.values(values));
+    expect(parts[5]).toBe('unset');
+    const check = await (await connectSsh(hosts.target('cpu'), trust)).exec('ls /tmp/troupe-pwned /tmp/pwned-name 2>&1 || true');
+    expect(check.stdout).toMatch(/No such file or directory[\s\S]*No such file or directory/);
+    expect(r.jobDirectory(job)).toMatch(/\/we_ird_\$?.*-[0-9a-f]{10}$/);
+    expect(r.jobDirectory(job)).not.toMatch(/[`'$ ()]/);
+  });
+
+  it('cleans up a run: leftover processes killed, directory removed', async () => {
+    const r = runner('cpu');
+    const runId = `run-${randomUUID().slice(0, 8)}`;
+    const a = jobRef('cpu', 'job-a', runId);
+    const b = jobRef('cpu', 'job-b', runId);
+    await r.startJob(a, files(r, a, ['sleep 1000']));
+    await r.startJob(b, files(r, b, ['setsid sleep 1002 & wait']));
+    await expect.poll(async () => (await hosts.jobProcesses('cpu')).length).toBeGreaterThanOrEqual(3);
+    await r.cleanupRun(runId);
+    expect(await hosts.jobProcesses('cpu')).toEqual([]);
+    const ls = await (await connectSsh(hosts.target('cpu'), trust)).exec(`ls ${hosts.host('cpu').jobBaseDir}`);
+    expect(ls.stdout).not.toContain(runId);
+    await r.cleanupRun(runId);
+  });
+
+  it('fails an image job on a host without docker or podman, naming the host, and claims nothing', async () => {
+    const r = runner('gpu');
+    const job = jobRef('gpu');
+    const err = (await r.startJob(job, files(r, job, ['true']), { image: 'lmsysorg/sglang:latest' }).catch((e: unknown) => e)) as Error;
+    expect(err).toBeInstanceOf(NoContainerRuntimeError);
+    expect(err.message).toBe(
+      `job-0: image lmsysorg/sglang:latest cannot run on root@${hosts.host('gpu').address}:22: the host has neither docker nor podman (with a daemon that answers)`,
+    );
+    expect(await r.jobState(job)).toEqual({ state: 'absent' });
+  });
+
+  it('runs a job on a host behind a jump', async () => {
+    const r = runner('hidden');
+    expect(await r.runnerReady()).toBe(true);
+    const job = jobRef('hidden');
+    await r.startJob(job, files(r, job, ['hostname -I', 'sleep 1000']));
+    expect((await logUntil(r, job, /10\.214/)).trim()).toBe(hosts.host('hidden').address);
+    await r.stopJob(job, 1);
+  });
+
+  it('reports a host lost mid-run as InstanceUnreachableError within the keepalive limit', async () => {
+    const r = runner('lost', fast);
+    const job = jobRef('lost');
+    await r.startJob(job, files(r, job, ['sleep 1000']));
+    expect((await r.jobState(job)).state).toBe('running');
+    const pending = r.stopJob(job, 30).catch((e: unknown) => e);
+    const started = Date.now();
+    await hosts.stopHost('lost');
+    const err = (await pending) as InstanceUnreachableError;
+    // Either the stop's channel died with the connection, or the stop finished first (then the state read fails).
+    const failure = err instanceof Error ? err : ((await r.jobState(job).catch((e: unknown) => e)) as InstanceUnreachableError);
+    expect(failure).toBeInstanceOf(InstanceUnreachableError);
+    expect(failure.cause).toSatisfy((c: unknown) => c instanceof SshConnectionLostError || c instanceof Error);
+    expect(failure.message).toContain(hosts.host('lost').address);
+    expect(Date.now() - started).toBeLessThan(fast.keepaliveIntervalMs * (fast.keepaliveCountMax + 2) + fast.connectMs);
+    expect(await r.runnerReady()).toBe(false);
+  });
+});
