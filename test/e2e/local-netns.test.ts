@@ -180,6 +180,12 @@ describe('local fleet, netns mode', () => {
     // The root namespace reaches them too, through the bridge.
     expect(await httpGet(`http://${instances[0]!.internal_ip}:8000/`)).toBe('alpha');
     expect(await httpGet(`http://${instances[1]!.internal_ip}:8000/`)).toBe('beta');
+    // exec runs in the node's own namespace (its 127.0.0.1 is the node's), with the job's env.
+    expect(await backend.exec(refs[0]!, 'curl -sf http://127.0.0.1:8000/; echo', 5000)).toEqual({ exit_code: 0, output: 'alpha' });
+    expect(await backend.exec(refs[1]!, 'echo "$DSTACK_NODE_GROUP_NAME"; exit 4', 5000)).toEqual({ exit_code: 4, output: 'beta' });
+    const slow = Date.now();
+    expect(await backend.exec(refs[1]!, 'echo waiting; sleep 30', 300)).toEqual({ exit_code: 124, output: 'waiting' });
+    expect(Date.now() - slow).toBeLessThan(5000);
     await Promise.all(refs.map((ref) => backend.stopJob(ref, 2)));
     for (const ref of refs) expect((await backend.jobState(ref)).state).toBe('exited');
   });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { numberToIp, ipToNumber, parseSubnet, poolAddresses, subnetContains } from '../../src/backends/local/address-pool';
+import { defaultLocalSubnet } from '../../src/backends/local/local-backend';
 import { localInstanceId, nodeLinkNames, pathSegment } from '../../src/backends/local/local-names';
 
 describe('local fleet addresses', () => {
@@ -25,6 +26,22 @@ describe('local fleet addresses', () => {
     expect(pool).toEqual(['10.213.0.2', '10.213.0.3', '10.213.0.4', '10.213.0.5', '10.213.0.6']);
     expect(poolAddresses(parseSubnet('10.213.0.0/16'), ['10.213.0.1'], 2)).toEqual(['10.213.0.2', '10.213.0.3']);
     expect(poolAddresses(parseSubnet('10.213.0.0/16'), [], 0)).toEqual([]);
+  });
+});
+
+describe('default subnet of a fleet', () => {
+  it('is a /24 of 10.213.1-199 (netns) or 127.213.1-199 (loopback), fixed by the state directory', () => {
+    const dirs = Array.from({ length: 50 }, (_, i) => `/tmp/state-${i}`);
+    for (const dir of dirs) {
+      const netns = defaultLocalSubnet('netns', dir);
+      expect(netns).toMatch(/^10\.213\.(\d+)\.0\/24$/);
+      const third = Number(netns.split('.')[2]);
+      expect(third).toBeGreaterThanOrEqual(1);
+      expect(third).toBeLessThanOrEqual(199);
+      expect(defaultLocalSubnet('loopback', dir)).toBe(`127.213.${third}.0/24`);
+      expect(defaultLocalSubnet('netns', `${dir}/`)).toBe(netns);
+    }
+    expect(new Set(dirs.map((d) => defaultLocalSubnet('netns', d))).size).toBeGreaterThan(30);
   });
 });
 

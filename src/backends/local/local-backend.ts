@@ -1,11 +1,13 @@
+import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { mkdir, open } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   NoCapacityError,
   SubmissionClosedError,
   type Backend,
+  type ExecResult,
   type Instance,
   type JobFiles,
   type JobProcessState,
@@ -32,8 +34,9 @@ import {
 } from './job-process';
 import { localInstanceId, nodeLinkNames, type NodeLinkNames } from './local-names';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
+import { execOnNode } from './node-exec';
 import { isAlive } from './proc';
-import { isErrno, writeFileAtomic } from './state-files';
+import { isErrno, pathExists, writeFileAtomic } from './state-files';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -49,7 +52,11 @@ export interface LocalBackendOptions {
   network: 'netns' | 'loopback' | 'auto';
   /** Most instances at once (then provision() throws NoCapacityError); default: the whole subnet. */
   capacity?: number;
-  /** Addresses to hand out: inside 10.213.0.0/16 (netns) or 127.0.0.0/8 (loopback). */
+  /**
+   * Addresses to hand out: inside 10.213.0.0/16 (netns) or 127.0.0.0/8 (loopback). Leases live in
+   * `stateDir`, so fleets with different state directories on one machine need disjoint subnets;
+   * the default is a /24 picked from the state directory's path (defaultLocalSubnet).
+   */
   subnet?: string;
   /** GPUs an instance reports to a job that asks for some (this machine's are not inspected); default 0. */
   gpus?: number;
@@ -64,7 +71,15 @@ export function defaultLocalStateDir(): string {
   return process.env.TROUPE_LOCAL_STATE_DIR ?? join(homedir(), '.troupe', 'local');
 }
 
-const DEFAULT_SUBNET: Record<NetworkMode, string> = { netns: BRIDGE_SUBNET, loopback: '127.213.0.0/16' };
+/**
+ * The default subnet of a fleet: 10.213.N.0/24 (netns) or 127.213.N.0/24 (loopback), N in 1..199
+ * from a hash of the state directory. Fleets with different state directories (a worker and a test
+ * run on one machine) then rarely share addresses, and 200..254 stay free for explicit subnets.
+ */
+export function defaultLocalSubnet(mode: NetworkMode, stateDir: string): string {
+  const n = 1 + (createHash('sha256').update(resolve(stateDir)).digest().readUInt32BE(0) % 199);
+  return mode === 'netns' ? `10.213.${n}.0/24` : `127.213.${n}.0/24`;
+}
 /** Variables of the worker's environment a job inherits; the rest (credentials, tooling) stay out. */
 const INHERITED_ENV = ['PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LC_ALL', 'LC_CTYPE', 'TZ', 'TMPDIR'];
 const FALLBACK_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
@@ -108,7 +123,7 @@ export class LocalBackend implements Backend {
   }
 
   private pool(mode: NetworkMode): string[] {
-    const cidr = this.options.subnet ?? DEFAULT_SUBNET[mode];
+    const cidr = this.options.subnet ?? defaultLocalSubnet(mode, this.options.stateDir);
     const subnet = parseSubnet(cidr);
     const outer = parseSubnet(mode === 'netns' ? BRIDGE_SUBNET : '127.0.0.0/8');
     if (!subnetContains(outer, subnet)) {
@@ -306,6 +321,21 @@ export class LocalBackend implements Backend {
     if (names) await removeNodeNetwork(names);
     await this.store.releaseAddress(record.ip, record.instance_id);
     await this.store.removeRecord(record.instance_id);
+  }
+
+  /**
+   * Runs a probe where the job runs: in its namespace (netns mode), in its directory with its
+   * environment (job.env, once the job was started), so `$DSTACK_*` work in the script.
+   */
+  async exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult> {
+    const record = await this.store.readRecord(job.instance.instance_id);
+    if (!record) return { exit_code: 127, output: `instance ${job.instance.instance_id} is not on the local fleet (released?)` };
+    const dir = this.jobDirectory(job);
+    const started = await pathExists(join(dir, L.env));
+    const withEnv = started ? `. ./${L.env} || exit 126\n${script}` : script;
+    const env = this.baseEnv(record);
+    delete env[MARKER_NAME];
+    return await execOnNode(withEnv, { netns: record.netns, cwd: started ? dir : '/', env, timeoutMs });
   }
 
   async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {
