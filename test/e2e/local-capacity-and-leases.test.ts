@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { NoCapacityError, SubmissionClosedError } from '../../src/backends/backend';
-import { localInstanceId } from '../../src/backends/local/local-names';
+import { localInstanceId, nodeLinkNames } from '../../src/backends/local/local-names';
 import { JobLayout } from '../../src/runner/job-layout';
 import { groupRequest, jobRef, LocalFleetHarness, makeRun } from './local-fixtures';
 
@@ -23,7 +23,9 @@ describe('local fleet capacity and leases', () => {
     h.track(big);
     await expect(backend.provision(groupRequest(big, 0))).rejects.toThrow(NoCapacityError);
     expect(leases()).toEqual([]);
-    expect(readdirSync('/run/netns').filter((n) => n.startsWith('trpl-'))).toEqual([]);
+    for (const job of big.jobs) {
+      expect(existsSync(`/run/netns/${nodeLinkNames(localInstanceId(big.runId, 0, job.job_num)).netns}`)).toBe(false);
+    }
 
     const fits = makeRun([{ name: 'fits', nodes: 2, commands: ['true'] }]);
     await h.provision(backend, fits);

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { get } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -237,6 +238,21 @@ describe('local fleet, netns mode', () => {
     await expect(h.start(backend, run, instances)).rejects.toThrow(SubmissionClosedError);
     expect(await backend.jobState(ref)).toEqual({ state: 'absent' });
     expect(existsSync(marker)).toBe(false);
+  });
+
+  it('fails a start fast, with the reason, when the node\'s namespace is gone', async () => {
+    const run = makeRun([{ name: 'main', nodes: 1, commands: ['true'] }]);
+    const instances = await h.provision(backend, run);
+    const ref = jobRef(run, 0, instances[0]!);
+    execFileSync('ip', ['netns', 'del', instances[0]!.details.netns!]);
+    expect(await backend.runnerReady(ref)).toBe(false);
+    const started = Date.now();
+    await expect(h.start(backend, run, instances)).rejects.toThrow('the job wrapper exited with');
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect(readFileSync(join(backend.jobDirectory(ref), JobLayout.wrapperLog), 'utf8')).toContain(instances[0]!.details.netns!);
+    // provision() of the same job sets the namespace up again.
+    expect(await backend.provision(groupRequest(run, 0))).toEqual(instances);
+    expect(await backend.runnerReady(ref)).toBe(true);
   });
 
   it('releaseRun stops every process, removes namespaces, links and leases, and refuses later provisioning', async () => {

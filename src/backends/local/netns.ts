@@ -63,7 +63,11 @@ export async function ensureBridge(): Promise<void> {
 /** Namespace, veth pair on the bridge, the node's address and loopback, all up. */
 export async function ensureNodeNetwork(names: NodeLinkNames, address: string): Promise<void> {
   await ensureBridge();
-  await create(['netns', 'add', names.netns], () => netnsExists(names.netns));
+  if (!(await netnsExists(names.netns))) {
+    await create(['netns', 'add', names.netns], () => netnsExists(names.netns));
+    // A bridge end left from an earlier namespace of this name has lost its peer (or is about to).
+    if (await linkExists(names.hostLink)) await ip(['link', 'del', names.hostLink]);
+  }
   await create(
     ['link', 'add', names.hostLink, 'type', 'veth', 'peer', 'name', names.nodeLink, 'netns', names.netns],
     () => linkExists(names.hostLink),
