@@ -27,13 +27,9 @@ export function closedObject<T extends z.ZodRawShape>(shape: T, policy: FieldPol
         kept[field] = fieldValue;
         continue;
       }
-      ctx.addIssue({
-        code: 'custom',
-        message: refusal(field, mapping, known, policy),
-        path: [field],
-        params: { target: 'key' },
-        input: fieldValue,
-      });
+      // Reported as an unrecognized key: zod then still parses the known fields, so the refusal
+      // shown can be the first one in the file.
+      ctx.addIssue({ code: 'unrecognized_keys', keys: [field], message: refusal(field, mapping, known, policy), input: mapping });
     }
     return kept;
   }, z.object(shape));
@@ -48,8 +44,19 @@ function refusal(field: string, mapping: Record<string, unknown>, known: readonl
     return `Troupe does not support the dstack field \`${field}\`${why}: remove it`;
   }
   if (policy.planned?.includes(field)) return `\`${field}\` in ${policy.what} is not supported yet: remove it`;
-  const near = known.find((k) => editDistance(k, field) <= 2);
+  const near = closest(field, known);
   return `unknown field \`${field}\` in ${policy.what}${near ? ` (did you mean \`${near}\`?)` : ''}`;
+}
+
+/** The known field a typo most likely meant, if one is close enough. */
+function closest(field: string, known: readonly string[]): string | undefined {
+  const limit = Math.max(1, Math.floor(field.length / 3));
+  let best: { name: string; distance: number } | undefined;
+  for (const name of known) {
+    const distance = editDistance(name, field);
+    if (distance <= limit && (!best || distance < best.distance)) best = { name, distance };
+  }
+  return best?.name;
 }
 
 /** Levenshtein distance, for "did you mean" hints on short field names. */
@@ -64,4 +71,12 @@ export function editDistance(a: string, b: string): number {
     previous = current;
   }
   return previous[b.length] ?? 0;
+}
+
+/**
+ * A refusal by a rule across fields (checked after the fields parse): ranked after field-level
+ * refusals, see parseWithSchema.
+ */
+export function ruleIssue(path: (string | number)[], message: string, target: 'key' | 'value' = 'value') {
+  return { code: 'custom' as const, path, message, params: { rule: true, target } };
 }

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { closedObject } from './closed-object';
+import { closedObject, ruleIssue } from './closed-object';
 import { parseEnv } from './env';
 import { isIpAddress, isPrivateIp, parseNetwork } from './ip-address';
 import { parsed, scalar, textSchema, toInt } from './scalars';
@@ -96,38 +96,33 @@ export const FleetConfigInputSchema = closedObject(
 ).superRefine((fleet, ctx) => {
   const ssh = fleet.ssh_config;
   if (!ssh) {
-    ctx.addIssue({ code: 'custom', path: ['ssh_config'], message: 'a Troupe fleet needs `ssh_config` with the `hosts` to use' });
+    ctx.addIssue(ruleIssue(['ssh_config'], 'a Troupe fleet needs `ssh_config` with the `hosts` to use'));
     return;
   }
   if (ssh.hosts.length === 0) {
-    ctx.addIssue({ code: 'custom', path: ['ssh_config', 'hosts'], message: '`hosts` is empty: list at least one host' });
+    ctx.addIssue(ruleIssue(['ssh_config', 'hosts'], '`hosts` is empty: list at least one host'));
   }
   const seen = new Map<string, number>();
   ssh.hosts.forEach((host, index) => {
     const at = ['ssh_config', 'hosts', index];
     if (!(host.user ?? ssh.user)) {
-      ctx.addIssue({ code: 'custom', path: at, message: `no SSH user for host ${host.hostname}: set \`user\` in ssh_config or on the host` });
+      ctx.addIssue(ruleIssue(at, `no SSH user for host ${host.hostname}: set \`user\` in ssh_config or on the host`));
     }
     if (!(host.identity_file ?? ssh.identity_file)) {
-      ctx.addIssue({
-        code: 'custom',
-        path: at,
-        message: `no SSH key for host ${host.hostname}: set \`identity_file\` in ssh_config or on the host`,
-      });
+      ctx.addIssue(ruleIssue(at, `no SSH key for host ${host.hostname}: set \`identity_file\` in ssh_config or on the host`));
     }
     const address = `${host.hostname}:${host.port ?? ssh.port ?? 22}`;
     const earlier = seen.get(address);
-    if (earlier !== undefined) {
-      ctx.addIssue({ code: 'custom', path: at, message: `host ${address} is listed twice (also hosts[${earlier}])` });
-    } else seen.set(address, index);
+    if (earlier !== undefined) ctx.addIssue(ruleIssue(at, `host ${address} is listed twice (also hosts[${earlier}])`));
+    else seen.set(address, index);
   });
   const withInternalIp = ssh.hosts.filter((h) => h.internal_ip);
   if (withInternalIp.length > 0 && withInternalIp.length !== ssh.hosts.length) {
     const missing = ssh.hosts.findIndex((h) => !h.internal_ip);
-    ctx.addIssue({ code: 'custom', path: ['ssh_config', 'hosts', missing], message: '`internal_ip` must be given for all hosts or for none' });
+    ctx.addIssue(ruleIssue(['ssh_config', 'hosts', missing], '`internal_ip` must be given for all hosts or for none'));
   }
   if (withInternalIp.length > 0 && ssh.network) {
-    ctx.addIssue({ code: 'custom', path: ['ssh_config', 'network'], message: '`internal_ip` and `network` are mutually exclusive: keep one' });
+    ctx.addIssue(ruleIssue(['ssh_config', 'network'], '`internal_ip` and `network` are mutually exclusive: keep one'));
   }
 });
 

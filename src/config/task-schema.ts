@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { StartupOrderSchema, StopCriteriaSchema } from '../plan/plan-schema';
-import { closedObject } from './closed-object';
+import { closedObject, ruleIssue } from './closed-object';
 import { parseOffableDuration } from './duration';
 import { parseEnv } from './env';
 import { parsePort } from './ports';
@@ -106,29 +106,21 @@ export const TaskConfigSchema = closedObject(taskShape, {
   const groups = task.groups;
   if (groups === null || groups === undefined) {
     if ((task.commands ?? []).length === 0 && !task.image) {
-      ctx.addIssue({ code: 'custom', path: ['commands'], message: 'either `commands` or `image` must be set' });
+      ctx.addIssue(ruleIssue(['commands'], 'either `commands` or `image` must be set'));
     }
     return;
   }
   if (task.nodes !== null && task.nodes !== undefined) {
-    ctx.addIssue({
-      code: 'custom',
-      path: ['nodes'],
-      params: { target: 'key' },
-      message: '`nodes` and `groups` are mutually exclusive: give each group its `nodes` instead',
-    });
+    ctx.addIssue(ruleIssue(['nodes'], '`nodes` and `groups` are mutually exclusive: give each group its `nodes` instead', 'key'));
   }
   if (groups.length === 0) {
-    ctx.addIssue({ code: 'custom', path: ['groups'], message: '`groups` cannot be empty: list at least one group, or remove it' });
+    ctx.addIssue(ruleIssue(['groups'], '`groups` cannot be empty: list at least one group, or remove it'));
   }
   for (const field of ['commands', 'ports'] as const) {
     if ((task[field] ?? []).length > 0) {
-      ctx.addIssue({
-        code: 'custom',
-        path: [field],
-        params: { target: 'key' },
-        message: `top-level \`${field}\` is not allowed when \`groups\` is set: give each group its \`${field}\``,
-      });
+      ctx.addIssue(
+        ruleIssue([field], `top-level \`${field}\` is not allowed when \`groups\` is set: give each group its \`${field}\``, 'key'),
+      );
     }
   }
   const firstIndexOf = new Map<string, number>();
@@ -136,20 +128,19 @@ export const TaskConfigSchema = closedObject(taskShape, {
     const name = group.name ?? String(index);
     const earlier = firstIndexOf.get(name);
     if (earlier !== undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: group.name ? ['groups', index, 'name'] : ['groups', index],
-        message: `duplicate group name "${name}" (also groups[${earlier}]): names must be unique; a group without \`name\` is named by its index`,
-      });
+      ctx.addIssue(
+        ruleIssue(
+          group.name ? ['groups', index, 'name'] : ['groups', index],
+          `duplicate group name "${name}" (also groups[${earlier}]): names must be unique; a group without \`name\` is named by its index`,
+        ),
+      );
     } else {
       firstIndexOf.set(name, index);
     }
     if ((group.commands ?? []).length === 0 && !task.image) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['groups', index],
-        message: `group "${name}" has no \`commands\`: give it \`commands\`, or set \`image\` at the task level`,
-      });
+      ctx.addIssue(
+        ruleIssue(['groups', index], `group "${name}" has no \`commands\`: give it \`commands\`, or set \`image\` at the task level`),
+      );
     }
   });
 });

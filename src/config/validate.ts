@@ -11,7 +11,9 @@ export function parseWithSchema<S extends z.ZodType>(schema: S, source: ConfigSo
   if (result.success) return result.data;
   const refusals = result.error.issues.map((issue) => toRefusal(issue, source.data));
   const ranked = refusals.map((r) => ({ r, pos: source.position(r.path, r.target) }));
-  ranked.sort((a, b) => a.pos.line - b.pos.line || a.pos.col - b.pos.col);
+  // Rules across fields (marked `rule`) only count once every field reads well: a typo'd field
+  // name says more than the rule it then seems to break.
+  ranked.sort((a, b) => Number(a.r.rule) - Number(b.r.rule) || a.pos.line - b.pos.line || a.pos.col - b.pos.col);
   const first = ranked[0]?.r ?? { path: [], target: 'value' as const, reason: 'invalid config' };
   throw source.error(first.path, first.reason, { target: first.target });
 }
@@ -20,6 +22,7 @@ interface Refusal {
   path: FieldPath;
   target: PositionTarget;
   reason: string;
+  rule: boolean;
 }
 
 function valueAt(data: unknown, path: FieldPath): unknown {
@@ -45,23 +48,25 @@ function toRefusal(issue: z.core.$ZodIssue, data: unknown): Refusal {
   const actual = valueAt(data, path);
   switch (issue.code) {
     case 'custom': {
-      const target = (issue.params as { target?: PositionTarget } | undefined)?.target ?? 'value';
-      return { path, target, reason: issue.message };
+      const params = issue.params as { target?: PositionTarget; rule?: boolean } | undefined;
+      return { path, target: params?.target ?? 'value', reason: issue.message, rule: params?.rule === true };
     }
     case 'invalid_type':
-      if (actual === undefined) return { path, target: 'value', reason: `missing required field \`${formatFieldPath(path)}\`` };
-      return { path, target: 'value', reason: `expected ${nouns[issue.expected] ?? issue.expected}, got ${describeValue(actual)}` };
+      if (actual === undefined) return { path, target: 'value', reason: `missing required field \`${formatFieldPath(path)}\``, rule: false };
+      return { path, target: 'value', reason: `expected ${nouns[issue.expected] ?? issue.expected}, got ${describeValue(actual)}`, rule: false };
     case 'invalid_value':
       return {
         path,
         target: 'value',
         reason: `expected ${issue.values.length === 1 ? '' : 'one of '}${issue.values.map(String).join(', ')}, got ${describeValue(actual)}`,
+        rule: false,
       };
     case 'unrecognized_keys': {
       const key = issue.keys[0] ?? '';
-      return { path: [...path, key], target: 'key', reason: `unknown field \`${key}\`` };
+      const reason = issue.message.startsWith('Unrecognized key') ? `unknown field \`${key}\`` : issue.message;
+      return { path: [...path, key], target: 'key', reason, rule: false };
     }
     default:
-      return { path, target: 'value', reason: issue.message };
+      return { path, target: 'value', reason: issue.message, rule: false };
   }
 }

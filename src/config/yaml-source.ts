@@ -97,7 +97,8 @@ export class ConfigSource {
     const first = doc.errors[0];
     if (first) {
       const pos = at(first.pos[0]);
-      const path = pathAtOffset(doc.contents, first.pos[0]);
+      // Only a duplicate key is sure to sit where the parser stopped; other syntax errors may start earlier.
+      const path = first.code === 'DUPLICATE_KEY' ? pathAtOffset(doc.contents, first.pos[0]) : [];
       const key = path[path.length - 1];
       const reason =
         first.code === 'DUPLICATE_KEY'
@@ -216,7 +217,9 @@ export class ConfigSource {
         if (pair) {
           nextKey = pair.key as Node;
           // `key:` with nothing after it: the key is the best place to point at.
-          next = this.resolve(pair.value ?? undefined) ?? nextKey;
+          const value = pair.value;
+          const empty = !value || (isScalar(value) && value.value === null && value.range[0] === value.range[1]);
+          next = empty ? nextKey : this.resolve(value);
         }
       } else if (isSeq(node) && typeof part === 'number') {
         next = this.resolve((node.items[part] as Node | undefined) ?? undefined);
