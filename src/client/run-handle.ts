@@ -325,7 +325,7 @@ export class RunHandle {
       submission: 0,
       submitted_at: info.startTime.toISOString(),
       finished_at: finishedAt,
-      groups: (memo?.groups ?? []).map((g, index) => ({ index, name: g.name, nodes: g.nodes })),
+      groups: (memo?.groups ?? []).map((g, index) => ({ index, name: g.name, nodes: g.nodes, waiting_for: null })),
       jobs: [],
     };
   }

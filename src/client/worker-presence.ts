@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
 import { NoWorkerError, type TaskQueueLocation } from './errors';
 
@@ -28,8 +29,21 @@ export async function missingPollers(
   return kinds.filter((_, i) => counts[i] === 0);
 }
 
-/** Throws NoWorkerError naming the queue, namespace and address when a kind of poller is missing. */
-export async function assertWorkersPolling(client: Client, where: TaskQueueLocation, purpose: string): Promise<void> {
-  const missing = await missingPollers(client, where);
+/**
+ * Throws NoWorkerError naming the queue, namespace and address when a kind of poller is missing.
+ * Looks again for a moment first: a worker that has just started may not have polled both kinds yet.
+ */
+export async function assertWorkersPolling(
+  client: Client,
+  where: TaskQueueLocation,
+  purpose: string,
+  graceMs = 2_000,
+): Promise<void> {
+  const deadline = Date.now() + graceMs;
+  let missing = await missingPollers(client, where);
+  while (missing.length > 0 && Date.now() < deadline) {
+    await sleep(250);
+    missing = await missingPollers(client, where);
+  }
   if (missing.length > 0) throw new NoWorkerError(where, missing, purpose);
 }

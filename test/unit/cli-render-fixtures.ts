@@ -25,6 +25,7 @@ export function job(job_num: number, group_index: number, group_name: string, gr
     submitted_at: t0,
     provisioned_at: null,
     running_at: null,
+    ready_at: null,
     finished_at: null,
     ...patch,
   };
@@ -43,9 +44,9 @@ export function pdRun(patch: Partial<RunState> = {}, jobs?: JobState[]): RunStat
     submitted_at: t0,
     finished_at: null,
     groups: [
-      { index: 0, name: 'router', nodes: 1 },
-      { index: 1, name: 'prefill', nodes: 2 },
-      { index: 2, name: 'decode', nodes: 1 },
+      { index: 0, name: 'router', nodes: 1, waiting_for: null },
+      { index: 1, name: 'prefill', nodes: 2, waiting_for: null },
+      { index: 2, name: 'decode', nodes: 1, waiting_for: null },
     ],
     jobs: jobs ?? [job(0, 0, 'router', 0), job(1, 1, 'prefill', 0), job(2, 1, 'prefill', 1), job(3, 2, 'decode', 0)],
     ...patch,

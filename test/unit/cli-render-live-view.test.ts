@@ -85,6 +85,18 @@ describe('live view', () => {
     ]);
   });
 
+  it('says which group waits for which, once per change', () => {
+    const before = pdRun();
+    const waiting = pdRun({
+      groups: before.groups.map((g) => (g.name === 'router' ? { ...g, waiting_for: 'prefill (ready 0/2), decode (ready 1/1)' } : g)),
+    });
+    expect(describeStateChanges(before, waiting, plain)).toEqual(['  group router: waiting for prefill (ready 0/2), decode (ready 1/1)']);
+    expect(describeStateChanges(waiting, waiting, plain)).toEqual([]);
+    const screen = new Screen(true);
+    new LiveView(screen, plain).update(waiting);
+    expect(screen.text.trimEnd().split('\n').at(-1)).toBe(' group router waits for prefill (ready 0/2), decode (ready 1/1)');
+  });
+
   it('on a terminal, redraws the frame in place: cursor up over the last frame, clear, draw', () => {
     const screen = new Screen(true);
     const view = new LiveView(screen, plain, () => new Date(Date.parse(t0) + 5000));

@@ -34,12 +34,25 @@ export function describeStateChanges(prev: RunState | null, next: RunState, styl
     const reason = next.termination_reason ? ` (${next.termination_reason}${next.message ? `: ${next.message}` : ''})` : '';
     lines.push(`${paint(style, 'bold', next.run_name)}: ${paintStatus(style, next.status)}${reason}`);
   }
+  for (const group of next.groups) {
+    const before = prev && !resubmitted ? prev.groups.find((g) => g.index === group.index) : undefined;
+    if (group.waiting_for !== null && group.waiting_for !== before?.waiting_for) {
+      lines.push(`  group ${group.name}: waiting for ${group.waiting_for}`);
+    }
+  }
   for (const job of next.jobs) {
     const before = prev && !resubmitted ? prev.jobs.find((j) => j.job_num === job.job_num) : undefined;
     const line = jobChange(before, job, style);
     if (line) lines.push(line);
   }
   return lines;
+}
+
+/** `group decode waits for prefill (ready 0/1)`, for each group held back by another. */
+export function renderGroupWaits(state: RunState, style: Style): string[] {
+  return state.groups
+    .filter((g) => g.waiting_for !== null)
+    .map((g) => ` ${paint(style, 'dim', `group ${g.name} waits for ${g.waiting_for}`)}`);
 }
 
 /**
@@ -65,7 +78,11 @@ export class LiveView {
     if (this.closed) return;
     if (this.redraws) {
       this.clearFrame();
-      const frame = [renderRunHeadline(state, this.style, this.now()), ...renderJobsTable(state, this.style)];
+      const frame = [
+        renderRunHeadline(state, this.style, this.now()),
+        ...renderJobsTable(state, this.style),
+        ...renderGroupWaits(state, this.style),
+      ];
       this.out.write(`${frame.join('\n')}\n`);
       this.frameRows = this.rowsOf(frame);
     } else {
