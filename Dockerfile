@@ -16,16 +16,17 @@ RUN apt-get update \
 # with CAP_NET_ADMIN (and CAP_SYS_ADMIN, since `ip netns add` mounts), which this user does not have:
 # in a container the local fleet falls back to loopback addresses. The SSH backend (fleets of real
 # hosts) needs no privilege and is the production backend.
-# /var/lib/troupe is the state volume; ~/.ssh points into it, so a fleet's identity_file
-# (~/.ssh/id_ed25519) and the known_hosts of its hosts are shared by every worker and survive rebuilds.
+# Both folders are volume mount points; a new volume takes the owner and mode it finds here.
+# /var/lib/troupe: the backends' state on this machine (TROUPE_STATE_DIR). ~/.ssh: the identity
+# files a fleet names (identity_file: ~/.ssh/id_ed25519) and the known_hosts of its hosts.
 RUN groupadd --system --gid 10001 troupe \
  && useradd --system --uid 10001 --gid troupe --home-dir /home/troupe --create-home --shell /usr/sbin/nologin troupe \
- && install -d -o troupe -g troupe -m 0755 /var/lib/troupe \
- && install -d -o troupe -g troupe -m 0700 /var/lib/troupe/ssh \
- && ln -s /var/lib/troupe/ssh /home/troupe/.ssh
+ && install -d -o troupe -g troupe -m 0700 /var/lib/troupe /home/troupe/.ssh
 
 WORKDIR /app
-ENV NODE_ENV=production
+# The default state dir would be inside /app, which the worker may not write.
+ENV NODE_ENV=production \
+    TROUPE_STATE_DIR=/var/lib/troupe
 
 # Dependencies first, so a source change does not reinstall them. tsx is a runtime dependency:
 # the CLI and the worker run the TypeScript sources directly, with no build step.

@@ -50,7 +50,7 @@ const service = z
       .optional(),
     environment: z.record(z.string(), z.string()).optional(),
     ports: z.array(loopbackPort).optional(),
-    volumes: z.array(z.string().regex(/^[^:]+:\/[^:]*(:ro|:rw)?$/, 'SOURCE:/TARGET[:ro]')).optional(),
+    volumes: z.array(z.string().regex(/^([^:]+:)?\/[^:]*(:ro|:rw)?$/, '[SOURCE:]/TARGET[:ro]')).optional(),
     healthcheck: healthcheck.optional(),
     restart: z.enum(['no', 'always', 'on-failure', 'unless-stopped']),
     init: z.boolean().optional(),
@@ -114,6 +114,7 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean): s
       }
     }
     for (const volume of svc.volumes ?? []) {
+      if (!volume.includes(':')) continue; // anonymous: one per container, nothing to declare
       const source = volume.split(':')[0] ?? '';
       if (source.startsWith('.') || source.startsWith('/')) {
         if (!fileExists(source)) problems.push(`${name}.volumes: ${source} does not exist in the repository`);
@@ -143,12 +144,14 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean): s
     problems.push('worker.command: must run `node bin/troupe.js worker`');
   }
   problems.push(...addressProblems(compose, 'worker.environment', env.TEMPORAL_ADDRESS));
-  for (const key of ['TEMPORAL_NAMESPACE', 'TROUPE_TASK_QUEUE']) {
+  for (const key of ['TEMPORAL_NAMESPACE', 'TROUPE_TASK_QUEUE', 'TROUPE_STATE_DIR']) {
     if (!env[key]) problems.push(`worker.environment: ${key} is required`);
   }
   if ((worker.deploy?.replicas ?? 1) < 2) problems.push('worker.deploy.replicas: at least 2, so a run survives a worker');
-  if (!(worker.volumes ?? []).some((v) => /^[a-z][a-z0-9_-]*:\/var\/lib\/troupe(:rw)?$/.test(v))) {
-    problems.push('worker.volumes: a named volume must hold the state dir /var/lib/troupe');
+  const stateDir = env.TROUPE_STATE_DIR ?? '';
+  const stateVolume = (worker.volumes ?? []).find((v) => v === stateDir || v.split(':')[1] === stateDir);
+  if (stateDir === '' || stateVolume === undefined || stateVolume.startsWith('.') || stateVolume.endsWith(':ro')) {
+    problems.push(`worker.volumes: a writable volume must hold the state dir TROUPE_STATE_DIR (${stateDir || 'unset'})`);
   }
   if (worker.depends_on?.['temporal-setup']?.condition !== 'service_completed_successfully') {
     problems.push('worker.depends_on: must wait for temporal-setup to complete successfully');
@@ -315,7 +318,7 @@ describe('docker-compose.yml', () => {
       ['a dependency on no service', (d) => { svc(d, 'worker').depends_on = { tempora: { condition: 'service_started' } }; }, /no service "tempora"/],
       ['waiting for health that is never checked', (d) => { delete svc(d, 'postgresql').healthcheck; }, /has no healthcheck/],
       ['waiting for a one-shot that restarts forever', (d) => { svc(d, 'temporal-setup').restart = 'unless-stopped'; }, /never lets it end/],
-      ['a named volume not declared', (d) => { delete d.volumes?.['troupe-state']; }, /"troupe-state" is not declared/],
+      ['a named volume not declared', (d) => { delete d.volumes?.['troupe-ssh']; }, /"troupe-ssh" is not declared/],
       ['a declared volume nobody uses', (d) => { d.volumes = { ...d.volumes, spare: null }; }, /"spare" is declared but no service uses it/],
       ['a bind mount of a missing file', (d) => { svc(d, 'temporal-setup').volumes = ['./deploy/nope.sh:/etc/troupe/temporal-setup.sh:ro']; }, /nope\.sh does not exist/],
       ['a worker that does not run the worker', (d) => { svc(d, 'worker').command = ['node', 'bin/troupe.js', 'ps']; }, /bin\/troupe\.js worker/],
@@ -324,7 +327,9 @@ describe('docker-compose.yml', () => {
       ['a worker pointed at no service', (d) => { envOf(d, 'worker').TEMPORAL_ADDRESS = 'temporal-server:7233'; }, /names no service/],
       ['a worker on another namespace', (d) => { envOf(d, 'worker').TEMPORAL_NAMESPACE = 'troupe'; }, /is not the workers'/],
       ['one worker', (d) => { svc(d, 'worker').deploy = { replicas: 1 }; }, /at least 2/],
-      ['no state volume', (d) => { svc(d, 'worker').volumes = ['troupe-state:/home/troupe']; }, /\/var\/lib\/troupe/],
+      ['no state volume', (d) => { svc(d, 'worker').volumes = ['troupe-ssh:/home/troupe/.ssh']; }, /must hold the state dir TROUPE_STATE_DIR \(\/var\/lib\/troupe\)/],
+      ['a state dir that is not the volume', (d) => { envOf(d, 'worker').TROUPE_STATE_DIR = '/app/.troupe/state'; }, /must hold the state dir/],
+      ['no state dir', (d) => { delete envOf(d, 'worker').TROUPE_STATE_DIR; }, /TROUPE_STATE_DIR is required/],
       ['workers that do not wait for the set-up', (d) => { svc(d, 'worker').depends_on = { temporal: { condition: 'service_healthy' } }; }, /wait for temporal-setup/],
       ['a missing search attribute', (d) => { envOf(d, 'temporal-setup').TROUPE_SEARCH_ATTRIBUTES = 'TroupeRunName=Keyword TroupeRunStatus=Keyword TroupeFleet=Keyword'; }, /TroupeGroups=KeywordList/],
       ['a search attribute of the wrong type', (d) => { envOf(d, 'temporal-setup').TROUPE_SEARCH_ATTRIBUTES = 'TroupeRunName=Text TroupeRunStatus=Keyword TroupeFleet=Keyword TroupeGroups=KeywordList'; }, /TroupeRunName=Keyword/],
