@@ -2,7 +2,7 @@ import type { Backend, Instance, JobRef, LogChunk, ProvisionRequest } from '../s
 import type { AddressBook } from '../workflows/messages';
 import type { FleetHostSpec } from '../workflows/fleet-messages';
 import type { HostFacts } from '../src/backends/ssh/detect';
-import type { JobPlan, Plan } from '../src/plan/plan-schema';
+import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
 import { createProvisioningActivities } from './provisioning';
 import { createJobActivities } from './jobs';
 import { createTeardownActivities } from './teardown';
@@ -35,6 +35,14 @@ export interface StartJobInput extends JobCall {
 
 export interface WatchJobInput extends JobCall {
   interval_ms: number;
+}
+
+export interface WaitReadyInput extends JobCall {
+  probe: ReadyProbe;
+  /** Epoch ms by which the node must be ready. */
+  deadline_ms: number;
+  /** `group/rank` for messages. */
+  label: string;
 }
 
 export interface StopJobsInput extends BackendCall {
@@ -70,6 +78,7 @@ export interface TroupeActivities {
   waitRunnerReady(input: JobCall): Promise<void>;
   startJob(input: StartJobInput): Promise<{ pid: number }>;
   watchJob(input: WatchJobInput): Promise<{ exit_code: number }>;
+  waitJobReady(input: WaitReadyInput): Promise<void>;
   stopJobs(input: StopJobsInput): Promise<void>;
   releaseRun(input: ReleaseRunInput): Promise<void>;
   readJobLog(input: ReadLogInput): Promise<LogChunk>;

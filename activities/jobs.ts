@@ -3,10 +3,11 @@ import { ApplicationFailure } from '@temporalio/common';
 import { InstanceUnreachableError } from '../src/backends/backend';
 import { buildClusterInfo } from '../src/runner/cluster-info';
 import { renderJobFiles } from '../src/runner/job-files';
+import { describeProbe, renderProbeScript } from '../src/runner/ready-probe';
 import { FailureType } from '../workflows/failure-types';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
-import type { BackendRegistry, JobCall, ReadLogInput, StartJobInput, WatchJobInput } from './index';
+import type { BackendRegistry, JobCall, ReadLogInput, StartJobInput, WaitReadyInput, WatchJobInput } from './index';
 
 /** A node that does not answer for this long fails its job with INSTANCE_UNREACHABLE. */
 const UNREACHABLE_LIMIT_MS = 30_000;
@@ -81,6 +82,35 @@ export function createJobActivities(backends: BackendRegistry) {
         }
         await ctx.sleep(interval_ms);
       }
+    },
+
+    /**
+     * Probes the job's node until the probe passes or the group's deadline (absolute, so a retry
+     * after a worker crash keeps the same deadline) has passed; then fails with the last answer.
+     */
+    async waitJobReady({ backend, job, probe, deadline_ms, label }: WaitReadyInput): Promise<void> {
+      const target = backendFor(backends, backend);
+      const ctx = Context.current();
+      const script = renderProbeScript(probe, job.instance.internal_ip);
+      let last = 'no answer yet';
+      for (;;) {
+        ctx.heartbeat();
+        const left = deadline_ms - Date.now();
+        if (left <= 0) break;
+        const attemptMs = Math.max(100, Math.min(10_000, left));
+        try {
+          const result = await Promise.race([target.exec(job, script, attemptMs), ctx.cancelled]);
+          if (result.exit_code === 0) return;
+          last = result.output.trim() || `${describeProbe(probe, job.instance.internal_ip)} → exit code ${result.exit_code}`;
+          if (result.exit_code === 124) last = `${describeProbe(probe, job.instance.internal_ip)} → timed out`;
+        } catch (err) {
+          if (ctx.cancellationSignal.aborted) throw err;
+          last = `${describeProbe(probe, job.instance.internal_ip)} → ${err instanceof Error ? err.message : String(err)}`;
+        }
+        if (Date.now() + probe.interval_s * 1000 >= deadline_ms) break;
+        await ctx.sleep(probe.interval_s * 1000);
+      }
+      throw ApplicationFailure.nonRetryable(`${label} not ready after ${probe.timeout_s}s: ${last}`, FailureType.NotReady);
     },
 
     async readJobLog({ backend, job, offset, limit_bytes }: ReadLogInput) {

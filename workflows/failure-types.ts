@@ -11,4 +11,6 @@ export const FailureType = {
   SubmissionClosed: 'SubmissionClosed',
   /** The job's process is gone without an exit code (its directory was removed). */
   JobVanished: 'JobVanished',
+  /** A readiness probe did not pass within its group's timeout. */
+  NotReady: 'NotReady',
 } as const;

@@ -61,3 +61,10 @@ export function classifyRunningFailure(err: unknown): ClassifiedFailure {
   }
   return { reason: 'EXECUTOR_ERROR', retry_event: 'error', message: rootMessage(err) };
 }
+
+export function classifyReadyFailure(err: unknown): ClassifiedFailure {
+  if (failureTypes(err).includes(FailureType.NotReady)) {
+    return { reason: 'WAITING_READY_LIMIT_EXCEEDED', retry_event: 'error', message: rootMessage(err) };
+  }
+  return classifyRunningFailure(err);
+}

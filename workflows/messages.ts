@@ -56,6 +56,7 @@ export const JobEventSchema = z.discriminatedUnion('kind', [
     retry_event: z.enum(['no-capacity', 'interruption', 'error']).nullable(),
   }),
   z.object({ kind: z.literal('running'), job_num: z.number().int(), pid: z.number().int() }),
+  z.object({ kind: z.literal('ready'), job_num: z.number().int() }),
   z.object({ kind: z.literal('exited'), job_num: z.number().int(), exit_code: z.number().int() }),
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;

@@ -1,5 +1,6 @@
 import {
   ActivityCancellationType,
+  CancellationScope,
   condition,
   getExternalWorkflowHandle,
   isCancellation,
@@ -10,7 +11,13 @@ import type { TroupeActivities } from '../activities';
 import type { Instance, JobRef } from '../src/backends/backend';
 import type { GroupPlan, JobPlan, Plan, RetryPolicy } from '../src/plan/plan-schema';
 import { FailureType } from './failure-types';
-import { classifyProvisioningFailure, classifyRunnerWaitFailure, classifyRunningFailure, type ClassifiedFailure } from './failures';
+import {
+  classifyProvisioningFailure,
+  classifyReadyFailure,
+  classifyRunnerWaitFailure,
+  classifyRunningFailure,
+  type ClassifiedFailure,
+} from './failures';
 import {
   clusterReadySignal,
   jobEventsSignal,
@@ -152,12 +159,37 @@ async function runJob(
       group_sizes: input.group_sizes,
     });
     await report([{ kind: 'running', job_num: job.job_num, pid }]);
-    const { exit_code } = await watchActivities.watchJob({
-      backend: input.backend,
-      job: ref,
-      interval_ms: input.options.watch_interval_ms,
-    });
-    await report([{ kind: 'exited', job_num: job.job_num, exit_code }]);
+    // Readiness is probed while the job is watched; the probing stops when the job ends.
+    const readiness = new CancellationScope();
+    const probe = input.group.ready;
+    const ready = probe
+      ? readiness
+          .run(() =>
+            readyActivities.waitJobReady({
+              backend: input.backend,
+              job: ref,
+              probe,
+              deadline_ms: Date.now() + probe.timeout_s * 1000,
+              label: `${job.node_group_name}/${job.node_group_job_index}`,
+            }),
+          )
+          .then(
+            () => report([{ kind: 'ready', job_num: job.job_num }]),
+            (err: unknown) => (isCancellation(err) ? undefined : fail(classifyReadyFailure(err))),
+          )
+      : Promise.resolve();
+    try {
+      const { exit_code } = await watchActivities.watchJob({
+        backend: input.backend,
+        job: ref,
+        interval_ms: input.options.watch_interval_ms,
+      });
+      readiness.cancel();
+      await ready;
+      await report([{ kind: 'exited', job_num: job.job_num, exit_code }]);
+    } finally {
+      readiness.cancel();
+    }
   } catch (err) {
     if (isCancellation(err)) throw err;
     await fail(classifyRunningFailure(err));
@@ -203,6 +235,12 @@ const jobActivities = proxyActivities<TroupeActivities>({
 });
 
 /** The watch lasts as long as the job; a crashed worker's watch is picked up again by the next one. */
+const readyActivities = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '3650 days',
+  heartbeatTimeout: HEARTBEAT_TIMEOUT,
+  retry: { initialInterval: '500ms', maximumInterval: '5s', nonRetryableErrorTypes: [FailureType.NotReady, FailureType.UnknownBackend] },
+});
+
 const watchActivities = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '3650 days',
   heartbeatTimeout: HEARTBEAT_TIMEOUT,

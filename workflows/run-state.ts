@@ -22,6 +22,7 @@ export const JobTerminationReasonSchema = z.enum([
   'FAILED_TO_START_DUE_TO_NO_CAPACITY',
   'WAITING_RUNNER_LIMIT_EXCEEDED',
   'WAITING_ADDRESSES_LIMIT_EXCEEDED',
+  'WAITING_READY_LIMIT_EXCEEDED',
   'INSTANCE_UNREACHABLE',
   'CONTAINER_EXITED_WITH_ERROR',
   'EXECUTOR_ERROR',
@@ -49,6 +50,8 @@ export const JobStateSchema = z.object({
   submitted_at: z.string(),
   provisioned_at: z.string().nullable(),
   running_at: z.string().nullable(),
+  /** When its readiness probe first passed (groups with `ready:`). */
+  ready_at: z.string().nullable(),
   finished_at: z.string().nullable(),
 });
 export type JobState = z.infer<typeof JobStateSchema>;
@@ -67,7 +70,15 @@ export const RunStateSchema = z.object({
   submission: z.number().int(),
   submitted_at: z.string(),
   finished_at: z.string().nullable(),
-  groups: z.array(z.object({ index: z.number().int(), name: z.string(), nodes: z.number().int() })),
+  groups: z.array(
+    z.object({
+      index: z.number().int(),
+      name: z.string(),
+      nodes: z.number().int(),
+      /** What the group waits for before it may start, e.g. "prefill (ready 0/1), decode (ready 1/1)". */
+      waiting_for: z.string().nullable(),
+    }),
+  ),
   jobs: z.array(JobStateSchema),
 });
 export type RunState = z.infer<typeof RunStateSchema>;

@@ -33,7 +33,7 @@ import {
 } from './messages';
 import { NodeGroupWorkflow, type NodeGroupInput } from './node-group-workflow';
 import type { JobState, JobTerminationReason, RunState, RunStatus, RunTerminationReason } from './run-state';
-import { jobsAllowedToStart } from './startup-order';
+import { dependencyWaits, isJobReady, jobsAllowedToStart, usesDependencies } from './startup-order';
 
 /** How a submission ended, before teardown. */
 type Outcome =
@@ -72,6 +72,8 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   let version = 0;
   /** The retry event each failed job counts as (exits with an error count as `error`). */
   const failureEvents = new Map<number, RetryEvent | null>();
+  /** Groups that another group waits for: one of their jobs ending before it is ready fails the run. */
+  const dependedOn = new Set(plan.groups.flatMap((g) => g.depends_on ?? []));
 
   setHandler(runStateQuery, () => state);
   setHandler(stopRunSignal, ({ abort }) => {
@@ -144,6 +146,11 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
         return { kind: 'failed', job_num: failed.job_num, retry_event: retryEvent, message: describeJob(failed) };
       }
       if (childFailure) return { kind: 'failed', job_num: null, retry_event: null, message: childFailure };
+      const endedUnready = state.jobs.find((job) => dependedOn.has(job.group_index) && job.finished_at !== null && !isJobReady(plan, job));
+      if (endedUnready) {
+        const label = `${endedUnready.group_name}/${endedUnready.group_job_index}`;
+        return { kind: 'failed', job_num: endedUnready.job_num, retry_event: 'error', message: `${label} exited before it was ready` };
+      }
       return null;
     };
     try {
@@ -171,7 +178,13 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
       const signalled = new Set<number>();
       let runningSinceMs: number | null = null;
       for (;;) {
-        const allowed = jobsAllowedToStart(plan.startup_order, state.jobs).filter((n) => !signalled.has(n));
+        if (usesDependencies(plan)) {
+          dependencyWaits(plan, state.jobs).forEach((waiting, g) => {
+            const group = state.groups[g];
+            if (group) group.waiting_for = waiting;
+          });
+        }
+        const allowed = jobsAllowedToStart(plan, state.jobs).filter((n) => !signalled.has(n));
         if (allowed.length > 0) {
           allowed.forEach((n) => signalled.add(n));
           await Promise.all(
@@ -333,7 +346,7 @@ function initialState(input: RunInput): RunState {
     submission: 0,
     submitted_at: now,
     finished_at: null,
-    groups: input.plan.groups.map((g) => ({ index: g.index, name: g.name, nodes: g.nodes })),
+    groups: input.plan.groups.map((g) => ({ index: g.index, name: g.name, nodes: g.nodes, waiting_for: null })),
     jobs: input.plan.jobs.map((job) => freshJob(job.job_num, job.job_name, job.node_group_index, job.node_group_name, job.node_group_job_index, now)),
   };
 }
@@ -342,7 +355,7 @@ function freshJob(job_num: number, job_name: string, group_index: number, group_
   return {
     job_num, job_name, group_index, group_name, group_job_index,
     status: 'PROVISIONING', termination_reason: null, message: null, instance: null, pid: null, exit_code: null,
-    submitted_at: now, provisioned_at: null, running_at: null, finished_at: null,
+    submitted_at: now, provisioned_at: null, running_at: null, ready_at: null, finished_at: null,
   };
 }
 
@@ -377,6 +390,10 @@ function applyJobEvent(state: RunState, event: JobEvent): void {
       job.pid = event.pid;
       job.running_at = now;
       job.status = 'RUNNING';
+      break;
+    case 'ready':
+      job.ready_at = now;
+      job.status = 'READY';
       break;
     case 'exited':
       job.exit_code = event.exit_code;

@@ -90,6 +90,17 @@ export interface Backend {
    */
   releaseRun(runId: string, submission: number): Promise<void>;
   readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk>;
+  /**
+   * Runs a short bash script on the job's node, in its network (readiness probes run where the job
+   * runs, not from the worker's network). Resolves with the exit code and the first line of output;
+   * a script still running after `timeoutMs` is killed and counts as exit code 124.
+   */
+  exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult>;
+}
+
+export interface ExecResult {
+  exit_code: number;
+  output: string;
 }
 
 /** The fleet cannot hold the requested jobs now; retried while the run's retry covers `no-capacity`. */

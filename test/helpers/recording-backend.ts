@@ -79,6 +79,9 @@ export class RecordingBackend implements Backend {
   releaseRun(runId: string, submission: number) {
     return this.inner.releaseRun(runId, submission);
   }
+  exec(job: JobRef, script: string, timeoutMs: number) {
+    return this.inner.exec(job, script, timeoutMs);
+  }
   readLog(job: JobRef, offset: number, limitBytes: number) {
     return this.inner.readLog(job, offset, limitBytes);
   }

@@ -2,6 +2,7 @@ import {
   NoCapacityError,
   SubmissionClosedError,
   type Backend,
+  type ExecResult,
   type Instance,
   type JobFiles,
   type JobProcessState,
@@ -95,6 +96,11 @@ export class SimulatedBackend implements Backend {
     const prefix = `${runId}/${submission}/`;
     this.closed.add(`${runId}/${submission}`);
     for (const key of [...this.instances.keys()]) if (key.startsWith(prefix)) this.instances.delete(key);
+  }
+
+  /** Every simulated node is ready (and answers every probe) once its job has started. */
+  async exec(job: JobRef): Promise<ExecResult> {
+    return this.started.has(job.instance.instance_id) ? { exit_code: 0, output: '' } : { exit_code: 1, output: 'not started' };
   }
 
   async readLog(): Promise<LogChunk> {

@@ -1,0 +1,33 @@
+import type { ReadyProbe } from '../plan/plan-schema';
+import { quoteShellWord } from './shell-quote';
+
+/**
+ * The bash script that probes one node for readiness, run ON the node (through the runner):
+ * exit 0 when ready; otherwise one line saying what it saw. Plain bash (`/dev/tcp`), so it needs
+ * neither curl nor python on the node.
+ */
+export function renderProbeScript(probe: ReadyProbe, address: string): string {
+  const check = probe.check;
+  if (check.kind === 'command') return check.command;
+  const target = check.kind === 'http' ? `http://${address}:${check.port}${check.path}` : `tcp://${address}:${check.port}`;
+  const lines = [
+    `addr=${quoteShellWord(address)}; port=${check.port}; target=${quoteShellWord(target)}`,
+    'if ! { exec 3<>"/dev/tcp/$addr/$port"; } 2>/dev/null; then echo "$target → connection refused"; exit 1; fi',
+  ];
+  if (check.kind === 'tcp') return [...lines, 'exit 0'].join('\n');
+  return [
+    ...lines,
+    `printf 'GET %s HTTP/1.0\\r\\nHost: %s:%s\\r\\nConnection: close\\r\\n\\r\\n' ${quoteShellWord(check.path)} "$addr" "$port" >&3`,
+    'IFS= read -r status <&3 || { echo "$target → no response"; exit 1; }',
+    'code=$(printf %s "$status" | cut -d" " -f2)',
+    'case "$code" in 2??) exit 0 ;; *) echo "$target → HTTP $code"; exit 1 ;; esac',
+  ].join('\n');
+}
+
+/** How the probe reads in messages: `http://10.0.0.7:8000/health`, `tcp://…`, or the command. */
+export function describeProbe(probe: ReadyProbe, address: string): string {
+  const check = probe.check;
+  if (check.kind === 'http') return `http://${address}:${check.port}${check.path}`;
+  if (check.kind === 'tcp') return `tcp://${address}:${check.port}`;
+  return `\`${check.command}\``;
+}
