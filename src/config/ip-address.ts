@@ -85,8 +85,9 @@ export function parseNetwork(text: string): { private: boolean } | undefined {
   }
   const hostBits = BigInt(address.bits - prefix);
   const first = (address.value >> hostBits) << hostBits;
-  const last = first | ((1n << hostBits) - 1n);
-  const isPrivate = (value: bigint): boolean =>
-    privateRanges.some((r) => r.bits === address.bits && inRange({ value, bits: address.bits }, r.cidr));
-  return { private: isPrivate(first) && isPrivate(last) };
+  // Private when the whole network lies inside one private range.
+  const inside = privateRanges.some(
+    (r) => r.bits === address.bits && prefix >= Number(r.cidr.split('/')[1]) && inRange({ value: first, bits: address.bits }, r.cidr),
+  );
+  return { private: inside };
 }

@@ -7,12 +7,14 @@ import { describeValue } from './yaml-source';
  * digit strings where an integer is (`nodes: "2"`). Booleans are never taken for numbers or strings.
  */
 
+export const REQUIRED = 'required field is missing';
+
 /** A schema that converts with `convert` and refuses what it returns `undefined` for. */
 export function scalar<T>(expected: string, convert: (value: unknown) => T | undefined) {
   return z.unknown().transform((value, ctx): T => {
     const out = convert(value);
     if (out === undefined) {
-      ctx.addIssue({ code: 'custom', message: `expected ${expected}, got ${describeValue(value)}` });
+      ctx.addIssue({ code: 'custom', message: value === undefined ? REQUIRED : `expected ${expected}, got ${describeValue(value)}` });
       return z.NEVER;
     }
     return out;

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
-import { formatFieldPath, type FieldPath } from './field-path';
+import type { FieldPath } from './field-path';
+import { REQUIRED } from './scalars';
 import { describeValue, type ConfigSource, type PositionTarget } from './yaml-source';
 
 /**
@@ -52,7 +53,7 @@ function toRefusal(issue: z.core.$ZodIssue, data: unknown): Refusal {
       return { path, target: params?.target ?? 'value', reason: issue.message, rule: params?.rule === true };
     }
     case 'invalid_type':
-      if (actual === undefined) return { path, target: 'value', reason: `missing required field \`${formatFieldPath(path)}\``, rule: false };
+      if (actual === undefined) return { path, target: 'value', reason: REQUIRED, rule: false };
       return { path, target: 'value', reason: `expected ${nouns[issue.expected] ?? issue.expected}, got ${describeValue(actual)}`, rule: false };
     case 'invalid_value':
       return {
