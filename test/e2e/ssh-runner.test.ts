@@ -4,6 +4,7 @@ import { InstanceUnreachableError, SubmissionClosedError, type JobFiles, type Jo
 import {
   closeAllSshSessions,
   connectSsh,
+  detectHost,
   HostKeyTrust,
   NoContainerRuntimeError,
   SshConnectionLostError,
@@ -69,6 +70,7 @@ describe('SshRunner', () => {
       { name: 'gpu', gpus: { name: 'NVIDIA L40S', memoryMiB: 46068, count: 1 } },
       { name: 'hidden', behindJump: 'cpu' },
       { name: 'lost' },
+      { name: 'docker-gpu', gpus: { name: 'NVIDIA H100 80GB HBM3', memoryMiB: 81559, count: 8 }, containerRuntime: 'fake-docker' },
     ]);
     trust = new HostKeyTrust({ knownHostsFiles: [hosts.knownHostsFile] });
   });
@@ -221,6 +223,43 @@ describe('SshRunner', () => {
       `job-0: image lmsysorg/sglang:latest cannot run on root@${hosts.host('gpu').address}:22: the host has neither docker nor podman (with a daemon that answers)`,
     );
     expect(await r.jobState(job)).toEqual({ state: 'absent' });
+  });
+
+  it('runs an image job through docker with the host network and GPUs, and stops it', async () => {
+    const r = runner('docker-gpu');
+    const facts = await detectHost(await connectSsh(hosts.target('docker-gpu'), trust));
+    expect(facts.container_runtime).toBe('docker');
+    const job = jobRef('docker-gpu');
+    const dir = r.jobDirectory(job);
+    const { pid } = await r.startJob(job, files(r, job, ['echo "in image: $DSTACK_NODE_RANK $TROUPE_INSTANCE_ID"', 'pwd', 'sleep 1000']), {
+      image: 'lmsysorg/sglang:latest',
+    });
+    expect(await logUntil(r, job, /work\n/)).toBe(`in image: 0 ${job.instance.instance_id}\n${dir}/work\n`);
+    const runs = await hosts.dockerRuns('docker-gpu');
+    expect(runs).toHaveLength(1);
+    const args = runs[0]!;
+    const pair = (flag: string) => args[args.indexOf(flag) + 1];
+    expect(pair('--network')).toBe('host');
+    expect(pair('--gpus')).toBe('all');
+    expect(pair('-v')).toBe(`${dir}:${dir}`);
+    expect(pair('-w')).toBe(`${dir}/work`);
+    expect(args).toContain('lmsysorg/sglang:latest');
+    expect(args).toContain('--init');
+    expect(await r.jobState(job)).toEqual({ state: 'running', pid });
+    await r.stopJob(job, 2);
+    expect(await hosts.jobProcesses('docker-gpu')).toEqual([]);
+  });
+
+  it('runs probe scripts on the host: before start, with the job env after, killed at the deadline', async () => {
+    const r = runner('cpu');
+    const job = jobRef('cpu');
+    expect(await r.exec(job, 'echo "$PWD ${DSTACK_NODE_RANK-none}"; exit 3', 5_000)).toEqual({ exit_code: 3, output: '/ none' });
+    await r.startJob(job, files(r, job, ['sleep 1000']));
+    expect(await r.exec(job, 'echo >&2 "rank $DSTACK_NODE_RANK"', 5_000)).toEqual({ exit_code: 0, output: 'rank 0' });
+    const started = Date.now();
+    expect(await r.exec(job, 'sleep 30 & sleep 31; echo never', 700)).toEqual({ exit_code: 124, output: '' });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    await r.stopJob(job, 1);
   });
 
   it('runs a job on a host behind a jump', async () => {

@@ -1,6 +1,6 @@
 import { connect as tcpConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { Client, type ConnectConfig } from 'ssh2';
+import ssh2, { type ConnectConfig } from 'ssh2';
 import {
   SshAuthenticationError,
   SshConnectionLostError,
@@ -78,7 +78,7 @@ async function openSession(target: SshTarget, trust: HostKeyTrust, timeouts: Ssh
   const jump = target.proxy_jump ? await connectSsh(target.proxy_jump, trust, options) : null;
   const sock = jump ? await jumpStream(jump, target, host, timeouts) : await tcpStream(target, host, timeouts);
 
-  const client = new Client();
+  const client = new ssh2.Client();
   let verified: VerifiedHostKey | null = null;
   let refusal: SshError | null = null;
   const preferred = expectation.preferredAlgorithms.filter((a): a is HostKeyAlgorithm =>

@@ -1,6 +1,6 @@
 import { readFile, stat } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { utils } from 'ssh2';
+import ssh2 from 'ssh2';
 import { SshKeyFileError } from './errors';
 
 export function expandHome(path: string): string {
@@ -31,7 +31,7 @@ export async function loadIdentityFile(path: string, host: string): Promise<Buff
     );
   }
   const key = await readFile(file);
-  const parsed = utils.parseKey(key);
+  const parsed = ssh2.utils.parseKey(key);
   if (parsed instanceof Error) {
     const encrypted = /encrypted|passphrase/i.test(parsed.message);
     throw new SshKeyFileError(

@@ -8,7 +8,7 @@ import type { SshTimeouts } from './timeouts';
 export interface CommandResult {
   stdout: string;
   stderr: string;
-  /** null when the command ended without an exit status (killed by a signal). */
+  /** null when the command ended without an exit status (then `signal` names the signal, e.g. SIGKILL). */
   exitCode: number | null;
   signal: string | null;
 }

@@ -1,6 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import type { SFTPWrapper } from 'ssh2';
-import { InstanceUnreachableError, SubmissionClosedError, type JobFiles, type JobProcessState, type JobRef, type LogChunk } from '../backend';
+import {
+  InstanceUnreachableError,
+  SubmissionClosedError,
+  type ExecResult,
+  type JobFiles,
+  type JobProcessState,
+  type JobRef,
+  type LogChunk,
+} from '../backend';
 import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
 import { renderJobWrapper } from '../../runner/job-wrapper';
@@ -11,6 +19,7 @@ import { checkBaseDir, containerName, jobDirectory, runDirectory } from './job-p
 import {
   CLAIM_WAIT_SECONDS,
   CONTAINER_COMMANDS_FILE,
+  KILLED_EXIT_CODE,
   INSTANCE_FILE,
   cleanupRunScript,
   jobStateScript,
@@ -36,6 +45,9 @@ export interface StartJobOptions {
   /** Run the commands in this image (docker or podman on the host, host network, host GPUs). */
   image?: string | null;
 }
+
+/** What exec() reports for a script killed at its deadline (as coreutils `timeout` does). */
+export const EXEC_TIMED_OUT_EXIT_CODE = 124;
 
 /** `image:` was asked for on a host with neither docker nor podman answering. */
 export class NoContainerRuntimeError extends SshError {
@@ -165,6 +177,29 @@ export class SshRunner {
         return { data: bytes.subarray(0, length).toString('utf8'), next_offset: offset + length };
       }),
     );
+  }
+
+  /**
+   * Runs a short bash script on the job's host (a readiness probe): in the job's directory with
+   * its env when the job has started, else in `/`. Resolves with the exit code and the first line
+   * of output; past `timeoutMs` the script's process group is killed and the code is 124.
+   */
+  async exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult> {
+    const dir = shQuote(this.jobDirectory(job));
+    const seconds = (Math.max(1, timeoutMs) / 1000).toFixed(3);
+    const wrapped = [
+      `if [ -f ${dir}/${L.env} ]; then cd ${dir} && { . ./${L.env} || exit 126; }; else cd /; fi`,
+      `exec timeout -s KILL ${seconds} bash --noprofile --norc -c ${shQuote(script)} </dev/null 2>&1`,
+    ].join('\n');
+    return this.reachable(async (session) => {
+      const started = Date.now();
+      const result = await session.exec(wrapped, { timeoutMs: timeoutMs + 10_000 });
+      // `timeout -s KILL` kills its own process group, itself included: the command ends by signal.
+      const killed = result.exitCode === KILLED_EXIT_CODE || result.signal === 'SIGKILL';
+      const timedOut = killed && Date.now() - started >= timeoutMs;
+      const output = result.stdout.split('\n').find((line) => line.trim() !== '')?.trim() ?? '';
+      return { exit_code: timedOut ? EXEC_TIMED_OUT_EXIT_CODE : (result.exitCode ?? KILLED_EXIT_CODE), output };
+    });
   }
 
   /** Kills whatever still runs from the run's jobs on this host and removes the run's directory. Idempotent. */

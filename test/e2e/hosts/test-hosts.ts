@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SshTarget } from '../../../src/backends/ssh/target';
 import { run, runSync } from './command';
+import { fakeDocker } from './fake-docker';
 import { fakeAmdSmi, fakeNvidiaSmi, fakeRocmSmi, type FakeGpus } from './fake-gpu-tools';
 
 /**
@@ -24,6 +25,8 @@ export interface TestHostSpec {
   behindJump?: string;
   /** sshd port inside the namespace (default 22). */
   port?: number;
+  /** 'fake-docker': a docker CLI stand-in on the host's PATH (see fake-docker.ts). */
+  containerRuntime?: 'fake-docker';
 }
 
 export interface TestHost {
@@ -67,6 +70,8 @@ export interface TestHosts {
   changeHostKey(name: string): Promise<void>;
   /** Processes running in the host's namespace, sshd itself and zombies left out. */
   jobProcesses(name: string): Promise<JobProcess[]>;
+  /** Arguments of every `docker run` on a host with the fake docker, oldest first. */
+  dockerRuns(name: string): Promise<string[][]>;
   /** A new client key pair that no host accepts (mode 600). */
   generateClientKey(fileName: string): Promise<string>;
   /** Removes every namespace, link, bridge, route and process made; safe to call twice. */
@@ -341,6 +346,11 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       }
     }
 
+    if (spec.containerRuntime === 'fake-docker') {
+      await writeFile(join(dir, 'sbin', 'docker'), fakeDocker(join(dir, 'fake-docker')));
+      await chmod(join(dir, 'sbin', 'docker'), 0o755);
+    }
+
     const host: HostState = {
       name: spec.name,
       namespace,
@@ -446,6 +456,12 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
         out.push({ pid, command: cmdline || `[${comm}]` });
       }
       return out;
+    },
+    async dockerRuns(name) {
+      const runs = join(state(name).dir, 'fake-docker', 'runs');
+      if (!existsSync(runs)) return [];
+      const files = readdirSync(runs).sort((a, b) => Number(a) - Number(b));
+      return files.map((f) => readFileSync(join(runs, f), 'utf8').split('\0').slice(0, -1));
     },
     async generateClientKey(fileName) {
       const path = join(root, fileName);
