@@ -42,6 +42,7 @@ interface Result {
 }
 
 function troupeCli(args: string[], options: { taskQueue?: string; onStderr?: (text: string, kill: (s: NodeJS.Signals) => void) => void } = {}): Promise<Result> {
+  const started = Date.now();
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [cli, ...args], {
       env: {
@@ -60,7 +61,10 @@ function troupeCli(args: string[], options: { taskQueue?: string; onStderr?: (te
       options.onStderr?.(stderr, (s) => child.kill(s));
     });
     child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
+    child.once('close', (code) => {
+      if (process.env.TROUPE_TEST_TIMING) console.log(`troupe ${args.join(' ')}: ${Date.now() - started} ms`);
+      resolve({ code, stdout, stderr });
+    });
     child.stdin.end();
   });
 }
@@ -154,7 +158,7 @@ describe('troupe apply', () => {
         }
       },
     });
-    expect(result.code).toBe(130);
+    expect(result.code, result.stderr).toBe(130);
     expect(result.stderr).toContain(`Detached from run ${name}; it goes on.`);
     expect(result.stderr).toContain(`troupe stop ${name}`);
     expect((await troupe.run(name).state()).status).toBe('RUNNING');

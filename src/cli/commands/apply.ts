@@ -154,6 +154,8 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
       }
       return prev;
     })();
+    // After a detach the connection closes under it; its failure then matters to no one.
+    changes.catch(() => undefined);
     try {
       for await (const chunk of handle.streamLogs({ jobs: [0], follow: true, signal })) lines.push(chunk.job_num, chunk.data);
     } catch (err) {

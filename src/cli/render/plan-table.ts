@@ -24,7 +24,8 @@ export function formatResources(resources: Resources): string {
   if (disk) parts.push(`disk=${disk}`);
   if (resources.shm_size !== null) parts.push(`shm=${resources.shm_size}GB`);
   const { gpu } = resources;
-  if (gpu.count.max !== 0) {
+  // `0..` with no name is dstack's default (a GPU is optional): not worth a column's width.
+  if ((gpu.count.min ?? 0) > 0 || (gpu.name?.length ?? 0) > 0) {
     const count = formatRange(gpu.count);
     const label = [gpu.vendor && !gpu.name?.length ? gpu.vendor : null, gpu.name?.length ? gpu.name.join('/') : null]
       .filter((p): p is string => p !== null)
