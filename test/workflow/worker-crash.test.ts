@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -98,5 +99,39 @@ describe('worker crash', () => {
     expect(shared.lines('starts').map(Number).sort()).toEqual([0, 1, 2, 3, 4]);
     for (const job of state.jobs) if (job.pid !== null) expect(processGroupMembers(job.pid)).toEqual([]);
     worker.kill('SIGTERM');
+    await new Promise((r) => worker.once('exit', r));
+  }, 240_000);
+
+  it('kill -9 while a group waits on readiness: the new worker resumes the wait and the run finishes', async () => {
+    let worker = await startWorkerProcess();
+    const name = `crash-ready-${taskQueue}`;
+    const base = makePlan(name, [
+      { name: 'router', nodes: 1, commands: [`echo router >> ${shared.dir}/ready-starts`] },
+      { name: 'prefill', nodes: 1, commands: [`echo prefill >> ${shared.dir}/ready-starts`, 'sleep 300'] },
+    ], { stop_criteria: 'master-done' });
+    const plan = {
+      ...base,
+      groups: base.groups.map((g) =>
+        g.name === 'router'
+          ? { ...g, depends_on: [1] }
+          : { ...g, ready: { check: { kind: 'command' as const, command: `test -e ${shared.dir}/warm` }, interval_s: 0.2, timeout_s: 120 } },
+      ),
+    };
+    const handle = await client.workflow.start('RunWorkflow', {
+      taskQueue,
+      workflowId: runWorkflowId(name),
+      args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
+    });
+    await waitForState(handle, (s) => s.jobs[1]?.status === 'RUNNING' && s.groups[0]?.waiting_for !== null);
+    await kill9(worker);
+    worker = await startWorkerProcess();
+    writeFileSync(`${shared.dir}/warm`, '');
+    const state = (await handle.result()) as RunState;
+    expect(state.status).toBe('DONE');
+    expect(state.jobs[1]?.ready_at).not.toBeNull();
+    expect(shared.lines('ready-starts').sort()).toEqual(['prefill', 'router']);
+    for (const job of state.jobs) if (job.pid !== null) expect(processGroupMembers(job.pid)).toEqual([]);
+    worker.kill('SIGTERM');
+    await new Promise((r) => worker.once('exit', r));
   }, 240_000);
 });
