@@ -63,14 +63,14 @@ export async function ensureBridge(): Promise<void> {
 /** Namespace, veth pair on the bridge, the node's address and loopback, all up. */
 export async function ensureNodeNetwork(names: NodeLinkNames, address: string): Promise<void> {
   await ensureBridge();
-  if (!(await netnsExists(names.netns))) {
-    await create(['netns', 'add', names.netns], () => netnsExists(names.netns));
-    // A bridge end left from an earlier namespace of this name has lost its peer (or is about to).
-    if (await linkExists(names.hostLink)) await ip(['link', 'del', names.hostLink]);
-  }
+  await create(['netns', 'add', names.netns], () => netnsExists(names.netns));
+  // Both ends of a veth pair are created in one step, so a bridge end without its peer in the
+  // namespace is stale: left from an earlier namespace of this name, and dying with it.
+  const peerInside = async () => (await ip(['-n', names.netns, 'link', 'show', 'dev', names.nodeLink])).code === 0;
+  if ((await linkExists(names.hostLink)) && !(await peerInside())) await ip(['link', 'del', names.hostLink]);
   await create(
     ['link', 'add', names.hostLink, 'type', 'veth', 'peer', 'name', names.nodeLink, 'netns', names.netns],
-    () => linkExists(names.hostLink),
+    async () => (await linkExists(names.hostLink)) && (await peerInside()),
   );
   await ipOrThrow(['link', 'set', names.hostLink, 'master', BRIDGE, 'up']);
   await ipOrThrow(['-n', names.netns, 'addr', 'replace', `${address}/${PREFIX}`, 'dev', names.nodeLink]);
