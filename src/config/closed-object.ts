@@ -60,7 +60,7 @@ function closest(field: string, known: readonly string[]): string | undefined {
 }
 
 /** Levenshtein distance, for "did you mean" hints on short field names. */
-export function editDistance(a: string, b: string): number {
+function editDistance(a: string, b: string): number {
   let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const current = [i];

@@ -156,5 +156,3 @@ export const FleetConfigSchema = z.object({
   hosts: z.array(SshHostSchema).min(1),
 });
 export type FleetConfig = z.infer<typeof FleetConfigSchema>;
-
-export type FleetConfigInput = z.output<typeof FleetConfigInputSchema>;

@@ -1,5 +1,5 @@
 import type { Range } from './resources-schema';
-import { parsed, parseMemory, ScalarError, toInt } from './scalars';
+import { parseMemory, ScalarError, toInt } from './scalars';
 import { describeValue } from './yaml-source';
 
 /**
@@ -43,6 +43,3 @@ export function parseRange(value: unknown, endpoint: (v: unknown) => number | un
 
 export const parseCountRange = (value: unknown): Range => parseRange(value, toInt, 'a whole number');
 export const parseMemoryRange = (value: unknown): Range => parseRange(value, parseMemory, 'a size such as 8GB');
-
-export const countRangeSchema = parsed(parseCountRange);
-export const memoryRangeSchema = parsed(parseMemoryRange);

@@ -74,7 +74,6 @@ export function toInt(value: unknown): number | undefined {
 }
 
 export const textSchema = scalar('a string', toText);
-export const intSchema = scalar('an integer', toInt);
 
 export function intAtLeast(min: number) {
   return scalar(`an integer >= ${min}`, (value) => {
@@ -117,8 +116,6 @@ export function parseMemory(value: unknown): number | undefined {
   }
   return parseDecimal(text);
 }
-
-export const memorySchema = scalar('a size such as 8GB, 512MB or 1TB', parseMemory);
 
 /**
  * Whether the value means yes or no, as pydantic's lax booleans read it (`true`, `"yes"`, `1`…).

@@ -15,7 +15,7 @@ import { intAtLeast, parsed, textListSchema, textSchema } from './scalars';
  */
 
 /** Node group names, as dstack allows them. */
-export const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
+const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
 
 /**
  * dstack task fields Troupe does not implement. Each is refused by name: a config that relies on
