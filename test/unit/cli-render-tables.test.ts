@@ -131,6 +131,10 @@ describe('tables', () => {
     expect(
       formatResources({ ...base, memory: { min: 16, max: 64 }, gpu: { ...base.gpu, vendor: 'amd', count: { min: 2, max: 8 } } }),
     ).toBe('cpu=2.. mem=16GB..64GB disk=100GB.. gpu=amd:2..8');
+    // dstack's default `0..` (a GPU is optional) is left out.
+    expect(formatResources({ ...base, gpu: { ...base.gpu, vendor: 'nvidia', count: { min: 0, max: null } } })).toBe(
+      'cpu=2.. mem=8GB.. disk=100GB..',
+    );
   });
 
   it('ages and durations', () => {

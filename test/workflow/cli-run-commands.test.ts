@@ -219,3 +219,40 @@ describe('troupe ps, logs, stop', () => {
     expect(unknown.stderr).toContain('no run named "no-such-run"');
   });
 });
+
+describe('troupe worker', () => {
+  it('serves runs on its task queue and shuts down gracefully on SIGTERM', async () => {
+    const queue = uniqueTaskQueue('cli-worker');
+    const stateDir = mkdtempSync(join(tmpdir(), 'troupe-cli-worker-'));
+    const child = spawn(process.execPath, [cli, 'worker', '--state-dir', stateDir, '--backend', 'local'], {
+      env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), TROUPE_TASK_QUEUE: queue, NO_COLOR: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('close', resolve));
+    try {
+      const deadline = Date.now() + 60_000;
+      while (!stderr.includes('Troupe worker on') && Date.now() < deadline && child.exitCode === null) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(stderr).toContain(`task queue "${queue}", backends local`);
+      const { name, file } = twoGroups('cli-own-worker', 'echo ok');
+      const result = await troupeCli(['apply', '-y', '-f', file], { taskQueue: queue });
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stderr).toContain(`Run ${name} DONE`);
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      expect(stderr).toContain('Worker stopped.');
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a backend it does not have: exit 2', async () => {
+    const result = await troupeCli(['worker', '--backend', 'nope']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('unknown backend "nope" (this worker has: local)');
+  });
+});
