@@ -4,6 +4,7 @@ import { InstanceUnreachableError } from '../src/backends/backend';
 import { buildClusterInfo } from '../src/runner/cluster-info';
 import { renderJobFiles } from '../src/runner/job-files';
 import { describeProbe, renderProbeScript } from '../src/runner/ready-probe';
+import { loadSecretKey, openEnv, SecretKeyError } from '../src/secrets/sealed-env';
 import { FailureType } from '../workflows/failure-types';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
@@ -20,6 +21,16 @@ export function addressesByGroup(jobIps: readonly string[], groupSizes: readonly
     next += size;
     return group;
   });
+}
+
+/** The job's env with its sealed values opened: only here, on the way to the node. */
+function openSecrets(env: Readonly<Record<string, string>>): Record<string, string> {
+  try {
+    return openEnv(env, () => loadSecretKey({ create: false }));
+  } catch (err) {
+    if (err instanceof SecretKeyError) throw ApplicationFailure.nonRetryable(err.message, FailureType.SecretKey);
+    throw err;
+  }
 }
 
 export function createJobActivities(backends: BackendRegistry) {
@@ -40,7 +51,7 @@ export function createJobActivities(backends: BackendRegistry) {
       const target = backendFor(backends, input.backend);
       const cluster = buildClusterInfo(input.addresses.job_ips, input.addresses.gpus_per_node, input.job.job_num);
       const files = renderJobFiles({
-        run: input.run,
+        run: { ...input.run, env: openSecrets(input.run.env) },
         runUid: input.run_uid,
         job: input.plan_job,
         cluster,

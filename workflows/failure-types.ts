@@ -13,4 +13,6 @@ export const FailureType = {
   JobVanished: 'JobVanished',
   /** A readiness probe did not pass within its group's timeout. */
   NotReady: 'NotReady',
+  /** A sealed env value cannot be opened (no key, or another key). */
+  SecretKey: 'SecretKey',
 } as const;
