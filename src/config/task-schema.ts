@@ -123,6 +123,8 @@ export const TaskConfigSchema = closedObject(taskShape, {
       );
     }
   }
+  // As dstack: any `image`, even an empty one, lets a group go without commands.
+  const taskHasImage = task.image !== null && task.image !== undefined;
   const firstIndexOf = new Map<string, number>();
   groups.forEach((group, index) => {
     const name = group.name ?? String(index);
@@ -137,7 +139,7 @@ export const TaskConfigSchema = closedObject(taskShape, {
     } else {
       firstIndexOf.set(name, index);
     }
-    if ((group.commands ?? []).length === 0 && !task.image) {
+    if ((group.commands ?? []).length === 0 && !taskHasImage) {
       ctx.addIssue(
         ruleIssue(['groups', index], `group "${name}" has no \`commands\`: give it \`commands\`, or set \`image\` at the task level`),
       );

@@ -169,7 +169,10 @@ function checkReferences(source: ConfigSource, task: TaskConfig, groups: readonl
       try {
         references = parseReferences(command);
       } catch (err) {
-        if (err instanceof InterpolationError) throw source.errorInString(path, err.offset, err.message);
+        if (err instanceof InterpolationError) {
+          const hint = /"secrets\./.test(err.message) ? ' (Troupe has no secrets store)' : '';
+          throw source.errorInString(path, err.offset, `${err.message}${hint}`);
+        }
         throw err;
       }
       for (const ref of references) {

@@ -207,6 +207,9 @@ describe('groups', () => {
       'task.yml:3:5: groups[0]: group "a" has no `commands`: give it `commands`, or set `image` at the task level',
     );
     expect(load(yaml('type: task', 'image: x', 'groups:', '  - name: a')).groups[0]?.commands).toEqual([]);
+    // dstack counts any image, even an empty one, here (but not for a task without groups).
+    expect(load(yaml('type: task', 'image: ""', 'groups:', '  - name: a')).groups).toHaveLength(1);
+    expect(refusal(yaml('type: task', 'image: ""'))).toBe('task.yml:1:1: commands: either `commands` or `image` must be set');
   });
 
   it('bound the total number of nodes', () => {

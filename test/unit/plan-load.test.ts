@@ -200,6 +200,9 @@ describe('address references', () => {
     );
     expect(refusal(yaml('type: task', 'commands:', '  - echo ${{ run.args }}'))).toMatch(/^task\.yml:3:10: commands\[0\]: Illegal reference name "run\.args"/);
     expect(refusal(yaml('type: task', 'commands:', '  - echo ${{ groups[0]'))).toBe('task.yml:3:10: commands[0]: unclosed "${{": expected "}}"');
+    expect(refusal(yaml('type: task', 'commands:', '  - echo ${{ secrets.token }}'))).toBe(
+      'task.yml:3:10: commands[0]: Illegal reference name "secrets.token": only ${{ groups[i].nodes[j].IP_ADDRESS }} can be used in commands (Troupe has no secrets store)',
+    );
   });
 });
 
