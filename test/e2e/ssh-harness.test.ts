@@ -30,6 +30,7 @@ describe('test hosts harness', () => {
       { name: 'l40s', gpus: { name: 'NVIDIA L40S', memoryMiB: 46068, count: 1 } },
       { name: 'mi300', vendor: 'amd', gpus: { name: 'AMD Instinct MI300X', memoryMiB: 196592, count: 2 }, port: 2222 },
       { name: 'hidden', behindJump: 'cpu' },
+      { name: 'plain', skipBashrc: true },
     ]);
     namespaces = Object.values(hosts.hosts).map((h) => h.namespace);
   });
@@ -45,7 +46,9 @@ describe('test hosts harness', () => {
     expect(amd.map((g) => g.asic.market_name)).toEqual(['AMD Instinct MI300X', 'AMD Instinct MI300X']);
     expect(await ssh(hosts, 'mi300', 'hostname -I')).toContain(hosts.host('mi300').address);
     const fingerprints = new Set(Object.values(hosts.hosts).map((h) => h.hostKeyFingerprint));
-    expect(fingerprints.size).toBe(4);
+    expect(fingerprints.size).toBe(5);
+    // skipBashrc: the session keeps sshd's own PATH, untouched by ~/.bashrc.
+    expect(await ssh(hosts, 'plain', 'echo "$PATH"')).toBe('/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n');
     const printed = await run('ssh-keygen', ['-l', '-f', hosts.knownHostsFile]);
     for (const h of Object.values(hosts.hosts)) expect(printed).toContain(h.hostKeyFingerprint);
   });

@@ -27,6 +27,11 @@ export interface TestHostSpec {
   port?: number;
   /** 'fake-docker': a docker CLI stand-in on the host's PATH (see fake-docker.ts). */
   containerRuntime?: 'fake-docker';
+  /**
+   * Keep bash from reading root's ~/.bashrc in SSH sessions (here it runs `pyenv init`, ~0.15 s
+   * and more under load, in every command). Default false: hosts behave like this machine's root.
+   */
+  skipBashrc?: boolean;
 }
 
 export interface TestHost {
@@ -86,6 +91,7 @@ const NETNS_PREFIX = 'trph-';
 const JUMP_BRIDGE = 'trpjb0';
 
 interface HostState extends TestHost {
+  skipBashrc: boolean;
   dir: string;
   sshdConfig: string;
   hostKeyPath: string;
@@ -267,6 +273,8 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
         'AllowTcpForwarding yes',
         'MaxStartups 100:30:200',
         'Subsystem sftp internal-sftp',
+        // bash reads ~/.bashrc for an SSH command only at shell level 1; from SHLVL=1 it starts at 2.
+        ...(host.skipBashrc ? ['SetEnv SHLVL=1'] : []),
         '',
       ].join('\n'),
     );
@@ -361,6 +369,7 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       behindJump: spec.behindJump ?? null,
       jobBaseDir: join(dir, 'jobs'),
       sshdPid: 0,
+      skipBashrc: spec.skipBashrc ?? false,
       dir,
       sshdConfig: join(dir, 'sshd_config'),
       hostKeyPath: '',
