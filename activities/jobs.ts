@@ -1,6 +1,6 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { InstanceUnreachableError } from '../src/backends/backend';
+import { InstanceUnreachableError, SubmissionClosedError } from '../src/backends/backend';
 import { buildClusterInfo } from '../src/runner/cluster-info';
 import { renderJobFiles } from '../src/runner/job-files';
 import { describeProbe, renderProbeScript } from '../src/runner/ready-probe';
@@ -58,7 +58,13 @@ export function createJobActivities(backends: BackendRegistry) {
         addresses: addressesByGroup(input.addresses.job_ips, input.group_sizes),
         jobDirectory: target.jobDirectory(input.job),
       });
-      return await whileHeartbeating(() => target.startJob(input.job, files));
+      try {
+        return await whileHeartbeating(() => target.startJob(input.job, files));
+      } catch (err) {
+        // Released, or a stop claimed the job first: starting it now would leak a process.
+        if (err instanceof SubmissionClosedError) throw ApplicationFailure.nonRetryable(err.message, FailureType.SubmissionClosed);
+        throw err;
+      }
     },
 
     /**

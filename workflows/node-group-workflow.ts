@@ -231,7 +231,7 @@ function runnerActivities(input: NodeGroupInput) {
 const jobActivities = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '120s',
   heartbeatTimeout: HEARTBEAT_TIMEOUT,
-  retry: { initialInterval: '500ms', maximumAttempts: 10, nonRetryableErrorTypes: [FailureType.UnknownBackend, FailureType.SecretKey] },
+  retry: { initialInterval: '500ms', maximumAttempts: 10, nonRetryableErrorTypes: [FailureType.UnknownBackend, FailureType.SecretKey, FailureType.SubmissionClosed] },
 });
 
 /** The watch lasts as long as the job; a crashed worker's watch is picked up again by the next one. */
