@@ -80,6 +80,28 @@ export class NoWorkerError extends TroupeClientError {
   }
 }
 
+/**
+ * The run did not answer in time although a worker polls its task queue: the worker may be busy,
+ * restarting, or gone (the server lists a dead worker's pollers for a few minutes). Transient.
+ */
+export class RunUnreachableError extends TroupeClientError {
+  override readonly name = 'RunUnreachableError';
+  constructor(
+    readonly runName: string,
+    what: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`run ${runName} did not answer: ${what}; is its worker busy, restarting or gone?`, options);
+  }
+}
+
+/** The run's state or logs cannot be read right now, but may be soon (a worker comes back). */
+export type RunUnavailableError = NoWorkerError | RunUnreachableError;
+
+export function isRunUnavailable(err: unknown): err is RunUnavailableError {
+  return err instanceof NoWorkerError || err instanceof RunUnreachableError;
+}
+
 /** No run of that name exists in the namespace. */
 export class RunNotFoundError extends TroupeClientError {
   override readonly name = 'RunNotFoundError';

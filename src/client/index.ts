@@ -9,9 +9,11 @@ export {
   NoWorkerError,
   RunNameInUseError,
   RunNotFoundError,
+  RunUnreachableError,
   TroupeClientError,
+  isRunUnavailable,
 } from './errors';
-export type { ConfigLocation, TaskQueueLocation } from './errors';
+export type { ConfigLocation, RunUnavailableError, TaskQueueLocation } from './errors';
 export { TroupeSearchAttributes } from './search-attributes';
 export type { RunMemo } from './run-memo';
 export type { LogChunk } from '../backends/backend';

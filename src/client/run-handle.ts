@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
+  isGrpcCancelledError,
   isGrpcDeadlineError,
   ServiceError,
+  TimeoutFailure,
   WorkflowFailedError,
   WorkflowNotFoundError,
   type Client,
@@ -15,7 +17,16 @@ import type { ReadLogInput } from '../../activities';
 import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { runStateQuery, stopRunSignal, type RunInputArg } from '../../workflows/messages';
 import { isFinished, RunStateSchema, type JobState, type RunState, type RunStatus } from '../../workflows/run-state';
-import { JobNotFoundError, NoWorkerError, RunNotFoundError, TroupeClientError, type TaskQueueLocation } from './errors';
+import {
+  isRunUnavailable,
+  JobNotFoundError,
+  NoWorkerError,
+  RunNotFoundError,
+  RunUnreachableError,
+  TroupeClientError,
+  type RunUnavailableError,
+  type TaskQueueLocation,
+} from './errors';
 import { readRunMemo } from './run-memo';
 import { missingPollers } from './worker-presence';
 
@@ -45,6 +56,11 @@ export interface StreamLogsOptions {
   pollMs?: number;
   limitBytes?: number;
   signal?: AbortSignal;
+  /**
+   * While following: called when the run cannot be read for now (no worker, or it does not
+   * answer); following goes on at the next poll. Without it, such an error ends the stream.
+   */
+  onUnavailable?: (err: RunUnavailableError) => void;
 }
 
 /** A piece of one job's log. A resubmission by `retry` starts its jobs' logs again at offset 0. */
@@ -60,8 +76,8 @@ export interface WatchOptions {
   /** Poll interval in ms. Default 500. */
   intervalMs?: number;
   signal?: AbortSignal;
-  /** Called when the state cannot be read for lack of a worker; watching goes on. Without it, watch throws. */
-  onNoWorker?: (err: NoWorkerError) => void;
+  /** Called when the state cannot be read for now (no worker, or it does not answer); watching goes on. Without it, watch throws. */
+  onUnavailable?: (err: RunUnavailableError) => void;
 }
 
 const DEFAULT_LOG_LIMIT_BYTES = 256 * 1024;
@@ -168,8 +184,21 @@ export class RunHandle {
     const jobNums = options.jobs ?? [0];
     const limit = options.limitBytes ?? DEFAULT_LOG_LIMIT_BYTES;
     const cursors = new Map<number, { submission: number; offset: number; drainedFinished: boolean }>();
+    const tolerate = (err: unknown): boolean => {
+      if (!options.follow || !options.onUnavailable || !isRunUnavailable(err)) return false;
+      options.onUnavailable(err);
+      return true;
+    };
     for (;;) {
-      const state = await this.state();
+      let state: RunState;
+      try {
+        state = await this.state();
+      } catch (err) {
+        if (!tolerate(err)) throw err;
+        await pause(options.pollMs ?? 1000, options.signal);
+        if (options.signal?.aborted) return;
+        continue;
+      }
       const runEnded = isFinished(state.status);
       for (const jobNum of jobNums) {
         const job = jobOf(state, jobNum);
@@ -187,7 +216,7 @@ export class RunHandle {
             chunk = await this.readLogOf(state, jobNum, cursor.offset, limit);
           } catch (err) {
             // After the end the backend may have released the node: nothing more to read.
-            if (jobEnded || runEnded) break;
+            if (jobEnded || runEnded || tolerate(err)) break;
             throw err;
           }
           const grew = chunk.next_offset > cursor.offset;
@@ -219,8 +248,8 @@ export class RunHandle {
       try {
         state = await this.state();
       } catch (err) {
-        if (!(err instanceof NoWorkerError) || !options.onNoWorker) throw err;
-        options.onNoWorker(err);
+        if (!isRunUnavailable(err) || !options.onUnavailable) throw err;
+        options.onUnavailable(err);
       }
       if (state) {
         const key = JSON.stringify(state);
@@ -261,6 +290,9 @@ export class RunHandle {
       if (!(err instanceof WorkflowFailedError)) throw err;
       const missing = await missingPollers(this.ctx.client, this.ctx);
       if (missing.length > 0) throw new NoWorkerError(this.ctx, missing, `read the log of ${this.name} job ${jobNum}`);
+      if (err.cause instanceof TimeoutFailure) {
+        throw new RunUnreachableError(this.name, `reading the log of job ${jobNum} timed out`, { cause: err });
+      }
       throw new TroupeClientError(`could not read the log of ${this.name} job ${jobNum}: ${rootCauseMessage(err)}`, {
         cause: err,
       });
@@ -274,13 +306,10 @@ export class RunHandle {
       );
       return parseRunState(state, this.name);
     } catch (err) {
-      // The server answers DEADLINE_EXCEEDED itself when no worker takes the query; the client wraps it.
-      if (isGrpcDeadlineError(err) || (err instanceof ServiceError && isGrpcDeadlineError(err.cause))) {
+      if (isQueryTimeout(err)) {
         const missing = await missingPollers(this.ctx.client, this.ctx);
         if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `read the state of run ${this.name}`);
-        throw new TroupeClientError(`run ${this.name} did not answer its state query within ${timeoutMs / 1000}s`, {
-          cause: err,
-        });
+        throw new RunUnreachableError(this.name, `no answer to its state query within ${timeoutMs / 1000}s`, { cause: err });
       }
       throw this.notFound(err);
     }
@@ -329,6 +358,16 @@ export class RunHandle {
       jobs: [],
     };
   }
+}
+
+/**
+ * The query ran out of time: DEADLINE_EXCEEDED (from the server when no worker takes it, or from our
+ * deadline), wrapped by the client. grpc-js sometimes reports our deadline as CANCELLED instead
+ * when several calls share it; nothing else cancels these calls.
+ */
+function isQueryTimeout(err: unknown): boolean {
+  const inner = err instanceof ServiceError ? err.cause : err;
+  return isGrpcDeadlineError(inner) || isGrpcCancelledError(inner);
 }
 
 function parseRunState(value: unknown, runName: string): RunState {

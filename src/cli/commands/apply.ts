@@ -119,21 +119,24 @@ function masterStarted(state: RunState): boolean {
 async function attach(handle: RunHandle, style: Style): Promise<number> {
   const interrupt = onInterrupt();
   const { signal } = interrupt;
-  let noWorkerNoted = false;
+  let unavailableNoted = false;
   const view = new LiveView(process.stderr, style);
-  const onNoWorker = (err: Error) => {
-    if (noWorkerNoted) return;
-    noWorkerNoted = true;
-    view.note(paint(style, 'yellow', `${err.message} Waiting for one…`));
+  const note = (line: string) => (view.closed ? process.stderr.write(`${line}\n`) : view.note(line));
+  const onUnavailable = (err: Error) => {
+    if (unavailableNoted) return;
+    unavailableNoted = true;
+    note(paint(style, 'yellow', `${err.message} Still trying…`));
+  };
+  const answered = () => {
+    if (!unavailableNoted) return;
+    unavailableNoted = false;
+    note('The run answers again.');
   };
 
   const follow = async (): Promise<RunState> => {
     let last: RunState | null = null;
-    for await (const state of handle.watch({ signal, onNoWorker })) {
-      if (noWorkerNoted) {
-        noWorkerNoted = false;
-        view.note('A worker answers again.');
-      }
+    for await (const state of handle.watch({ signal, onUnavailable })) {
+      answered();
       view.update(state);
       last = state;
       if (isFinished(state.status) || masterStarted(state)) break;
@@ -147,7 +150,8 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
     const lines = new LogLines((text) => process.stdout.write(text));
     const changes = (async () => {
       let prev: RunState | null = last;
-      for await (const state of handle.watch({ signal, onNoWorker })) {
+      for await (const state of handle.watch({ signal, onUnavailable })) {
+        answered();
         const notes = describeStateChanges(prev, state, style);
         if (notes.length > 0) process.stderr.write(`${notes.join('\n')}\n`);
         prev = state;
@@ -157,7 +161,7 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
     // After a detach the connection closes under it; its failure then matters to no one.
     changes.catch(() => undefined);
     try {
-      for await (const chunk of handle.streamLogs({ jobs: [0], follow: true, signal })) lines.push(chunk.job_num, chunk.data);
+      for await (const chunk of handle.streamLogs({ jobs: [0], follow: true, signal, onUnavailable })) lines.push(chunk.job_num, chunk.data);
     } catch (err) {
       if (signal.aborted) throw err;
       process.stderr.write(

@@ -70,12 +70,18 @@ export const command: Command = async (args) => {
       (text) => process.stdout.write(text),
       jobs.length > 1 ? (jobNum) => `${(names.get(jobNum) ?? String(jobNum)).padEnd(width)} | ` : () => '',
     );
+    let noted = false;
     const stream = (async () => {
       for await (const chunk of handle.streamLogs({
         jobs: jobs.map((j) => j.job_num),
         follow: values.follow === true,
         signal: interrupt.signal,
+        onUnavailable: (err) => {
+          if (!noted) process.stderr.write(`${err.message} Still trying…\n`);
+          noted = true;
+        },
       })) {
+        noted = false;
         lines.push(chunk.job_num, chunk.data);
       }
     })();

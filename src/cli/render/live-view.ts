@@ -62,7 +62,7 @@ export function renderGroupWaits(state: RunState, style: Style): string[] {
 export class LiveView {
   private last: RunState | null = null;
   private frameRows = 0;
-  private closed = false;
+  private isClosed = false;
 
   constructor(
     private readonly out: Terminal,
@@ -70,12 +70,16 @@ export class LiveView {
     private readonly now: () => Date = () => new Date(),
   ) {}
 
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
   get redraws(): boolean {
     return this.out.isTTY === true;
   }
 
   update(state: RunState): void {
-    if (this.closed) return;
+    if (this.isClosed) return;
     if (this.redraws) {
       this.clearFrame();
       const frame = [
@@ -94,7 +98,7 @@ export class LiveView {
 
   /** A line above the live frame (a notice), which stays when the frame is redrawn. */
   note(line: string): void {
-    if (this.redraws && !this.closed) {
+    if (this.redraws && !this.isClosed) {
       this.clearFrame();
       this.out.write(`${line}\n`);
       this.frameRows = 0;
@@ -110,7 +114,7 @@ export class LiveView {
 
   /** Leaves the last frame on screen; later updates are ignored. */
   close(): RunState | null {
-    this.closed = true;
+    this.isClosed = true;
     return this.last;
   }
 
