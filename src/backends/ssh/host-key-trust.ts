@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
-import { homedir } from 'node:os';
 import { SshHostKeyChangedError, SshHostKeyRevokedError, SshHostKeyUnknownError } from './errors';
 import { fingerprintOf, keyAlgorithmOf, negotiableAlgorithms, normalizeFingerprint } from './host-key';
+import { expandHome } from './identity-file';
 import { findKnownHostEntries, formatKnownHostsLine, knownHostsName, type KnownHostEntry } from './known-hosts';
 import { describeTarget, type SshTarget } from './target';
 
@@ -42,10 +42,6 @@ export interface HostKeyExpectation {
   pinnedFingerprint: string | null;
   /** Host key algorithms to offer first, so the server presents the kind of key we know. */
   preferredAlgorithms: string[];
-}
-
-function expandHome(path: string): string {
-  return path === '~' || path.startsWith('~/') ? homedir() + path.slice(1) : path;
 }
 
 /**
