@@ -1,8 +1,15 @@
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JobNotFoundError, RunNameInUseError, TroupeClient, type JobLogChunk, type RunState } from '../../src/client';
+import {
+  JobNotFoundError,
+  RunNameInUseError,
+  RunUnreachableError,
+  TroupeClient,
+  type JobLogChunk,
+  type RunState,
+} from '../../src/client';
 import { makeLocalFleet } from '../helpers/local-fleet';
-import { temporalAddress, testClient } from '../helpers/temporal';
+import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
 
 /** The client SDK against a real worker, the real workflows and the local fleet (real processes). */
@@ -131,6 +138,40 @@ describe('client SDK on a real worker', () => {
     // Read while it was being written: more than one chunk.
     expect(chunks.length).toBeGreaterThan(1);
     expect((await handle.state()).status).toBe('DONE');
+  });
+
+  it('watch and follow ride out a worker restart: unavailable for a while, then the run goes on', async () => {
+    const queue = uniqueTaskQueue('sdk-restart');
+    let first: Awaited<ReturnType<typeof startTroupeWorker>> | null = await startTroupeWorker({ local: fleet.backend }, queue);
+    let second: Awaited<ReturnType<typeof startTroupeWorker>> | null = null;
+    const own = new TroupeClient(client, { taskQueue: queue, queryTimeoutMs: 1_500 });
+    try {
+      const name = runName('sdk-restart');
+      const yaml = ['type: task', `name: ${name}`, 'commands:', '  - for i in 1 2 3 4 5 6; do echo "tick $i"; sleep 1; done', ''].join('\n');
+      const handle = await own.submit({ yaml, options: quick });
+      for await (const state of handle.watch({ intervalMs: 200 })) if (state.status === 'RUNNING') break;
+
+      await first.stop();
+      first = null;
+      const unavailable: Error[] = [];
+      const following = collect(handle.streamLogs({ follow: true, pollMs: 300, onUnavailable: (err) => unavailable.push(err) }));
+      const watching = (async () => {
+        const seen: RunState[] = [];
+        for await (const state of handle.watch({ intervalMs: 300, onUnavailable: (err) => unavailable.push(err) })) seen.push(state);
+        return seen;
+      })();
+      await new Promise((r) => setTimeout(r, 3_000));
+      expect(unavailable.length).toBeGreaterThan(0);
+      expect(unavailable[0]).toBeInstanceOf(RunUnreachableError);
+      second = await startTroupeWorker({ local: fleet.backend }, queue);
+
+      const logs = await following;
+      expect(logs.get(0)).toBe('tick 1\ntick 2\ntick 3\ntick 4\ntick 5\ntick 6\n');
+      expect((await watching).at(-1)?.status).toBe('DONE');
+    } finally {
+      await first?.stop();
+      await second?.stop();
+    }
   });
 
   it('per-run options override the task: retry off, so a failing job fails the run at once', async () => {
