@@ -9,6 +9,7 @@ import {
   NoContainerRuntimeError,
   SshConnectionLostError,
   SshRunner,
+  shQuote,
 } from '../../src/backends/ssh';
 import { renderLaunchScript } from '../../src/runner/launch-script';
 import { createTestHosts, type TestHosts } from './hosts';
@@ -195,6 +196,9 @@ describe('SshRunner', () => {
     expect(parts[5]).toBe('unset');
     const check = await (await connectSsh(hosts.target('cpu'), trust)).exec('ls /tmp/troupe-pwned /tmp/pwned-name 2>&1 || true');
     expect(check.stdout).toMatch(/No such file or directory[\s\S]*No such file or directory/);
+    // The env file may hold secrets (HF_TOKEN): only the SSH user may read it.
+    const mode = await (await connectSsh(hosts.target('cpu'), trust)).exec(`stat -c %a ${shQuote(r.jobDirectory(job))}/job.env`);
+    expect(mode.stdout).toBe('600\n');
     expect(r.jobDirectory(job)).toMatch(/\/we_ird_\$?.*-[0-9a-f]{10}$/);
     expect(r.jobDirectory(job)).not.toMatch(/[`'$ ()]/);
   });
