@@ -23,5 +23,12 @@ export {
 export { detectHost, defaultJobBaseDir, gpuCount, HostFactsSchema, type HostFacts, type HostAddress, type DetectOptions } from './detect';
 export { normalizeGpuName, type GpuFacts } from './gpu-tools';
 export { pickInternalIp, InternalIpError, type InternalIpConfig } from './internal-ip';
-export { SshRunner, NoContainerRuntimeError, JobStopFailedError, type SshRunnerOptions, type StartJobOptions } from './ssh-runner';
+export {
+  SshRunner,
+  NoContainerRuntimeError,
+  JobStopFailedError,
+  EXEC_TIMED_OUT_EXIT_CODE,
+  type SshRunnerOptions,
+  type StartJobOptions,
+} from './ssh-runner';
 export { shQuote } from './shell-quote';
