@@ -5,6 +5,7 @@ import { parseOffableDuration } from './duration';
 import { parseEnv } from './env';
 import { parsePort } from './ports';
 import { ResourcesInputSchema } from './resources';
+import { parseReadyProbe } from './ready';
 import { parseRetry } from './retry';
 import { intAtLeast, parsed, textListSchema, textSchema } from './scalars';
 
@@ -67,13 +68,14 @@ const groupShape = {
   resources: ResourcesInputSchema.optional(),
   commands: textListSchema.optional(),
   ports: portsSchema.optional(),
+  /** Troupe's extension: names of the groups whose every node must be READY before this one starts. */
+  depends_on: textListSchema.optional(),
+  /** Troupe's extension: the readiness probe of this group's nodes. */
+  ready: parsed(parseReadyProbe).optional(),
 };
 
-/**
- * One entry of `groups:`. Later Troupe versions add `depends_on` and `ready` here; until then
- * they are refused like any field Troupe does not run.
- */
-export const NodeGroupInputSchema = closedObject(groupShape, { what: 'a group', planned: ['depends_on', 'ready'] });
+/** One entry of `groups:` (with Troupe's `depends_on` and `ready`). */
+export const NodeGroupInputSchema = closedObject(groupShape, { what: 'a group' });
 export type NodeGroupInput = z.output<typeof NodeGroupInputSchema>;
 
 const taskShape = {
@@ -145,6 +147,75 @@ export const TaskConfigSchema = closedObject(taskShape, {
       );
     }
   });
+  checkDependencies(task.startup_order ?? null, groups, ctx);
 });
+
+/** depends_on names exist, are not the group itself, form no cycle, and do not meet startup_order. */
+function checkDependencies(
+  startupOrder: string | null,
+  groups: readonly { name?: string | null; depends_on?: string[] | undefined }[],
+  ctx: z.RefinementCtx,
+): void {
+  const names = groups.map((g, i) => g.name ?? String(i));
+  const uses = groups.findIndex((g) => (g.depends_on ?? []).length > 0);
+  if (uses === -1) return;
+  if (startupOrder !== null) {
+    ctx.addIssue(
+      ruleIssue(
+        ['startup_order'],
+        `\`startup_order\` and \`depends_on\` (groups[${uses}]) cannot be combined: depends_on already orders start-up; remove startup_order`,
+        'key',
+      ),
+    );
+    return;
+  }
+  let bad = false;
+  groups.forEach((group, i) => {
+    (group.depends_on ?? []).forEach((dep, k) => {
+      if (dep === names[i]) {
+        ctx.addIssue(ruleIssue(['groups', i, 'depends_on', k], `group "${dep}" cannot depend on itself`));
+        bad = true;
+      } else if (!names.includes(dep)) {
+        ctx.addIssue(ruleIssue(['groups', i, 'depends_on', k], `no group named "${dep}" (groups: ${names.join(', ')})`));
+        bad = true;
+      }
+    });
+  });
+  if (bad) return;
+  const cycle = findCycle(groups.map((g) => (g.depends_on ?? []).map((d) => names.indexOf(d))));
+  if (cycle) {
+    const [first] = cycle;
+    ctx.addIssue(
+      ruleIssue(['groups', first ?? 0, 'depends_on'], `depends_on has a cycle: ${[...cycle, first ?? 0].map((i) => names[i]).join(' → ')}`),
+    );
+  }
+}
+
+/** A cycle in the dependency graph (group indices, in order), or null. */
+function findCycle(edges: readonly number[][]): number[] | null {
+  const state = edges.map(() => 0); // 0 unvisited, 1 on the path, 2 done
+  const path: number[] = [];
+  const visit = (node: number): number[] | null => {
+    state[node] = 1;
+    path.push(node);
+    for (const next of edges[node] ?? []) {
+      if (state[next] === 1) return path.slice(path.indexOf(next));
+      if (state[next] === 0) {
+        const found = visit(next);
+        if (found) return found;
+      }
+    }
+    path.pop();
+    state[node] = 2;
+    return null;
+  };
+  for (let i = 0; i < edges.length; i++) {
+    if (state[i] === 0) {
+      const found = visit(i);
+      if (found) return found;
+    }
+  }
+  return null;
+}
 
 export type TaskConfig = z.output<typeof TaskConfigSchema>;

@@ -95,13 +95,16 @@ function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
     ];
   }
   // With groups, each group has its own resources; the top-level ones are not inherited (dstack).
+  const names = task.groups.map((group, index) => group.name ?? String(index));
   return task.groups.map((group, index) => ({
     index,
-    name: group.name ?? String(index),
+    name: names[index] ?? String(index),
     nodes: group.nodes ?? 1,
     resources: withDefaults(group.resources),
     commands: group.commands ?? [],
     ports: group.ports ?? [],
+    depends_on: (group.depends_on ?? []).map((dep) => names.indexOf(dep)),
+    ready: group.ready ?? null,
   }));
 }
 

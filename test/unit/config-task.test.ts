@@ -78,15 +78,9 @@ describe('fields', () => {
     expect(message.endsWith(': remove it')).toBe(true);
   });
 
-  it('refuses unknown and not-yet-supported fields in a group', () => {
+  it('refuses unknown fields in a group', () => {
     expect(refusal(yaml('type: task', 'groups:', '  - commands: [a]', '    image: x'))).toBe(
       'task.yml:4:5: groups[0].image: unknown field `image` in a group',
-    );
-    expect(refusal(yaml('type: task', 'groups:', '  - commands: [a]', '    depends_on: [b]'))).toBe(
-      'task.yml:4:5: groups[0].depends_on: `depends_on` in a group is not supported yet: remove it',
-    );
-    expect(refusal(yaml('type: task', 'groups:', '  - commands: [a]', '    ready: {port: 80}'))).toBe(
-      'task.yml:4:5: groups[0].ready: `ready` in a group is not supported yet: remove it',
     );
   });
 

@@ -1,0 +1,73 @@
+import type { ReadyProbe } from '../plan/plan-schema';
+import { parseDuration } from './duration';
+import { ScalarError, toInt, toText, within } from './scalars';
+import { describeValue } from './yaml-source';
+
+/**
+ * `ready:` of a group (Troupe's extension to dstack's format): how to tell that a node is ready.
+ *
+ *   ready:
+ *     http: {port: 8000, path: /health}   # a GET answered 2xx (or `http: 8000` for path /)
+ *     tcp: 8000                           # or: a connection accepted
+ *     command: test -e /tmp/warm          # or: exit status 0
+ *     interval: 2s                        # between probes of one node (default 2s)
+ *     timeout: 10m                        # after its commands start (default 10m)
+ */
+export const DEFAULT_READY_INTERVAL_S = 2;
+export const DEFAULT_READY_TIMEOUT_S = 600;
+
+const FIELDS = ['http', 'tcp', 'command', 'interval', 'timeout'];
+
+function port(value: unknown): number {
+  const n = toInt(value);
+  if (n === undefined || n < 1 || n > 65535) throw new ScalarError(`expected a port number 1..65535, got ${describeValue(value)}`);
+  return n;
+}
+
+function positiveSeconds(value: unknown): number {
+  const seconds = parseDuration(value);
+  if (seconds <= 0) throw new ScalarError(`must be more than 0 seconds, got ${describeValue(value)}`);
+  return seconds;
+}
+
+function httpCheck(value: unknown): ReadyProbe['check'] {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return { kind: 'http', port: port(value), path: '/' };
+  const mapping = value as Record<string, unknown>;
+  const extra = Object.keys(mapping).find((k) => k !== 'port' && k !== 'path');
+  if (extra !== undefined) throw new ScalarError(`unknown field \`${extra}\` in \`http\`: expected \`port\` and \`path\``, [extra], 'key');
+  const path = mapping.path === undefined ? '/' : toText(mapping.path);
+  if (path === undefined || !path.startsWith('/') || /[\s\r\n]/.test(path)) {
+    throw new ScalarError(`expected a URL path starting with / and without spaces, got ${describeValue(mapping.path)}`, ['path']);
+  }
+  return { kind: 'http', port: within('port', () => port(mapping.port)), path };
+}
+
+export function parseReadyProbe(value: unknown): ReadyProbe {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+    throw new ScalarError(`expected a mapping with one of \`http\`, \`tcp\` or \`command\`, got ${describeValue(value)}`);
+  }
+  const mapping = value as Record<string, unknown>;
+  const extra = Object.keys(mapping).find((k) => !FIELDS.includes(k));
+  if (extra !== undefined) {
+    throw new ScalarError(`unknown field \`${extra}\` in \`ready\`: expected one of http, tcp, command, and interval, timeout`, [extra], 'key');
+  }
+  const kinds = ['http', 'tcp', 'command'].filter((k) => mapping[k] !== undefined && mapping[k] !== null);
+  if (kinds.length !== 1) {
+    throw new ScalarError(
+      kinds.length === 0 ? '`ready` needs one of `http`, `tcp` or `command`' : `\`ready\` takes one of ${kinds.join(', ')}, not several`,
+    );
+  }
+  let check: ReadyProbe['check'];
+  if (kinds[0] === 'http') check = within('http', () => httpCheck(mapping.http));
+  else if (kinds[0] === 'tcp') check = { kind: 'tcp', port: within('tcp', () => port(mapping.tcp)) };
+  else {
+    const command = toText(mapping.command);
+    if (command === undefined || command.trim() === '') throw new ScalarError('expected a command to run', ['command']);
+    check = { kind: 'command', command };
+  }
+  return {
+    check,
+    interval_s: mapping.interval === undefined ? DEFAULT_READY_INTERVAL_S : within('interval', () => positiveSeconds(mapping.interval)),
+    timeout_s: mapping.timeout === undefined ? DEFAULT_READY_TIMEOUT_S : within('timeout', () => positiveSeconds(mapping.timeout)),
+  };
+}
