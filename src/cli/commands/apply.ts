@@ -98,12 +98,13 @@ async function readPlan(file: string, name: string | undefined, fleet: string | 
 }
 
 function reattachHelp(runName: string): string {
-  return [
-    `  troupe logs ${runName} -f   follow job 0's log`,
-    `  troupe ps                   every job's status and address`,
-    `  troupe stop ${runName}      stop it (-x aborts)`,
-    '',
-  ].join('\n');
+  const hints: Array<[string, string]> = [
+    [`troupe logs ${runName} -f`, "follow job 0's log"],
+    ['troupe ps', "every job's status and address"],
+    [`troupe stop ${runName}`, 'stop it (-x aborts)'],
+  ];
+  const width = Math.max(...hints.map(([cmd]) => cmd.length));
+  return hints.map(([cmd, what]) => `  ${cmd.padEnd(width)}  ${what}\n`).join('');
 }
 
 /** Job 0 has started (or will not): time to show its log. */
