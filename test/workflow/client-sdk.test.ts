@@ -89,6 +89,19 @@ describe('client SDK on a real worker', () => {
     await expect(handle.readLog(3)).rejects.toBeInstanceOf(JobNotFoundError);
   });
 
+  it('connects on its own, as a user script would: connect, submit, state, wait, close', async () => {
+    const sdk = await TroupeClient.connect({ address: temporalAddress(), namespace: 'default', taskQueue: worker.taskQueue });
+    try {
+      const run = await sdk.submit({ yaml: twoGroups(runName('sdk-own')), options: quick });
+      expect(['SUBMITTED', 'PROVISIONING', 'RUNNING', 'TERMINATING', 'DONE']).toContain((await run.state()).status);
+      const final = await run.wait();
+      expect(final.status).toBe('DONE');
+      expect((await run.readLog(0)).data).toMatch(/^head 0 of 3\n/);
+    } finally {
+      await sdk.close();
+    }
+  });
+
   it('lists active runs, and finished ones with all; a second run of an active name is refused; stop ends it', async () => {
     const name = runName('sdk-live');
     const handle = await troupe.submit({ yaml: twoGroups(name, 'echo up; sleep 300'), options: quick });
