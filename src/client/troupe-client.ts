@@ -7,6 +7,8 @@ import {
   type WorkflowExecutionInfo,
 } from '@temporalio/client';
 import { ConfigError, loadPlan, PlanSchema, type Plan } from '../plan';
+import { looksSecret } from '../config/secret-names';
+import { loadSecretKey, sealEnv } from '../secrets/sealed-env';
 import { RUN_NAME } from '../plan/run-name';
 import { DEFAULT_TASK_QUEUE, runNameFromWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { RunOptionsSchema, type RunInput, type RunOptionsInput } from '../../workflows/messages';
@@ -136,7 +138,7 @@ export class TroupeClient {
 
   /** Validates the config, checks for a worker, and starts the run. */
   async submit(request: SubmitRequest): Promise<RunHandle> {
-    const plan = await planOf(request);
+    const plan = sealSecrets(await planOf(request));
     if (request.fleets) plan.fleets = request.fleets;
     const backend = request.backend ?? 'local';
     const options = parseRunOptions(request.options ?? {});
@@ -222,6 +224,13 @@ export class TroupeClient {
     this.searchAttributes ??= troupeSearchAttributesRegistered(this.temporal, this.namespace);
     return this.searchAttributes;
   }
+}
+
+/** Secret env values leave this process sealed: history, the Web UI and errors never see them. */
+function sealSecrets(plan: Plan): Plan {
+  const names = Object.keys(plan.env).filter((name) => plan.secret_env?.includes(name) || looksSecret(name));
+  if (names.length === 0) return plan;
+  return { ...plan, env: sealEnv(plan.env, names, loadSecretKey({ create: true })), secret_env: names };
 }
 
 async function planOf(request: SubmitRequest): Promise<Plan> {

@@ -7,6 +7,7 @@ import { TaskConfigSchema, type TaskConfig } from '../config/task-schema';
 import { parseWithSchema } from '../config/validate';
 import { ConfigSource } from '../config/yaml-source';
 import { checkConfigType } from '../config/config-type';
+import { looksSecret } from '../config/secret-names';
 import { containsReference, InterpolationError, parseReferences } from '../runner/interpolation';
 import { expandJobs } from './expand';
 import { PlanSchema, RetryEventSchema, type GroupPlan, type Plan, type RetryPolicy } from './plan-schema';
@@ -41,7 +42,7 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
   const task = parseWithSchema(TaskConfigSchema, source);
   const image = task.image ?? null;
 
-  const env = resolveEnv(source, task, opts);
+  const { env, fromShell } = resolveEnv(source, task, opts);
   if (task.working_dir !== null && task.working_dir !== undefined && !task.working_dir.startsWith('/')) {
     throw source.error(['working_dir'], `working_dir must be an absolute path, got "${task.working_dir}"`);
   }
@@ -64,6 +65,7 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
     image,
     working_dir: task.working_dir ?? null,
     env,
+    secret_env: Object.keys(env).filter((name) => fromShell.has(name) || looksSecret(name)),
     startup_order: task.startup_order ?? 'any',
     stop_criteria: task.stop_criteria ?? 'all-done',
     retry,
@@ -108,8 +110,9 @@ function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
   }));
 }
 
-function resolveEnv(source: ConfigSource, task: TaskConfig, opts: LoadPlanOptions): Record<string, string> {
+function resolveEnv(source: ConfigSource, task: TaskConfig, opts: LoadPlanOptions): { env: Record<string, string>; fromShell: Set<string> } {
   const env: Record<string, string> = {};
+  const fromShell = new Set<string>();
   for (const entry of task.env ?? []) {
     const value = entry.value ?? opts.environ[entry.key];
     if (value === undefined) {
@@ -128,8 +131,9 @@ function resolveEnv(source: ConfigSource, task: TaskConfig, opts: LoadPlanOption
       );
     }
     env[entry.key] = value;
+    if (entry.value === null) fromShell.add(entry.key);
   }
-  return env;
+  return { env, fromShell };
 }
 
 /** Any unescaped `${{`, well-formed or not. */

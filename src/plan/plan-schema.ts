@@ -75,6 +75,8 @@ export const PlanSchema = z.object({
   working_dir: z.string().nullable(),
   /** The task's env, resolved on the submitting side (bare `KEY` taken from its shell). */
   env: z.record(z.string(), z.string()),
+  /** Names of env values that are secret (from the shell, or named like a token): sealed before submission. */
+  secret_env: z.array(z.string()).optional(),
   startup_order: StartupOrderSchema,
   stop_criteria: StopCriteriaSchema,
   retry: RetryPolicySchema.nullable(),

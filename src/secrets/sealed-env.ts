@@ -97,8 +97,3 @@ export function openEnv(env: Readonly<Record<string, string>>, key: () => Buffer
   const k = key();
   return Object.fromEntries(Object.entries(env).map(([name, v]) => [name, isSealed(v) ? openValue(name, v, k) : v]));
 }
-
-/** Names treated as secret even when written in the task: tokens, keys, passwords. */
-export function looksSecret(name: string): boolean {
-  return /(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)/i.test(name);
-}

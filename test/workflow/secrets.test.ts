@@ -1,0 +1,104 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Client } from '@temporalio/client';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TroupeClient } from '../../src/client';
+import { makeLocalFleet, makeSharedDir } from '../helpers/local-fleet';
+import { temporalAddress, testClient } from '../helpers/temporal';
+import { startTroupeWorker } from '../helpers/troupe-worker';
+
+/**
+ * Secret env values (`- HF_TOKEN` from the shell, names like *_API_KEY) reach the node and nothing
+ * else: not the workflow history of the run or of its groups, not its state, not its messages.
+ */
+
+const fleet = makeLocalFleet('troupe-secrets-');
+const shared = makeSharedDir('troupe-secrets-shared-');
+const keyDir = mkdtempSync(join(tmpdir(), 'troupe-secret-key-'));
+let client: Client;
+let closeClient: () => Promise<void>;
+let worker: Awaited<ReturnType<typeof startTroupeWorker>>;
+let troupe: TroupeClient;
+const previousKeyFile = process.env.TROUPE_SECRET_KEY_FILE;
+
+beforeAll(async () => {
+  process.env.TROUPE_SECRET_KEY_FILE = join(keyDir, 'secret.key');
+  ({ client, close: closeClient } = await testClient());
+  worker = await startTroupeWorker({ local: fleet.backend });
+  troupe = new TroupeClient(client, { taskQueue: worker.taskQueue, address: temporalAddress() });
+});
+afterAll(async () => {
+  await worker?.stop();
+  await closeClient?.();
+  fleet.remove();
+  shared.remove();
+  rmSync(keyDir, { recursive: true, force: true });
+  if (previousKeyFile === undefined) delete process.env.TROUPE_SECRET_KEY_FILE;
+  else process.env.TROUPE_SECRET_KEY_FILE = previousKeyFile;
+});
+
+/** Payload data is base64 in a history export: decode every payload so its plain text can be searched. */
+function decodePayloads(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(decodePayloads);
+  if (node === null || typeof node !== 'object') return node;
+  const entries = Object.entries(node as Record<string, unknown>);
+  const isPayload = 'metadata' in (node as object) && typeof (node as { data?: unknown }).data === 'string';
+  return Object.fromEntries(
+    entries.map(([k, v]) => [k, isPayload && k === 'data' ? Buffer.from(v as string, 'base64').toString('utf8') : decodePayloads(v)]),
+  );
+}
+
+/** Every event of the run and of its group children, payloads decoded, as one text. */
+async function fullHistory(runWorkflowId: string): Promise<string> {
+  const texts: string[] = [];
+  for await (const info of client.workflow.list({ query: `WorkflowId STARTS_WITH "${runWorkflowId}"` })) {
+    const history = await client.workflow.getHandle(info.workflowId, info.runId).fetchHistory();
+    texts.push(JSON.stringify(decodePayloads(JSON.parse(historyToJSON(history)))));
+  }
+  expect(texts.length).toBeGreaterThanOrEqual(3);
+  return texts.join('\n');
+}
+
+describe('secrets', () => {
+  it('reach the node but never the history, the state or the messages', async () => {
+    const token = `hf_${randomBytes(18).toString('hex')}`;
+    const apiKey = `key-${randomBytes(18).toString('hex')}`;
+    const yaml = [
+      'type: task',
+      `name: secrets-${worker.taskQueue.slice(-8)}`,
+      'env:',
+      '  - HF_TOKEN',
+      `  - SERVICE_API_KEY=${apiKey}`,
+      '  - MODEL_ID=plain-value',
+      'groups:',
+      '  - name: a',
+      '    commands:',
+      `      - printf %s "$HF_TOKEN" > ${shared.dir}/token-$DSTACK_NODE_RANK`,
+      `      - printf %s "$SERVICE_API_KEY" > ${shared.dir}/key-$DSTACK_NODE_RANK`,
+      '  - name: b',
+      '    commands:',
+      `      - printf %s "$HF_TOKEN" > ${shared.dir}/token-$DSTACK_NODE_RANK`,
+      '      - exit 7',
+      '',
+    ].join('\n');
+    const handle = await troupe.submit({ yaml, environ: { HF_TOKEN: token }, options: { stop_grace_s: 1 } });
+    const state = await handle.wait();
+    expect(state.status).toBe('FAILED');
+    expect(shared.lines('token-0')).toEqual([token]);
+    expect(shared.lines('key-0')).toEqual([apiKey]);
+    expect(shared.lines('token-1')).toEqual([token]);
+
+    const history = await fullHistory(handle.workflowId);
+    expect(history).toContain('plain-value');
+    expect(history).toContain('sealed:v1:');
+    expect(history).not.toContain(token);
+    expect(history).not.toContain(apiKey);
+    const stateText = JSON.stringify(await handle.state());
+    expect(stateText).not.toContain(token);
+    expect(stateText).not.toContain(apiKey);
+    expect(state.message ?? '').not.toContain(token);
+  });
+});
