@@ -24,9 +24,13 @@ function port(value: unknown): number {
   return n;
 }
 
+/** Probe timings may be fractional (`0.5s`, `500ms`, `0.5`), unlike dstack's whole-second durations. */
 function positiveSeconds(value: unknown): number {
-  const seconds = parseDuration(value);
-  if (seconds <= 0) throw new ScalarError(`must be more than 0 seconds, got ${describeValue(value)}`);
+  const fractional = typeof value === 'string' ? /^(\d+(?:\.\d+)?) *(ms|s)$/.exec(value) : null;
+  const seconds = fractional
+    ? Number(fractional[1]) / (fractional[2] === 'ms' ? 1000 : 1)
+    : typeof value === 'number' ? value : parseDuration(value);
+  if (!(seconds > 0)) throw new ScalarError(`must be more than 0 seconds, got ${describeValue(value)}`);
   return seconds;
 }
 

@@ -1,0 +1,103 @@
+/**
+ * The demo: reuses or starts the embedded dev server (127.0.0.1:7233, Web UI on 8233, SQLite in
+ * .troupe/dev-server) and a worker (pid in .troupe/worker.pid), then runs examples/pd-disagg-local.yml
+ * with `troupe apply -y` and prints where to see the run in the Web UI. Both are left running so
+ * the run can be inspected; `--stop` stops them by pid.
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { NoWorkerError, TroupeClient } from '../src/client';
+import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+
+const example = 'examples/pd-disagg-local.yml';
+const stateDir = join(projectRoot, '.troupe');
+const workerPidFile = join(stateDir, 'worker.pid');
+const workerLog = join(stateDir, 'worker.log');
+const server = defaultDevServerOptions();
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function workerPid(): number | null {
+  if (!existsSync(workerPidFile)) return null;
+  const pid = Number(readFileSync(workerPidFile, 'utf8'));
+  return Number.isInteger(pid) && pid > 0 && alive(pid) ? pid : null;
+}
+
+async function stop(): Promise<void> {
+  const pid = workerPid();
+  if (pid !== null) {
+    process.kill(pid, 'SIGTERM');
+    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 100));
+    console.log(`worker (pid ${pid}) stopped`);
+  }
+  rmSync(workerPidFile, { force: true });
+  console.log((await stopDevServer(server)) ? 'dev server stopped' : 'no dev server of the demo was running');
+}
+
+async function ensureWorker(troupe: TroupeClient): Promise<void> {
+  try {
+    await troupe.checkWorkers('run the demo');
+    return;
+  } catch (err) {
+    if (!(err instanceof NoWorkerError)) throw err;
+  }
+  mkdirSync(stateDir, { recursive: true });
+  const log = openSync(workerLog, 'a');
+  const child = spawn(process.execPath, [join(projectRoot, 'bin', 'troupe.js'), 'worker'], {
+    cwd: projectRoot,
+    detached: true,
+    stdio: ['ignore', log, log],
+    env: { ...process.env, TEMPORAL_ADDRESS: `127.0.0.1:${server.port}` },
+  });
+  if (child.pid === undefined) throw new Error('could not start a worker');
+  child.unref();
+  writeFileSync(workerPidFile, `${child.pid}\n`);
+  console.log(`started a worker (pid ${child.pid}, log ${workerLog})`);
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    try {
+      await troupe.checkWorkers('run the demo');
+      return;
+    } catch (err) {
+      if (!(err instanceof NoWorkerError)) throw err;
+      if (!alive(child.pid)) throw new Error(`the worker exited; see ${workerLog}`);
+      if (Date.now() > deadline) throw new Error(`the worker did not poll within 120 s; see ${workerLog}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+}
+
+async function main(): Promise<number> {
+  if (process.argv.includes('--stop')) {
+    await stop();
+    return 0;
+  }
+  const handle = await startDevServer(server);
+  console.log(`Temporal dev server at ${handle.address} (pid ${handle.pid}); Web UI ${handle.uiAddress}`);
+  const troupe = await TroupeClient.connect({ address: handle.address });
+  try {
+    await ensureWorker(troupe);
+  } finally {
+    await troupe.close();
+  }
+  const apply = spawn(process.execPath, [join(projectRoot, 'bin', 'troupe.js'), 'apply', '-f', example, '-y'], {
+    cwd: projectRoot,
+    stdio: 'inherit',
+    env: { ...process.env, TEMPORAL_ADDRESS: handle.address, TEMPORAL_UI_ADDRESS: handle.uiAddress },
+  });
+  const code = await new Promise<number>((resolve) => apply.once('exit', (c) => resolve(c ?? 1)));
+  console.log('');
+  console.log(`See the run in the Web UI: ${handle.uiAddress}/namespaces/default/workflows/${encodeURIComponent('run/pd-disagg-local')}`);
+  console.log('The dev server and the worker keep running for that; stop them with: npm run demo -- --stop');
+  return code;
+}
+
+process.exitCode = await main();
