@@ -51,7 +51,7 @@ export const JobStateSchema = z.object({
   provisioned_at: z.string().nullable(),
   running_at: z.string().nullable(),
   /** When its readiness probe first passed (groups with `ready:`). */
-  ready_at: z.string().nullable(),
+  ready_at: z.string().nullable().default(null),
   finished_at: z.string().nullable(),
 });
 export type JobState = z.infer<typeof JobStateSchema>;
@@ -76,7 +76,7 @@ export const RunStateSchema = z.object({
       name: z.string(),
       nodes: z.number().int(),
       /** What the group waits for before it may start, e.g. "prefill (ready 0/1), decode (ready 1/1)". */
-      waiting_for: z.string().nullable(),
+      waiting_for: z.string().nullable().default(null),
     }),
   ),
   jobs: z.array(JobStateSchema),

@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NativeConnection, WorkflowBundle } from '@temporalio/worker';
-import { Worker } from '@temporalio/worker';
+import { Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
 import { LocalBackend } from '../backends/local/local-backend';
 
@@ -18,13 +18,23 @@ export interface TroupeWorkerOptions {
   identity?: string;
 }
 
+/** webpack's statistics are noise to a worker's user; its warnings and errors are not. */
+export const quietBundler = {
+  log: () => undefined,
+  trace: () => undefined,
+  debug: () => undefined,
+  info: () => undefined,
+  warn: (message: string, meta?: Record<string, unknown>) => console.warn(message, meta ?? ''),
+  error: (message: string, meta?: Record<string, unknown>) => console.error(message, meta ?? ''),
+};
+
 /** A worker that runs Troupe's workflows and drives the given backends. */
 export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Worker> {
   return await Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath }),
+    workflowBundle: opts.workflowBundle ?? (await bundleWorkflowCode({ workflowsPath, logger: quietBundler })),
     activities: createActivities(opts.backends),
     ...(opts.identity ? { identity: opts.identity } : {}),
   });

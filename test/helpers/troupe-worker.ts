@@ -1,24 +1,16 @@
 import { bundleWorkflowCode, type WorkflowBundle } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
-import { workflowsPath } from '../../src/worker/create-worker';
+import { quietBundler, workflowsPath } from '../../src/worker/create-worker';
 import { startWorker, uniqueTaskQueue } from './temporal';
 
 let bundle: Promise<WorkflowBundle> | null = null;
 
 /** Troupe's workflows, bundled once per test file. */
 export function troupeWorkflowBundle(): Promise<WorkflowBundle> {
-  bundle ??= bundleWorkflowCode({ workflowsPath, logger: quietBundlerLogger });
+  bundle ??= bundleWorkflowCode({ workflowsPath, logger: quietBundler });
   return bundle;
 }
 
-const quietBundlerLogger = {
-  log: () => undefined,
-  trace: () => undefined,
-  debug: () => undefined,
-  info: () => undefined,
-  warn: (message: string) => console.warn(message),
-  error: (message: string) => console.error(message),
-};
 
 /** A real worker running Troupe's workflows and activities on a fresh task queue. */
 export async function startTroupeWorker(backends: BackendRegistry, taskQueue = uniqueTaskQueue('troupe-test')) {
