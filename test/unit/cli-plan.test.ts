@@ -72,8 +72,8 @@ describe('troupe plan (table)', () => {
     expect(lines[0]).toMatch(/^ Run\s+pd-disagg$/);
     expect(stdout).toMatch(/ Nodes\s+3 in 3 groups/);
     expect(stdout).toMatch(/ Startup order\s+workers-first/);
-    expect(lines.find((l) => / router /.test(l) && /cpu=4 /.test(l))).toMatch(/^\s+0\s+router\s+1\s+0\s+cpu=4 mem=8GB\.\. disk=100GB\.\./);
-    expect(lines.find((l) => /^\s+1\s+prefill/.test(l))).toMatch(/gpu=L40S:1\.\./);
+    expect(lines.find((l) => / router /.test(l) && /cpu=/.test(l))).toMatch(/^\s+router\s+1\s+0\s+cpu=4 mem=8GB\.\. disk=100GB\.\./);
+    expect(lines.find((l) => /^\s+prefill\s+1\s+1\s/.test(l))).toMatch(/gpu=L40S:1\.\./);
     expect(lines.find((l) => /pd-disagg-0-0/.test(l))).toMatch(/^\s+0\s+pd-disagg-0-0\s+router\s+0\s+global master$/);
     expect(lines.find((l) => /pd-disagg-2-0/.test(l))).toMatch(/^\s+2\s+pd-disagg-2-0\s+decode\s+0\s+group master$/);
     expect(stdout).not.toContain('\x1b[');

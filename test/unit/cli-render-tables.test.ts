@@ -107,7 +107,7 @@ describe('tables', () => {
     const decode = plan.groups[2];
     if (!decode) throw new Error('fixture');
     decode.resources = { ...decode.resources, gpu: { ...decode.resources.gpu, name: ['L40S'], count: { min: 1, max: null } } };
-    const lines = renderPlan(plan, 'local', plain);
+    const lines = renderPlan(plan, plain, { backend: 'local' });
     expect(lines.slice(0, 6)).toEqual([
       ' Run            pd',
       ' Backend        local',
@@ -116,7 +116,7 @@ describe('tables', () => {
       ' Stop criteria  all-done',
       ' Retry          on no-capacity for 1h 00m',
     ]);
-    expect(lines.slice(7)).toEqual([
+    expect(lines.slice(9)).toEqual([
       ' GROUP    NODES  JOBS  RESOURCES                                    PORTS',
       ' router       1  0     cpu=2.. mem=8GB.. disk=100GB..               -',
       ' prefill      2  1-2   cpu=2.. mem=8GB.. disk=100GB..               -',

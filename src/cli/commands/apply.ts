@@ -59,7 +59,7 @@ export const command: Command = async (args) => {
   const troupe = await connectClient(settings);
   try {
     await troupe.checkWorkers(`start run ${plan.run_name}`);
-    process.stderr.write(`${renderPlan(plan, values.backend, style).join('\n')}\n\n`);
+    process.stderr.write(`${renderPlan(plan, style, { backend: values.backend }).join('\n')}\n\n`);
     if (!values.yes && !(await confirm(`Submit the run ${plan.run_name}?`))) {
       process.stderr.write('Not submitted.\n');
       return 0;

@@ -40,36 +40,66 @@ function jobRange(plan: Plan, groupIndex: number): string {
   const nums = plan.jobs.filter((j) => j.node_group_index === groupIndex).map((j) => j.job_num);
   const first = nums[0];
   const last = nums[nums.length - 1];
-  if (first === undefined || last === undefined) return '';
+  if (first === undefined || last === undefined) return '-';
   return first === last ? String(first) : `${first}-${last}`;
 }
 
-/** What `apply` shows before asking to submit: the run's settings, then a row per group. */
-export function renderPlan(plan: Plan, backend: string, style: Style): string[] {
-  const retry = plan.retry
-    ? `on ${plan.retry.on_events.join(', ')} for ${formatDuration(plan.retry.duration_s * 1000)}`
-    : 'no';
+function formatPorts(ports: Plan['groups'][number]['ports']): string {
+  return ports.map((p) => (p.local_port === null || p.local_port === p.container_port ? String(p.container_port) : `${p.local_port}:${p.container_port}`)).join(',') || '-';
+}
+
+/** When a group starts (Troupe's depends_on) and how it tells it is ready (its probe). */
+function formatStartup(plan: Plan, group: Plan['groups'][number]): string {
+  const after = (group.depends_on ?? []).map((d) => plan.groups[d]?.name ?? String(d));
+  const probe = group.ready?.check;
+  const ready = !probe
+    ? null
+    : probe.kind === 'http' ? `ready: GET :${probe.port}${probe.path}` : probe.kind === 'tcp' ? `ready: tcp :${probe.port}` : 'ready: command';
+  return [after.length > 0 ? `after ${after.join(', ')}` : null, ready].filter((p): p is string => p !== null).join('; ') || '-';
+}
+
+function roleOf(job: Plan['jobs'][number]): string {
+  if (job.global_master) return 'global master';
+  return job.group_master ? 'group master' : 'worker';
+}
+
+export interface PlanViewOptions {
+  /** The backend that will provision the nodes (apply), if known. */
+  backend?: string;
+  /** A row per job as well (the whole rank space). */
+  jobs?: boolean;
+}
+
+/** The run's settings, a row per group (ranks, resources, ports, start-up), optionally a row per job. */
+export function renderPlan(plan: Plan, style: Style, options: PlanViewOptions = {}): string[] {
+  const retry = plan.retry ? `on ${plan.retry.on_events.join(', ')} for ${formatDuration(plan.retry.duration_s * 1000)}` : 'no';
+  const usesDependencies = plan.groups.some((g) => (g.depends_on ?? []).length > 0 || g.ready);
   const fields: Array<[string, string]> = [
     ['Run', plan.run_name],
-    ['Backend', backend],
+    ...(options.backend ? [['Backend', options.backend] as [string, string]] : []),
     ...(plan.fleets?.length ? [['Fleets', plan.fleets.join(', ')] as [string, string]] : []),
     ['Nodes', `${plan.nodes_num} in ${plan.groups.length} group${plan.groups.length === 1 ? '' : 's'}`],
-    ['Startup order', plan.startup_order],
+    ['Startup order', usesDependencies && plan.startup_order === 'any' ? 'by depends_on and readiness' : plan.startup_order],
     ['Stop criteria', plan.stop_criteria],
     ['Retry', retry],
-    ...(plan.max_duration_s !== null ? [['Max duration', formatDuration(plan.max_duration_s * 1000)] as [string, string]] : []),
-    ...(plan.image ? [['Image', plan.image] as [string, string]] : []),
+    ['Max duration', plan.max_duration_s === null ? 'off' : formatDuration(plan.max_duration_s * 1000)],
+    ['Image', plan.image ?? '- (commands run on the host)'],
   ];
   const rows = plan.groups.map((group) => [
     group.name,
     String(group.nodes),
     jobRange(plan, group.index),
     formatResources(group.resources),
-    group.ports.map((p) => (p.local_port === null ? String(p.container_port) : `${p.local_port}:${p.container_port}`)).join(',') || '-',
+    formatPorts(group.ports),
+    ...(usesDependencies ? [formatStartup(plan, group)] : []),
   ]);
+  const jobRows = plan.jobs.map((j) => [String(j.job_num), j.job_name, j.node_group_name, String(j.node_group_job_index), roleOf(j)]);
   return [
     ...renderFields(fields, style),
     '',
-    ...renderTable(['GROUP', 'NODES', 'JOBS', 'RESOURCES', 'PORTS'], rows, style, { alignRight: new Set([1]) }),
+    ...renderTable(['GROUP', 'NODES', 'JOBS', 'RESOURCES', 'PORTS', ...(usesDependencies ? ['STARTS'] : [])], rows, style, {
+      alignRight: new Set([1]),
+    }),
+    ...(options.jobs ? ['', ...renderTable(['JOB', 'NAME', 'GROUP', 'NODE', 'ROLE'], jobRows, style, { alignRight: new Set([0, 3]) })] : []),
   ];
 }
