@@ -1,12 +1,10 @@
 import type { Backend, Instance, JobRef, LogChunk, ProvisionRequest } from '../src/backends/backend';
 import type { AddressBook } from '../workflows/messages';
-import type { FleetHostSpec } from '../workflows/fleet-messages';
-import type { HostFacts } from '../src/backends/ssh/detect';
 import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
 import { createProvisioningActivities } from './provisioning';
 import { createJobActivities } from './jobs';
 import { createTeardownActivities } from './teardown';
-import { createFleetActivities } from './fleet';
+import { createFleetActivities, type ProbeHostInput, type ProbeHostResult } from './fleet';
 
 /** The backends a worker can drive, by the name a run asks for (`local`, `ssh`, …). */
 export type BackendRegistry = Readonly<Record<string, Backend>>;
@@ -60,16 +58,7 @@ export interface ReadLogInput extends JobCall {
   limit_bytes: number;
 }
 
-export interface ProbeHostInput {
-  fleet: string;
-  spec: FleetHostSpec;
-  /** A key pinned at first contact: the host must still present it. */
-  pinned_fingerprint: string | null;
-}
-
-export type ProbeHostResult =
-  | { ok: true; facts: HostFacts; internal_ip: string; host_key: { fingerprint: string; source: 'known_hosts' | 'fingerprint' | 'pinned' } }
-  | { ok: false; reason: string };
+export type { ProbeHostInput, ProbeHostResult } from './fleet';
 
 export interface TroupeActivities {
   probeFleetHost(input: ProbeHostInput): Promise<ProbeHostResult>;

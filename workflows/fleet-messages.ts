@@ -31,20 +31,29 @@ export const HolderSchema = z.object({
 });
 export type Holder = z.infer<typeof HolderSchema>;
 
+export const HostKeySourceSchema = z.enum(['known_hosts', 'fingerprint', 'pinned']);
+export type HostKeySource = z.infer<typeof HostKeySourceSchema>;
+
 export const HostKeySchema = z.object({
   fingerprint: z.string(),
   /** How it was verified: a known_hosts entry, a fingerprint in the config, or pinned at first contact. */
-  source: z.enum(['known_hosts', 'fingerprint', 'pinned']),
+  source: HostKeySourceSchema,
+  /** When it was first verified (pinned keys: the moment of first contact). */
+  since: z.string().nullable().default(null),
 });
+export type HostKey = z.infer<typeof HostKeySchema>;
 
 export const FleetHostStateSchema = z.object({
   index: z.number().int(),
   spec: FleetHostSpecSchema,
+  /** `probing`: never answered yet; `ready`: usable; `unreachable`: see `reason` (re-apply the fleet to probe again). */
   status: z.enum(['probing', 'ready', 'unreachable']),
   reason: z.string().nullable(),
   facts: HostFactsSchema.nullable(),
   internal_ip: z.string().nullable(),
   host_key: HostKeySchema.nullable(),
+  /** The key of the host's proxy_jump host, verified the same way (null without a jump host). */
+  jump_host_key: HostKeySchema.nullable().default(null),
   holder: HolderSchema.nullable(),
   probed_at: z.string().nullable(),
 });
@@ -76,16 +85,39 @@ export const AllocateRequestSchema = z.object({
 });
 export type AllocateRequest = z.infer<typeof AllocateRequestSchema>;
 
-export interface AllocatedHost {
+/** A host as a job of a run holds it: what the backend needs to reach it with its verified key. */
+export interface HeldHost {
   job_num: number;
+  job_name: string;
   host_index: number;
+  /** The target with the key(s) verified at probe time as its only accepted fingerprints. */
   target: FleetHostSpec['target'];
   internal_ip: string;
   gpus: number;
+  /** The SSH user's home on the host (the default job base directory is under it). */
+  home: string;
+}
+
+export type AllocatedHost = HeldHost;
+
+export interface SubmissionRef {
+  run_id: string;
+  submission: number;
+}
+
+export interface ReleaseRequest extends SubmissionRef {
+  /**
+   * Hosts that could not be reached for the clean-up (lost mid-run): marked unreachable with the
+   * reason, so no run is placed on them until the fleet is applied again.
+   */
+  lost?: Array<{ host_index: number; reason: string }>;
 }
 
 export const applyFleetUpdate = defineUpdate<FleetState, [FleetSpec]>('applyFleet');
 export const allocateHostsUpdate = defineUpdate<AllocatedHost[], [AllocateRequest]>('allocateHosts');
-export const releaseHostsUpdate = defineUpdate<number, [{ run_id: string; submission: number }]>('releaseHosts');
+/** Refuses any later allocation for the submission and returns the hosts it still holds. */
+export const closeSubmissionUpdate = defineUpdate<HeldHost[], [SubmissionRef]>('closeSubmission');
+/** Closes the submission (if not yet) and frees its hosts; returns how many were freed. */
+export const releaseHostsUpdate = defineUpdate<number, [ReleaseRequest]>('releaseHosts');
 export const deleteFleetUpdate = defineUpdate<void, [{ force: boolean }]>('deleteFleet');
 export const fleetStateQuery = defineQuery<FleetState>('fleetState');

@@ -8,7 +8,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities';
-import { compareHostSize, formatRange, hostShortfalls } from '../src/fleet/host-match';
+import { describeResources, hostShortfalls, pickHosts } from '../src/fleet/host-match';
 import type { Resources } from '../src/config/resources-schema';
 import { FailureType } from './failure-types';
 import {
@@ -16,15 +16,18 @@ import {
   FleetSpecSchema,
   allocateHostsUpdate,
   applyFleetUpdate,
+  closeSubmissionUpdate,
   deleteFleetUpdate,
   fleetStateQuery,
   releaseHostsUpdate,
-  type AllocatedHost,
+  type AllocateRequest,
   type FleetHostSpec,
   type FleetHostState,
   type FleetInput,
   type FleetSpec,
   type FleetState,
+  type HeldHost,
+  type ReleaseRequest,
 } from './fleet-messages';
 
 const { probeFleetHost } = proxyActivities<TroupeActivities>({
@@ -34,12 +37,14 @@ const { probeFleetHost } = proxyActivities<TroupeActivities>({
 
 /** How many released submissions are remembered (to refuse a late allocation for them). */
 const CLOSED_MEMORY = 2_000;
+/** After a forced delete, how long the runs that held hosts get to give them back. */
+const FORCED_DELETE_GRACE = '2 minutes';
 
 /**
  * One fleet of SSH hosts, for as long as it exists: what each host has and which job holds it.
  * Taking and releasing hosts are Updates handled one at a time by this workflow, so two runs can
- * never get the same host. Hosts are probed (key verified, resources detected) when the fleet is
- * applied.
+ * never get the same host. Every apply probes every host again (key verified against what was
+ * verified before, resources detected); hosts stay usable while they are re-probed.
  */
 export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
   const state: FleetState = input.state ?? {
@@ -49,14 +54,22 @@ export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
     closed_submissions: [],
     deleted: false,
   };
-  if (!input.state) applySpec(state, input.spec);
+  /** Hosts waiting for a probe; apply rounds asked for and done (an apply returns once its round is done). */
+  const pending = new Set<FleetHostState>(state.hosts.filter((h) => h.status === 'probing'));
+  let requestedRound = 0;
+  let completedRound = 0;
+  if (!input.state) {
+    applySpec(state, input.spec, pending);
+    requestedRound = 1;
+  }
 
   setHandler(fleetStateQuery, () => state);
   setHandler(
     applyFleetUpdate,
     async (spec) => {
-      applySpec(state, spec);
-      await condition(() => state.hosts.every((h) => h.status !== 'probing'));
+      applySpec(state, spec, pending);
+      const round = ++requestedRound;
+      await condition(() => completedRound >= round || state.deleted);
       return state;
     },
     { validator: (spec) => validateSpec(state, spec) },
@@ -64,7 +77,11 @@ export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
   setHandler(allocateHostsUpdate, (request) => allocate(state, request), {
     validator: (request) => void AllocateRequestSchema.parse(request),
   });
-  setHandler(releaseHostsUpdate, ({ run_id, submission }) => release(state, run_id, submission));
+  setHandler(closeSubmissionUpdate, ({ run_id, submission }) => {
+    closeSubmission(state, run_id, submission);
+    return state.hosts.filter((h) => h.holder?.run_id === run_id && h.holder.submission === submission).map(heldHost);
+  });
+  setHandler(releaseHostsUpdate, (request) => release(state, request));
   setHandler(
     deleteFleetUpdate,
     () => {
@@ -74,20 +91,28 @@ export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
       validator: ({ force }) => {
         const held = state.hosts.filter((h) => h.holder !== null);
         if (held.length > 0 && !force) {
-          throw new Error(`fleet ${state.name} has ${held.length} host(s) held by runs (${holdersOf(held)}); stop them first or force`);
+          throw new Error(`fleet ${state.name} has ${held.length} host(s) held by runs (${holdersOf(held)}); stop them first, or force`);
         }
       },
     },
   );
 
   while (!state.deleted) {
-    await condition(() => state.deleted || state.hosts.some((h) => h.status === 'probing') || workflowInfo().continueAsNewSuggested);
-    await probeHosts(state);
-    if (workflowInfo().continueAsNewSuggested && !state.deleted) {
-      await condition(allHandlersFinished);
-      await continueAsNew<typeof FleetWorkflow>({ spec: specOf(state), state });
+    await condition(() => state.deleted || pending.size > 0 || workflowInfo().continueAsNewSuggested);
+    if (state.deleted) break;
+    if (pending.size > 0) {
+      const round = requestedRound;
+      const batch = [...pending];
+      pending.clear();
+      await probeHosts(state, batch);
+      completedRound = round;
+      continue;
     }
+    await condition(allHandlersFinished);
+    await continueAsNew<typeof FleetWorkflow>({ spec: specOf(state), state });
   }
+  // A forced delete: the runs holding hosts are being stopped; their teardown releases the hosts.
+  await condition(() => state.hosts.every((h) => h.holder === null), FORCED_DELETE_GRACE);
   await condition(allHandlersFinished);
   return state;
 }
@@ -103,121 +128,151 @@ function hostKey(spec: FleetHostSpec): string {
 function validateSpec(state: FleetState, spec: FleetSpec): void {
   FleetSpecSchema.parse(spec);
   if (spec.name !== state.name) throw new Error(`fleet name ${spec.name} does not match ${state.name}`);
+  if (state.deleted) throw new Error(`fleet ${state.name} is being deleted`);
   const kept = new Set(spec.hosts.map(hostKey));
   const dropped = state.hosts.filter((h) => h.holder !== null && !kept.has(hostKey(h.spec)));
   if (dropped.length > 0) throw new Error(`hosts still held by runs cannot be removed: ${holdersOf(dropped)}`);
 }
 
-/** New or changed hosts are (re)probed; unchanged hosts keep their facts, pinned key and holder. */
-function applySpec(state: FleetState, spec: FleetSpec): void {
+/**
+ * Every host of the spec is (re)probed. A host already known keeps its state object (a probe in
+ * flight still lands), its holder and its verified keys: a changed key must still be refused.
+ */
+function applySpec(state: FleetState, spec: FleetSpec, pending: Set<FleetHostState>): void {
   const previous = new Map(state.hosts.map((h) => [hostKey(h.spec), h]));
   state.placement = spec.placement;
+  for (const host of state.hosts) pending.delete(host);
   state.hosts = spec.hosts.map((hostSpec, index): FleetHostState => {
     const old = previous.get(hostKey(hostSpec));
-    const same = old && JSON.stringify(old.spec) === JSON.stringify(hostSpec);
-    if (old && same && old.status === 'ready') return { ...old, index };
-    return {
+    if (old) {
+      const sameJump = JSON.stringify(old.spec.target.proxy_jump ?? null) === JSON.stringify(hostSpec.target.proxy_jump ?? null);
+      old.index = index;
+      old.spec = hostSpec;
+      if (!sameJump) old.jump_host_key = null;
+      pending.add(old);
+      return old;
+    }
+    const fresh: FleetHostState = {
       index,
       spec: hostSpec,
       status: 'probing',
       reason: null,
       facts: null,
       internal_ip: null,
-      // A pinned key survives re-applying the same host: a changed key must still be refused.
-      host_key: old?.host_key ?? null,
-      holder: old?.holder ?? null,
+      host_key: null,
+      jump_host_key: null,
+      holder: null,
       probed_at: null,
     };
+    pending.add(fresh);
+    return fresh;
   });
 }
 
-async function probeHosts(state: FleetState): Promise<void> {
-  const pending = state.hosts.filter((h) => h.status === 'probing');
+async function probeHosts(state: FleetState, batch: FleetHostState[]): Promise<void> {
   await Promise.all(
-    pending.map(async (host) => {
+    batch.map(async (host) => {
+      let outcome: Awaited<ReturnType<typeof probeFleetHost>>;
       try {
-        const result = await probeFleetHost({
+        outcome = await probeFleetHost({
           fleet: state.name,
           spec: host.spec,
-          pinned_fingerprint: host.host_key?.source === 'pinned' ? host.host_key.fingerprint : null,
+          host_key: host.host_key,
+          jump_host_key: host.jump_host_key,
         });
-        if (result.ok) {
-          host.status = 'ready';
-          host.reason = null;
-          host.facts = result.facts;
-          host.internal_ip = result.internal_ip;
-          host.host_key = result.host_key;
-        } else {
-          host.status = 'unreachable';
-          host.reason = result.reason;
-        }
       } catch (err) {
+        outcome = { ok: false, reason: err instanceof Error ? err.message : String(err) };
+      }
+      // The host may have been dropped from the fleet while it was probed.
+      if (!state.hosts.includes(host)) return;
+      if (outcome.ok) {
+        host.status = 'ready';
+        host.reason = null;
+        host.facts = outcome.facts;
+        host.internal_ip = outcome.internal_ip;
+        host.host_key = outcome.host_key;
+        host.jump_host_key = outcome.jump_host_key;
+      } else {
         host.status = 'unreachable';
-        host.reason = err instanceof Error ? err.message : String(err);
+        host.reason = outcome.reason;
       }
       host.probed_at = new Date().toISOString();
     }),
   );
 }
 
-function allocate(state: FleetState, request: Parameters<typeof AllocateRequestSchema.parse>[0]): AllocatedHost[] {
+function allocate(state: FleetState, request: AllocateRequest): HeldHost[] {
   const req = AllocateRequestSchema.parse(request);
   const submissionKey = `${req.run_id}/${req.submission}`;
   if (state.closed_submissions.includes(submissionKey)) {
     throw ApplicationFailure.nonRetryable(`submission ${submissionKey} was already released`, FailureType.SubmissionClosed);
   }
-  if (state.deleted) throw ApplicationFailure.nonRetryable(`fleet ${state.name} is being deleted`, FailureType.NoCapacity);
+  if (state.deleted) throw ApplicationFailure.retryable(`fleet ${state.name} is being deleted`, FailureType.NoCapacity);
   const heldBy = (jobNum: number) =>
     state.hosts.find((h) => h.holder?.run_id === req.run_id && h.holder.submission === req.submission && h.holder.job_num === jobNum);
 
+  // Idempotent: a job that already holds a host keeps it; only the others get new ones.
   const chosen = new Map<number, FleetHostState>();
   for (const job of req.jobs) {
     const held = heldBy(job.job_num);
     if (held) chosen.set(job.job_num, held);
   }
-  const taken = new Set([...chosen.values()].map((h) => h.index));
-  const candidates = state.hosts
-    .filter((h) => h.status === 'ready' && h.holder === null && h.facts !== null && hostShortfalls(h.facts, req.resources).length === 0)
-    .sort((a, b) => compareHostSize(a.facts!, b.facts!) || a.index - b.index);
-  for (const job of req.jobs) {
-    if (chosen.has(job.job_num)) continue;
-    const host = candidates.find((h) => !taken.has(h.index));
-    if (!host) throw noCapacity(state, req.group_name, req.resources, req.jobs.length);
-    taken.add(host.index);
-    chosen.set(job.job_num, host);
+  const missing = req.jobs.filter((job) => !chosen.has(job.job_num));
+  if (missing.length > 0) {
+    const taken = new Set([...chosen.values()].map((h) => h.index));
+    const picked = pickHosts(state.hosts, req.resources, missing.length, taken);
+    if (!picked) throw noCapacity(state, req.group_name, req.resources, missing.length);
+    missing.forEach((job, i) => chosen.set(job.job_num, picked[i] as FleetHostState));
   }
   // All or nothing: holders are written only once every job of the request has a host.
   return req.jobs.map((job) => {
-    const host = chosen.get(job.job_num)!;
+    const host = chosen.get(job.job_num) as FleetHostState;
     host.holder = { run_id: req.run_id, run_name: req.run_name, submission: req.submission, job_num: job.job_num, job_name: job.job_name };
-    return {
-      job_num: job.job_num,
-      host_index: host.index,
-      target: withVerifiedKey(host),
-      internal_ip: host.internal_ip ?? host.spec.target.hostname,
-      gpus: host.facts?.gpus.reduce((sum, g) => sum + g.count, 0) ?? 0,
-    };
+    return heldHost(host);
   });
 }
 
-/** The target with the key that was verified at probe time, so every later connection checks it. */
-function withVerifiedKey(host: FleetHostState): FleetHostSpec['target'] {
-  const fingerprints = host.host_key ? [host.host_key.fingerprint] : host.spec.target.host_key_fingerprints;
-  return { ...host.spec.target, ...(fingerprints ? { host_key_fingerprints: fingerprints } : {}) };
+function heldHost(host: FleetHostState): HeldHost {
+  return {
+    job_num: host.holder?.job_num ?? -1,
+    job_name: host.holder?.job_name ?? '',
+    host_index: host.index,
+    target: withVerifiedKeys(host),
+    internal_ip: host.internal_ip ?? host.spec.target.hostname,
+    gpus: host.facts?.gpus.reduce((sum, g) => sum + g.count, 0) ?? 0,
+    home: host.facts?.home ?? '',
+  };
 }
 
-function release(state: FleetState, runId: string, submission: number): number {
+/** The target whose only accepted keys are the ones verified at probe time (the jump host's too). */
+function withVerifiedKeys(host: FleetHostState): FleetHostSpec['target'] {
+  const { target } = host.spec;
+  const fingerprints = host.host_key ? [host.host_key.fingerprint] : target.host_key_fingerprints;
+  const jump = target.proxy_jump
+    ? { ...target.proxy_jump, ...(host.jump_host_key ? { host_key_fingerprints: [host.jump_host_key.fingerprint] } : {}) }
+    : undefined;
+  return { ...target, ...(fingerprints ? { host_key_fingerprints: fingerprints } : {}), ...(jump ? { proxy_jump: jump } : {}) };
+}
+
+function closeSubmission(state: FleetState, runId: string, submission: number): void {
   const key = `${runId}/${submission}`;
-  if (!state.closed_submissions.includes(key)) {
-    state.closed_submissions.push(key);
-    if (state.closed_submissions.length > CLOSED_MEMORY) state.closed_submissions.splice(0, state.closed_submissions.length - CLOSED_MEMORY);
-  }
+  if (state.closed_submissions.includes(key)) return;
+  state.closed_submissions.push(key);
+  if (state.closed_submissions.length > CLOSED_MEMORY) state.closed_submissions.splice(0, state.closed_submissions.length - CLOSED_MEMORY);
+}
+
+function release(state: FleetState, { run_id, submission, lost }: ReleaseRequest): number {
+  closeSubmission(state, run_id, submission);
   let released = 0;
   for (const host of state.hosts) {
-    if (host.holder?.run_id === runId && host.holder.submission === submission) {
-      host.holder = null;
-      released += 1;
+    if (host.holder?.run_id !== run_id || host.holder.submission !== submission) continue;
+    const gone = lost?.find((l) => l.host_index === host.index);
+    if (gone) {
+      host.status = 'unreachable';
+      host.reason = `lost while ${host.holder.run_name}/job ${host.holder.job_num} ran on it (${gone.reason}); apply the fleet again to probe it`;
     }
+    host.holder = null;
+    released += 1;
   }
   return released;
 }
@@ -234,11 +289,8 @@ function noCapacity(state: FleetState, group: string, resources: Resources, want
     const short = h.facts ? hostShortfalls(h.facts, resources) : ['not probed'];
     return short.length > 0 ? `${name}: ${short.join(', ')}` : `${name}: free`;
   });
-  const needs = `cpu ${formatRange(resources.cpu.count)}, memory ${formatRange(resources.memory, 'GB')}, gpu ${
-    resources.gpu.name ? `${resources.gpu.name.join('|')}:` : ''
-  }${formatRange(resources.gpu.count)}`;
   return ApplicationFailure.retryable(
-    `no capacity in fleet ${state.name} for group ${group} (${wanted} host(s) with ${needs}): ${why.join('; ')}`,
+    `no capacity in fleet ${state.name} for group ${group} (${wanted} more host(s) with ${describeResources(resources)}): ${why.join('; ')}`,
     FailureType.NoCapacity,
   );
 }

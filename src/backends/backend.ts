@@ -40,6 +40,8 @@ export interface JobFiles {
   hostfile: string;
   /** The bash script that runs the job's commands (already interpolated). */
   script: string;
+  /** The task's image: a backend with containers runs the script in it (the local fleet runs it on the host). */
+  image?: string | null;
 }
 
 export interface ProvisionRequest {

@@ -3,7 +3,12 @@ import type { HostFacts } from '../backends/ssh/detect';
 
 /**
  * Whether a host satisfies a group's resources, and if not, why — in words a user can act on.
- * Pure: FleetWorkflow decides allocations with it.
+ * Pure: FleetWorkflow decides allocations with it, and `troupe apply` previews them with it.
+ *
+ * Disk: like dstack, a host offers the space that is free (available to the SSH user) on the file
+ * system of its job directory, not the disk's total size; dstack compares `disk` with the free
+ * space of the file system of Docker's root directory on SSH fleet hosts. So the default
+ * `disk: 100GB..` needs 100 GB free there.
  */
 
 function within(value: number, range: Range): boolean {
@@ -19,6 +24,16 @@ export function formatRange(range: Range, unit = ''): string {
   return 'any';
 }
 
+/** `cpu 2.., memory 8GB.., disk 100GB.., gpu L40S:1..`: what a group asks of each host. */
+export function describeResources(resources: Resources): string {
+  const { cpu, memory, disk, gpu } = resources;
+  const parts = [`cpu ${cpu.arch ? `${cpu.arch}:` : ''}${formatRange(cpu.count)}`, `memory ${formatRange(memory, 'GB')}`];
+  if (disk) parts.push(`disk ${formatRange(disk, 'GB')}`);
+  const gpuNeeded = gpu.count.min !== null && gpu.count.min > 0;
+  if (gpuNeeded || gpu.name) parts.push(`gpu ${gpu.name ? `${gpu.name.join('|')}:` : ''}${formatRange(gpu.count)}`);
+  return parts.join(', ');
+}
+
 /** Every way the host falls short of the resources; empty when it fits. */
 export function hostShortfalls(facts: HostFacts, resources: Resources): string[] {
   const out: string[] = [];
@@ -26,7 +41,7 @@ export function hostShortfalls(facts: HostFacts, resources: Resources): string[]
   if (cpu.arch !== null && cpu.arch !== facts.arch) out.push(`cpu arch ${facts.arch ?? facts.machine}, needs ${cpu.arch}`);
   if (!within(facts.cpus, cpu.count)) out.push(`${facts.cpus} CPUs, needs ${formatRange(cpu.count)}`);
   if (!within(facts.memory_gb, memory)) out.push(`${facts.memory_gb}GB memory, needs ${formatRange(memory, 'GB')}`);
-  if (disk && !within(facts.disk_gb, disk)) out.push(`${facts.disk_gb}GB disk, needs ${formatRange(disk, 'GB')}`);
+  if (disk && !within(facts.disk_gb, disk)) out.push(`${facts.disk_gb}GB disk free, needs ${formatRange(disk, 'GB')}`);
   const count = facts.gpus.reduce((sum, g) => sum + g.count, 0);
   if (!within(count, gpu.count)) {
     const has = count > 0 ? facts.gpus.map((g) => `${g.count}× ${g.name}`).join(' + ') : 'no GPU';
@@ -60,4 +75,24 @@ export function compareHostSize(a: HostFacts, b: HostFacts): number {
     if (d !== 0) return d;
   }
   return 0;
+}
+
+/** What allocation needs to know of a host. */
+export interface CandidateHost {
+  index: number;
+  status: 'probing' | 'ready' | 'unreachable';
+  holder: object | null;
+  facts: HostFacts | null;
+}
+
+/**
+ * The hosts `count` jobs of one group would take: each the smallest free, ready host that fits
+ * and is not in `taken`; null when there are not enough (all or nothing). The one rule shared by
+ * FleetWorkflow's allocation and the plan's preview.
+ */
+export function pickHosts<H extends CandidateHost>(hosts: readonly H[], resources: Resources, count: number, taken: ReadonlySet<number>): H[] | null {
+  const fitting = hosts
+    .filter((h) => h.status === 'ready' && h.holder === null && h.facts !== null && !taken.has(h.index) && hostShortfalls(h.facts, resources).length === 0)
+    .sort((a, b) => compareHostSize(a.facts as HostFacts, b.facts as HostFacts) || a.index - b.index);
+  return fitting.length >= count ? fitting.slice(0, count) : null;
 }

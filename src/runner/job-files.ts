@@ -43,6 +43,7 @@ export function renderJobFiles(input: JobFilesInput): JobFiles {
     env,
     hostfile: renderHostfile(input.cluster),
     script: renderLaunchScript({ commands, workingDir: input.run.working_dir, image: input.run.image }),
+    image: input.run.image,
   };
 }
 

@@ -2,8 +2,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NativeConnection, WorkflowBundle } from '@temporalio/worker';
 import { Worker, bundleWorkflowCode } from '@temporalio/worker';
+import { Client, type ConnectionLike } from '@temporalio/client';
 import { createActivities, type BackendRegistry } from '../../activities';
+import type { Backend } from '../backends/backend';
 import { LocalBackend } from '../backends/local/local-backend';
+import { SshBackend } from '../backends/ssh/ssh-backend';
+import { FleetClient } from '../fleet/fleet-client';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -40,9 +44,20 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
   });
 }
 
-/** The backends every worker has: the local fleet (processes on this machine). */
-export function defaultBackends(opts: { stateDir: string }): BackendRegistry {
-  return {
+export interface DefaultBackendsOptions {
+  stateDir: string;
+  /** Where the fleets' workflows run: given, the worker also has `ssh` (SSH fleets, which it reaches through them). */
+  temporal?: { connection: ConnectionLike; namespace: string; taskQueue: string };
+}
+
+/** The backends a worker has: the local fleet (processes on this machine), and SSH fleets when it can reach their workflows. */
+export function defaultBackends(opts: DefaultBackendsOptions): BackendRegistry {
+  const backends: Record<string, Backend> = {
     local: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto' }),
   };
+  if (opts.temporal) {
+    const client = new Client({ connection: opts.temporal.connection, namespace: opts.temporal.namespace });
+    backends.ssh = new SshBackend({ fleets: new FleetClient(client, { taskQueue: opts.temporal.taskQueue }) });
+  }
+  return backends;
 }

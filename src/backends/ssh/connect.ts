@@ -18,6 +18,11 @@ import { resolveTimeouts, type SshTimeouts } from './timeouts';
 export interface ConnectOptions {
   /** Overrides of DEFAULT_SSH_TIMEOUTS; the first caller's values shape a pooled connection. */
   timeouts?: Partial<SshTimeouts>;
+  /**
+   * False: a new connection (its jump connection too) outside the pool, which the caller closes;
+   * a probe uses one to see the key the host presents now, not the one of a connection opened earlier.
+   */
+  pooled?: boolean;
 }
 
 // ssh2's default host key algorithms; ours differ only in putting the known key types first.
@@ -45,6 +50,7 @@ function poolKey(target: SshTarget): string {
  * every handshake, and a reused connection's key is checked again against the caller's trust.
  */
 export async function connectSsh(target: SshTarget, trust: HostKeyTrust, options: ConnectOptions = {}): Promise<SshSession> {
+  if (options.pooled === false) return openSession(target, trust, resolveTimeouts(options.timeouts), options);
   const key = poolKey(target);
   const existing = pool.get(key);
   if (existing) {

@@ -2,6 +2,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { BackendRegistry } from '../../../activities';
 import type { Backend } from '../../backends/backend';
+import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
 import { createTroupeWorker, defaultBackends } from '../../worker/create-worker';
 import { CliError, type Command } from '../command';
@@ -50,9 +51,10 @@ export const command: Command = async (args) => {
   }
   const settings = connectionSettings(values);
   const stateDir = values['state-dir'] ?? process.env.TROUPE_STATE_DIR ?? join(projectRoot, '.troupe', 'state');
-  const backends = chooseBackends(defaultBackends({ stateDir }), values.backend);
   const connection = await connectWorker(settings);
   try {
+    const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue };
+    const backends = chooseBackends(defaultBackends({ stateDir, temporal }), values.backend);
     const worker = await createTroupeWorker({
       connection,
       namespace: settings.namespace,
@@ -81,6 +83,8 @@ export const command: Command = async (args) => {
       process.off('SIGINT', shutdown);
       process.off('SIGTERM', shutdown);
     }
+    // Pooled SSH connections to fleet hosts would keep the process alive until they idle out.
+    await closeAllSshSessions();
     process.stderr.write('Worker stopped.\n');
     return 0;
   } finally {

@@ -1,0 +1,268 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  InstanceUnreachableError,
+  SubmissionClosedError,
+  type Backend,
+  type ExecResult,
+  type Instance,
+  type JobFiles,
+  type JobProcessState,
+  type JobRef,
+  type LogChunk,
+  type ProvisionRequest,
+} from '../backend';
+import type { FleetClient } from '../../fleet/fleet-client';
+import type { FleetState, HeldHost } from '../../../workflows/fleet-messages';
+import { defaultJobBaseDir } from './detect';
+import { HostKeyTrust } from './host-key-trust';
+import { SshRunner } from './ssh-runner';
+import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from './target';
+import type { SshTimeouts } from './timeouts';
+
+/** Where on a host jobs live; the default is `~/.troupe/jobs` of the SSH user. */
+export type JobBaseDirResolver = (host: { fleet: string; hostname: string; port: number; home: string }) => string;
+
+export interface SshBackendOptions {
+  /** The fleets' workflows (allocation, release, state). */
+  fleets: FleetClient;
+  /** Overrides of the SSH timeouts of this backend's connections (keepalive decides how fast a lost host shows). */
+  timeouts?: Partial<SshTimeouts>;
+  jobBaseDir?: JobBaseDirResolver;
+  /**
+   * How long stopping and cleaning up keep trying a host that does not answer before giving it up
+   * as lost (teardown then goes on, and the fleet marks the host unreachable). Default 30 s.
+   */
+  unreachableLimitMs?: number;
+  /** SIGTERM → SIGKILL grace when releaseRun finds a job still running. Default 5 s. */
+  releaseGraceSeconds?: number;
+}
+
+/** What a job's Instance carries (all strings) so that any worker can reach its host later. */
+interface SshInstanceDetails {
+  fleet: string;
+  host_index: string;
+  /** JSON of the SshTarget, whose only accepted host keys are the ones the fleet verified. */
+  target: string;
+  host_key: string;
+  base_dir: string;
+}
+
+const GIVEN_UP_MEMORY_MS = 10 * 60_000;
+
+/** One job's instance id: stable per fleet, run, submission and job (it marks the job's processes on the host). */
+export function sshInstanceId(fleet: string, runId: string, submission: number, jobNum: number): string {
+  return `ssh:${fleet}:${runId}:${submission}:${jobNum}`;
+}
+
+/**
+ * The SSH fleet backend: each job gets a whole host of a fleet (an allocation Update on the
+ * fleet's workflow), and runs there through the SshRunner over pooled connections whose host key
+ * must be the one the fleet verified when it probed the host. One job per provision() call: the
+ * staged unlock's one-by-one path.
+ */
+export class SshBackend implements Backend {
+  readonly kind = 'ssh';
+  readonly groupProvisioning = false;
+  private readonly runners = new Map<string, SshRunner>();
+  /** Keys come only from the targets' fingerprints (what the fleet verified); nothing is ever pinned here. */
+  private readonly trust = new HostKeyTrust({ knownHostsFiles: [], allowPinning: false });
+  /** Fleets this worker placed jobs on (visibility may lag behind a fleet that was just created). */
+  private readonly usedFleets = new Set<string>();
+  /** Hosts given up as lost by a stop, so the clean-up right after does not wait for them again. */
+  private readonly givenUp = new Map<string, { at: number; reason: string }>();
+
+  constructor(private readonly options: SshBackendOptions) {}
+
+  async provision(req: ProvisionRequest): Promise<Instance[]> {
+    const fleet = req.fleets?.[0];
+    if (!fleet) {
+      throw new Error(
+        `run ${req.run_name}: the ssh backend places jobs on a fleet and the run names none: ` +
+          'pass --fleet NAME to `troupe apply`, or set `fleets: [NAME]` in the task',
+      );
+    }
+    this.usedFleets.add(fleet);
+    const hosts = await this.options.fleets.allocate(fleet, {
+      run_id: req.run_id,
+      run_name: req.run_name,
+      submission: req.submission,
+      group_name: req.group.name,
+      resources: req.group.resources,
+      jobs: req.jobs.map((job) => ({ job_num: job.job_num, job_name: job.job_name })),
+    });
+    return hosts.map((host) => this.instanceOf(fleet, req.run_id, req.submission, host));
+  }
+
+  private instanceOf(fleet: string, runId: string, submission: number, host: HeldHost): Instance {
+    const details: SshInstanceDetails = {
+      fleet,
+      host_index: String(host.host_index),
+      target: JSON.stringify(host.target),
+      host_key: host.target.host_key_fingerprints?.[0] ?? '',
+      base_dir: this.baseDirOf(fleet, host),
+    };
+    const { hostname, port } = host.target;
+    return {
+      instance_id: sshInstanceId(fleet, runId, submission, host.job_num),
+      host: port === 22 ? hostname : formatHostPort(hostname, port),
+      internal_ip: host.internal_ip,
+      gpus: host.gpus,
+      details: { ...details },
+    };
+  }
+
+  private baseDirOf(fleet: string, host: HeldHost): string {
+    const { hostname, port } = host.target;
+    if (this.options.jobBaseDir) return this.options.jobBaseDir({ fleet, hostname, port, home: host.home });
+    if (!host.home) throw new Error(`${describeTarget(host.target)}: the fleet does not know the SSH user's home; apply the fleet again`);
+    return defaultJobBaseDir({ home: host.home });
+  }
+
+  private runner(target: SshTarget, baseDir: string): SshRunner {
+    const key = JSON.stringify([target, baseDir]);
+    let runner = this.runners.get(key);
+    if (!runner) {
+      runner = new SshRunner(target, { trust: this.trust, baseDir, timeouts: this.options.timeouts });
+      this.runners.set(key, runner);
+    }
+    return runner;
+  }
+
+  private runnerOf(job: JobRef): SshRunner {
+    const { details } = job.instance;
+    if (!details.target || !details.base_dir) {
+      throw new Error(`${job.job_name}: instance ${job.instance.instance_id} is not an SSH fleet instance (no target in its details)`);
+    }
+    return this.runner(SshTargetSchema.parse(JSON.parse(details.target)), details.base_dir);
+  }
+
+  jobDirectory(job: JobRef): string {
+    return this.runnerOf(job).jobDirectory(job);
+  }
+
+  async runnerReady(job: JobRef): Promise<boolean> {
+    return await this.runnerOf(job).runnerReady();
+  }
+
+  /**
+   * Starts the job unless its submission was released; a release that lands while the start is
+   * under way is caught by a second look afterwards, and the job is stopped again.
+   */
+  async startJob(job: JobRef, files: JobFiles): Promise<{ pid: number }> {
+    const runner = this.runnerOf(job);
+    await this.refuseReleased(job);
+    const started = await runner.startJob(job, files, { image: files.image ?? null });
+    try {
+      await this.refuseReleased(job);
+    } catch (err) {
+      await runner.stopJob(job, 0).catch(() => undefined);
+      throw err;
+    }
+    return started;
+  }
+
+  private async refuseReleased(job: JobRef): Promise<void> {
+    const fleet = job.instance.details.fleet ?? '';
+    const state = await this.options.fleets.state(fleet);
+    if (!state || !holdsHost(state, job)) {
+      throw new SubmissionClosedError(
+        `${job.job_name}: submission ${job.submission} of run ${job.run_name} no longer holds its host in fleet ${fleet}; it will not start`,
+      );
+    }
+  }
+
+  async jobState(job: JobRef): Promise<JobProcessState> {
+    return await this.runnerOf(job).jobState(job);
+  }
+
+  /**
+   * Stops the job's processes. A host that does not answer is tried until the unreachable limit,
+   * then given up (teardown must go on; releaseRun reports the host to the fleet as lost).
+   */
+  async stopJob(job: JobRef, graceSeconds: number): Promise<void> {
+    const runner = this.runnerOf(job);
+    try {
+      await this.untilReachable(runner, () => runner.stopJob(job, graceSeconds));
+    } catch (err) {
+      this.giveUp(runner, err);
+    }
+  }
+
+  async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {
+    return await this.runnerOf(job).readLog(job, offset, limitBytes);
+  }
+
+  async exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult> {
+    return await this.runnerOf(job).exec(job, script, timeoutMs);
+  }
+
+  /**
+   * Closes the submission in every fleet (no host can be taken for it any more), stops and
+   * cleans up whatever it still has on each host it holds, then frees those hosts. A host that
+   * cannot be reached is given back as lost: the fleet marks it unreachable. Idempotent.
+   */
+  async releaseRun(runId: string, submission: number): Promise<void> {
+    const fleets = new Set([...(await this.options.fleets.names()), ...this.usedFleets]);
+    await Promise.all(
+      [...fleets].map(async (fleet) => {
+        const held = await this.options.fleets.closeSubmission(fleet, { run_id: runId, submission });
+        if (held === null) return;
+        const lost: Array<{ host_index: number; reason: string }> = [];
+        await Promise.all(
+          held.map(async (host) => {
+            const reason = await this.cleanHost(fleet, runId, submission, host);
+            if (reason !== null) lost.push({ host_index: host.host_index, reason });
+          }),
+        );
+        await this.options.fleets.release(fleet, { run_id: runId, submission, lost });
+      }),
+    );
+  }
+
+  /** Stops the job a host holds and removes the run's files there; returns why it could not, or null. */
+  private async cleanHost(fleet: string, runId: string, submission: number, host: HeldHost): Promise<string | null> {
+    const instance = this.instanceOf(fleet, runId, submission, host);
+    const runner = this.runner(host.target, instance.details.base_dir ?? '');
+    const job: JobRef = { run_id: runId, run_name: runId, submission, job_num: host.job_num, job_name: host.job_name, instance };
+    try {
+      await this.untilReachable(runner, async () => {
+        await runner.stopJob(job, this.options.releaseGraceSeconds ?? 5);
+        await runner.cleanupRun(runId);
+      });
+      return null;
+    } catch (err) {
+      return this.giveUp(runner, err);
+    }
+  }
+
+  /** Runs `body`, trying again while the host does not answer, up to the unreachable limit (less if given up lately). */
+  private async untilReachable(runner: SshRunner, body: () => Promise<void>): Promise<void> {
+    const key = describeTarget(runner.target);
+    const recent = this.givenUp.get(key);
+    const limit = recent && Date.now() - recent.at < GIVEN_UP_MEMORY_MS ? 0 : (this.options.unreachableLimitMs ?? 30_000);
+    const deadline = Date.now() + limit;
+    for (;;) {
+      try {
+        await body();
+        this.givenUp.delete(key);
+        return;
+      } catch (err) {
+        if (!(err instanceof InstanceUnreachableError) || Date.now() >= deadline) throw err;
+        await sleep(Math.min(1_000, Math.max(0, deadline - Date.now())));
+      }
+    }
+  }
+
+  private giveUp(runner: SshRunner, err: unknown): string {
+    const reason = err instanceof Error ? err.message : String(err);
+    this.givenUp.set(describeTarget(runner.target), { at: Date.now(), reason });
+    return reason;
+  }
+}
+
+function holdsHost(state: FleetState, job: JobRef): boolean {
+  if (state.closed_submissions.includes(`${job.run_id}/${job.submission}`)) return false;
+  return state.hosts.some(
+    (h) => h.holder?.run_id === job.run_id && h.holder.submission === job.submission && h.holder.job_num === job.job_num,
+  );
+}
