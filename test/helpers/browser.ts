@@ -1,0 +1,214 @@
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser, type Locator, type Page, type Request } from 'playwright-core';
+import { projectRoot } from '../../src/devserver/dev-server';
+
+/**
+ * The Temporal Web UI driven by Debian's headless Chromium (playwright-core, no browser download).
+ * The UI is a single-page app: every step waits for the content it needs, never for a fixed time.
+ */
+
+const chromiumPath = process.env.TROUPE_CHROMIUM ?? '/usr/bin/chromium';
+
+/** Generous: a busy 2-core machine renders the UI slowly. */
+const STEP_TIMEOUT_MS = 60_000;
+
+/**
+ * Chromium aborts requests with ERR_NETWORK_CHANGED whenever interfaces come and go on the
+ * machine (tests create network namespaces); the single-page app then misses a chunk or a call.
+ */
+const MAX_ATTEMPTS = 6;
+
+export async function launchChromium(): Promise<Browser> {
+  if (!existsSync(chromiumPath)) {
+    throw new Error(`no Chromium at ${chromiumPath}: run \`bash scripts/setup.sh --test\` (installs Debian's chromium)`);
+  }
+  return await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox'] });
+}
+
+/** Screenshots kept as artifacts of the test run (artifacts/ is not committed). */
+export function screenshotDir(name: string): string {
+  const dir = join(projectRoot, 'artifacts', name);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/** One tab on the Web UI of one namespace. */
+export class TemporalUi {
+  private constructor(
+    readonly page: Page,
+    readonly baseUrl: string,
+    readonly namespace: string,
+    private readonly failureDir: string | null,
+  ) {
+    page.setDefaultTimeout(STEP_TIMEOUT_MS);
+  }
+
+  /** `failureDir`: where a failed step leaves a screenshot of the page. */
+  static async open(
+    browser: Browser,
+    baseUrl: string,
+    options: { namespace?: string; failureDir?: string } = {},
+  ): Promise<TemporalUi> {
+    const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
+    return new TemporalUi(page, baseUrl.replace(/\/+$/, ''), options.namespace ?? 'default', options.failureDir ?? null);
+  }
+
+  workflowsUrl(query: string): string {
+    return `${this.baseUrl}/namespaces/${encodeURIComponent(this.namespace)}/workflows?query=${encodeURIComponent(query)}`;
+  }
+
+  /**
+   * Runs one step. A transient failure (a request aborted by a network change, the UI's error
+   * page) cuts the attempt short: `retryFrom` (default: the page the step started on) is loaded
+   * again and the step tried again. Any other failure, or the last attempt's, is final.
+   */
+  async step<T>(what: string, body: () => Promise<T>, retryFrom?: string): Promise<T> {
+    const from = retryFrom ?? this.page.url();
+    for (let attempt = 1; ; attempt++) {
+      const last = attempt === MAX_ATTEMPTS;
+      const watch = this.watchTransientFailures();
+      try {
+        const run = (async () => {
+          if (attempt > 1) await this.page.goto(from);
+          return await body();
+        })();
+        run.catch(() => undefined);
+        return await (last ? run : Promise.race([run, watch.failed]));
+      } catch (err) {
+        const transient = watch.seen() || (await this.errorPageShown());
+        if (!transient || last) {
+          await this.keepFailureScreenshot(what);
+          const reason = err instanceof Error ? err.message.split('\n')[0] : String(err);
+          throw new Error(`Web UI, ${what}: ${reason}${transient ? ` (after ${attempt} attempts with network errors)` : ''}`, {
+            cause: err,
+          });
+        }
+      } finally {
+        watch.dispose();
+      }
+    }
+  }
+
+  /** Rejects `failed` on the first request Chromium aborts because the network changed. */
+  private watchTransientFailures(): { failed: Promise<never>; seen: () => boolean; dispose: () => void } {
+    let seen = false;
+    let reject: (err: Error) => void = () => undefined;
+    const failed = new Promise<never>((_, r) => (reject = r));
+    failed.catch(() => undefined);
+    const listener = (request: Request) => {
+      const error = request.failure()?.errorText ?? '';
+      if (!error.includes('ERR_NETWORK_CHANGED')) return;
+      seen = true;
+      reject(new Error(`${request.url()}: ${error}`));
+    };
+    this.page.on('requestfailed', listener);
+    return { failed, seen: () => seen, dispose: () => this.page.off('requestfailed', listener) };
+  }
+
+  /** What the page showed when a step failed, beside the other screenshots. */
+  private async keepFailureScreenshot(what: string): Promise<void> {
+    if (this.failureDir === null) return;
+    const name = `failed-${what.replace(/[^\w-]+/g, '_').slice(0, 80)}.png`;
+    await this.page.screenshot({ path: join(this.failureDir, name), fullPage: true }).catch(() => undefined);
+  }
+
+  private async errorPageShown(): Promise<boolean> {
+    return await this.page.getByText("Uh oh. There's an error.").isVisible().catch(() => false);
+  }
+
+  /** The workflow list filtered by a visibility query; returns the workflow ids it shows. */
+  async listWorkflows(query: string): Promise<string[]> {
+    const url = this.workflowsUrl(query);
+    return await this.step(
+      `workflow list for ${query}`,
+      async () => {
+        await this.page.goto(url);
+        const rows = this.page.getByTestId('workflows-summary-configurable-table-row');
+        const none = this.page.getByText('No Workflows Found');
+        await rows.first().or(none).first().waitFor();
+        if (await none.isVisible()) return [];
+        return await this.workflowLinks(rows);
+      },
+      url,
+    );
+  }
+
+  /** Clicks a link to a workflow (in the list, a child in the tree, the parent) and waits for its page. */
+  async openWorkflowLink(workflowId: string): Promise<void> {
+    await this.step(`open ${workflowId}`, async () => {
+      await this.page.getByRole('link', { name: workflowId, exact: true }).first().click();
+      await this.waitForWorkflowPage(workflowId);
+    });
+  }
+
+  /**
+   * Workflow ids linked from within `scope`: links to a workflow page whose text is that
+   * workflow's id (run-id and type links are left out).
+   */
+  async workflowLinks(scope: Locator = this.page.locator('body')): Promise<string[]> {
+    const ids = await scope.evaluateAll((elements) =>
+      elements.flatMap((element) =>
+        [...element.querySelectorAll('a')].flatMap((a) => {
+          const match = /\/workflows\/([^/?]+)\/[^/?]+/.exec(a.getAttribute('href') ?? '');
+          const text = a.textContent?.trim() ?? '';
+          return match?.[1] !== undefined && decodeURIComponent(match[1]) === text ? [text] : [];
+        }),
+      ),
+    );
+    return [...new Set(ids)];
+  }
+
+  async waitForWorkflowPage(workflowId: string): Promise<void> {
+    // The heading's copy button is named after exactly this id (a child's id contains its parent's).
+    await this.page.getByTestId('workflow-id-heading').getByRole('button', { name: `Copy ${workflowId}`, exact: true }).waitFor();
+    await this.page.getByRole('tab', { name: /Event History/ }).waitFor();
+  }
+
+  /** Opens a tab of the workflow page ("Relationships", "Queries", …). */
+  async openTab(name: string, ready: (page: Page) => Locator): Promise<void> {
+    await this.step(`tab ${name}`, async () => {
+      await this.page.getByRole('tab', { name: new RegExp(`^${name}`) }).click();
+      await ready(this.page).first().waitFor();
+    });
+  }
+
+  /** Waits until the page shows each text exactly (a label on the timeline, an activity type in the history). */
+  async shows(what: string, texts: string[]): Promise<void> {
+    await this.step(`${what} showing ${texts.join(', ')}`, async () => {
+      for (const text of texts) await this.page.getByText(text, { exact: true }).first().waitFor();
+    });
+  }
+
+  /** Queries tab: picks the query type (listed once the worker has answered), runs it, returns the JSON shown. */
+  async runQuery(queryType: string, expected: string): Promise<string> {
+    return await this.step(`query ${queryType}`, async () => {
+      const option = this.page.getByRole('option', { includeHidden: true }).filter({ has: this.page.getByText(queryType, { exact: true }) });
+      await option.first().waitFor({ state: 'attached' });
+      if ((await this.page.getByTestId('query-select').inputValue()) !== queryType) {
+        await this.page.getByTestId('query-select-button').click();
+        await option.first().click();
+      }
+      await this.page.getByRole('button', { name: /^(Run|Refresh) Query$/ }).click();
+      const result = this.page.getByRole('textbox', { name: 'Query Result' }).filter({ hasText: expected });
+      await result.waitFor();
+      return await result.innerText();
+    });
+  }
+
+  /** User Metadata tab: the workflow's summary, rendered by the UI in a frame of its own. */
+  async summaryText(expected: string): Promise<string> {
+    return await this.step('user metadata summary', async () => {
+      const summary = this.page.frameLocator('#user-metadata-summary').getByText(expected);
+      await summary.waitFor();
+      return await summary.innerText();
+    });
+  }
+
+  async screenshot(dir: string, name: string): Promise<string> {
+    const path = join(dir, `${name}.png`);
+    await this.page.screenshot({ path, fullPage: true });
+    return path;
+  }
+}
