@@ -46,8 +46,8 @@ function withKnownKeys(target: SshTarget, hostKey: HostKey | null, jumpKey: Host
 
 /** How the fleet records a key: an earlier key keeps its source and date (a pinned key stays "pinned"). */
 function recorded(key: VerifiedHostKey, previous: HostKey | null, now: string): HostKey {
-  if (previous && previous.fingerprint === key.fingerprint) return { ...previous, since: previous.since ?? now };
-  return { fingerprint: key.fingerprint, source: key.trustedBy, since: now };
+  if (previous && previous.fingerprint === key.fingerprint) return { ...previous, algorithm: key.algorithm, since: previous.since ?? now };
+  return { fingerprint: key.fingerprint, source: key.trustedBy, algorithm: key.algorithm, since: now };
 }
 
 /** A changed key, said in terms of the fleet: what was verified when, what to check, how to accept it. */

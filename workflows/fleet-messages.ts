@@ -38,6 +38,8 @@ export const HostKeySchema = z.object({
   fingerprint: z.string(),
   /** How it was verified: a known_hosts entry, a fingerprint in the config, or pinned at first contact. */
   source: HostKeySourceSchema,
+  /** Key type, `ssh-ed25519`…: which of the host's key files to compare the fingerprint with. */
+  algorithm: z.string().nullable().default(null),
   /** When it was first verified (pinned keys: the moment of first contact). */
   since: z.string().nullable().default(null),
 });

@@ -43,7 +43,7 @@ export interface SubmitRequest {
   plan?: Plan;
   /** Run name; overrides the config's `name`. */
   runName?: string;
-  /** Backend in the workers' registry. Default `local`. */
+  /** Backend in the workers' registry. Default `ssh` when the run names fleets, else `local`. */
   backend?: string;
   /** Fleets the run may use; overrides the config's `fleets`. */
   fleets?: string[];
@@ -140,7 +140,8 @@ export class TroupeClient {
   async submit(request: SubmitRequest): Promise<RunHandle> {
     const plan = sealSecrets(await planOf(request));
     if (request.fleets) plan.fleets = request.fleets;
-    const backend = request.backend ?? 'local';
+    // A run that names a fleet runs on SSH fleets unless told otherwise.
+    const backend = request.backend ?? (plan.fleets?.length ? 'ssh' : 'local');
     const options = parseRunOptions(request.options ?? {});
     if (request.checkWorkers ?? true) await this.checkWorkers(`start run ${plan.run_name}`);
     const withAttributes = await this.searchAttributesRegistered();

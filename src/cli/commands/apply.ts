@@ -10,6 +10,7 @@ import { cliErrorOf } from '../render/client-errors';
 import { describeStateChanges, LiveView } from '../render/live-view';
 import { LogLines } from '../render/log-lines';
 import { renderPlan } from '../render/plan-table';
+import { fleetPlacementLines } from './fleet';
 import { assertCanAsk, confirm } from '../render/prompt';
 import { nodeName, renderJobsTable, renderRunOutcome } from '../render/run-table';
 import { paint, styleFor, type Style } from '../render/style';
@@ -19,7 +20,7 @@ const options = {
   file: { type: 'string', short: 'f' },
   yes: { type: 'boolean', short: 'y' },
   detach: { type: 'boolean', short: 'd' },
-  backend: { type: 'string', default: 'local' },
+  backend: { type: 'string' },
   name: { type: 'string', short: 'n' },
   fleet: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
@@ -37,9 +38,9 @@ const help = renderUsage(
     ['-f, --file FILE', 'the task config (type: task)'],
     ['-y, --yes', 'submit without asking'],
     ['-d, --detach', 'return once the run is submitted'],
-    ['--backend NAME', 'backend of the workers that provisions the nodes (default local)'],
+    ['--backend NAME', 'backend of the workers that provisions the nodes (default ssh with a fleet, else local)'],
     ['-n, --name NAME', "run name, instead of the config's name"],
-    ['--fleet NAME', 'the fleet the run may use'],
+    ['--fleet NAME', 'the SSH fleet the run gets its hosts from (or `fleets:` in the task)'],
     ...connectionHelp,
   ],
 );
@@ -59,12 +60,14 @@ export const command: Command = async (args) => {
   const troupe = await connectClient(settings);
   try {
     await troupe.checkWorkers(`start run ${plan.run_name}`);
-    process.stderr.write(`${renderPlan(plan, style, { backend: values.backend }).join('\n')}\n\n`);
+    const backend = values.backend ?? (plan.fleets?.length ? 'ssh' : 'local');
+    process.stderr.write(`${renderPlan(plan, style, { backend }).join('\n')}\n\n`);
+    if (backend === 'ssh') process.stderr.write(`${(await fleetPlacementLines(troupe, plan, style)).join('\n')}\n\n`);
     if (!values.yes && !(await confirm(`Submit the run ${plan.run_name}?`))) {
       process.stderr.write('Not submitted.\n');
       return 0;
     }
-    const handle = await troupe.submit({ plan, backend: values.backend, checkWorkers: false });
+    const handle = await troupe.submit({ plan, backend, checkWorkers: false });
     const url = workflowUrl(settings, handle.workflowId);
     process.stderr.write(
       `Submitted run ${paint(style, 'bold', plan.run_name)} to ${describeConnection(settings)}.\n` +
