@@ -6,7 +6,7 @@ import { LocalBackend } from '../../src/backends/local/local-backend';
 import { TroupeClient } from '../../src/client';
 import { runSummaryLine } from '../../src/client/run-memo';
 import { runWorkflowId } from '../../workflows/ids';
-import { launchChromium, screenshotDir, TemporalUi } from '../helpers/browser';
+import { launchChromium, screenshotDir, TemporalUi, timelineLabel } from '../helpers/browser';
 import { makeLocalFleet } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
 import { testClient } from '../helpers/temporal';
@@ -89,9 +89,9 @@ describe('the Web UI as the run dashboard', () => {
     expect(await ui.listWorkflows(query)).toEqual([runId]);
     await ui.screenshot(shots, '01-runs-filtered-by-status');
 
-    // 2. The run: its timeline shows the group children and the release of the nodes.
+    // 2. The run, on its timeline: it ends with the release of its nodes.
     await ui.openWorkflowLink(runId);
-    await ui.shows('run timeline', ['NodeGroupWorkflow', 'releaseRun']);
+    await ui.openTab('Timeline', (page) => page.getByText(timelineLabel('releaseRun')));
     await ui.screenshot(shots, '02-run-timeline');
 
     // 3. Its children: one NodeGroupWorkflow per group, no more.
@@ -100,14 +100,16 @@ describe('the Web UI as the run dashboard', () => {
     expect(await groupChildrenShown(groups)).toEqual([...groupIds].sort());
     await ui.screenshot(shots, '03-run-groups');
 
-    // 4. Each group's page: its timeline, every activity in its event history, then back to the
-    // run by the parent link. (The timeline folds short steps into idle time, so the history is
-    // where activities are checked.)
+    // 4. Each group's page: its timeline, then its history in the compact view (one row per
+    // activity) where every activity is checked (the timeline folds short steps into idle time),
+    // then back to the run by the parent link.
     for (const [i, group] of groups.entries()) {
       await ui.openWorkflowLink(groupIds[i]!);
-      await ui.shows(`${group} timeline`, ['watchJob']);
+      // The UI reopens the tab last used, so the tab is chosen explicitly.
+      await ui.openTab('Timeline', (page) => page.getByText(timelineLabel('watchJob')));
       await ui.screenshot(shots, `04-group-${group}-timeline`);
-      await ui.openTab('Event History', (page) => page.getByText('Activity Task Scheduled'));
+      await ui.openTab('Event History', (page) => page.getByText('Compact', { exact: true }));
+      await ui.compactHistory();
       await ui.shows(`${group} event history`, groupActivities);
       await ui.screenshot(shots, `04-group-${group}-history`);
       await ui.openWorkflowLink(runId);

@@ -51,7 +51,7 @@ export class TemporalUi {
     baseUrl: string,
     options: { namespace?: string; failureDir?: string } = {},
   ): Promise<TemporalUi> {
-    const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
+    const page = await browser.newPage({ viewport: { width: 1600, height: 1600 } });
     return new TemporalUi(page, baseUrl.replace(/\/+$/, ''), options.namespace ?? 'default', options.failureDir ?? null);
   }
 
@@ -174,6 +174,14 @@ export class TemporalUi {
     });
   }
 
+  /** Event History tab: the compact view, one row per activity, signal or child (with its type and result). */
+  async compactHistory(): Promise<void> {
+    await this.step('compact event history', async () => {
+      await this.page.getByText('Compact', { exact: true }).click();
+      await this.page.getByText('Activity Type', { exact: true }).first().waitFor();
+    });
+  }
+
   /** Waits until the page shows each text exactly (a label on the timeline, an activity type in the history). */
   async shows(what: string, texts: string[]): Promise<void> {
     await this.step(`${what} showing ${texts.join(', ')}`, async () => {
@@ -211,4 +219,9 @@ export class TemporalUi {
     await this.page.screenshot({ path, fullPage: true });
     return path;
   }
+}
+
+/** A timeline label: an activity with a summary is labelled `type • summary`. */
+export function timelineLabel(label: string): RegExp {
+  return new RegExp(`^${label.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}( • .+)?$`);
 }
