@@ -1,0 +1,104 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode, type WorkerOptions } from '@temporalio/worker';
+import type { BackendRegistry } from '../../activities';
+import { benchActivities } from './activities';
+import { defaultDevServerOptions, startDevServer, stopDevServer } from '../../src/devserver/dev-server';
+import { workflowsPath } from '../../src/worker/create-worker';
+
+/** A bench's own Temporal: a dev server on free ports (in-memory), a client, bundled workflows, workers. */
+
+let runtimeInstalled = false;
+
+/** Workers log warnings only; must run before the first connection. */
+export function quietRuntime(): void {
+  if (runtimeInstalled) return;
+  Runtime.install({ logger: new DefaultLogger('WARN') });
+  runtimeInstalled = true;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export interface BenchTemporal {
+  address: string;
+  /** The dev server's pid (to read its CPU time). */
+  serverPid: number;
+  client: Client;
+  /** Troupe's workflows, bundled once; also written to `bundlePath` for worker processes. */
+  bundleCode: string;
+  bundlePath: string;
+  stateDir: string;
+  close(): Promise<void>;
+}
+
+export async function startBenchTemporal(label: string): Promise<BenchTemporal> {
+  quietRuntime();
+  const stateDir = mkdtempSync(join(tmpdir(), `troupe-bench-${label}-`));
+  const opts = defaultDevServerOptions({ stateDir, port: await freePort(), uiPort: await freePort(), dbFile: null });
+  const server = await startDevServer(opts);
+  const connection = await Connection.connect({ address: server.address });
+  const { code } = await bundleWorkflowCode({ workflowsPath, logger: quietBundler });
+  const bundlePath = join(stateDir, 'workflow-bundle.js');
+  writeFileSync(bundlePath, code);
+  return {
+    address: server.address,
+    serverPid: server.pid,
+    client: new Client({ connection }),
+    bundleCode: code,
+    bundlePath,
+    stateDir,
+    close: async () => {
+      await connection.close();
+      await stopDevServer(opts);
+      rmSync(stateDir, { recursive: true, force: true });
+    },
+  };
+}
+
+const quietBundler = {
+  log: () => undefined,
+  trace: () => undefined,
+  debug: () => undefined,
+  info: () => undefined,
+  warn: (message: string) => console.warn(message),
+  error: (message: string) => console.error(message),
+};
+
+export type ExtraWorkerOptions = Pick<
+  WorkerOptions,
+  'maxConcurrentActivityTaskExecutions' | 'maxConcurrentWorkflowTaskExecutions' | 'maxCachedWorkflows'
+>;
+
+/** A Troupe worker in this process (the same workflows and activities as `troupe worker`). */
+export async function startInProcessWorker(env: BenchTemporal, taskQueue: string, backends: BackendRegistry, extra: ExtraWorkerOptions = {}) {
+  const connection = await NativeConnection.connect({ address: env.address });
+  const worker = await Worker.create({
+    connection,
+    taskQueue,
+    workflowBundle: { code: env.bundleCode },
+    activities: await benchActivities(backends),
+    ...extra,
+  });
+  const running = worker.run();
+  return {
+    worker,
+    stop: async () => {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await running;
+      await connection.close();
+    },
+  };
+}

@@ -1,0 +1,15 @@
+import { z } from 'zod';
+
+/** How bench/harness/worker-main.ts is configured (JSON in TROUPE_BENCH_WORKER). */
+export const WorkerConfigSchema = z.object({
+  address: z.string(),
+  task_queue: z.string(),
+  bundle_path: z.string(),
+  backend: z.discriminatedUnion('kind', [
+    z.object({ kind: z.literal('simulated'), job_duration_ms: z.number().int().nonnegative() }),
+    z.object({ kind: z.literal('shared-simulated'), dir: z.string(), job_duration_ms: z.number().int().nonnegative() }),
+  ]),
+  /** The worker's activity slots; the SDK's default (100) when absent. */
+  max_concurrent_activities: z.number().int().positive().optional(),
+});
+export type WorkerConfig = z.infer<typeof WorkerConfigSchema>;

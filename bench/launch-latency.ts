@@ -1,0 +1,369 @@
+/**
+ * Launch latency of the seed's 3-group PD sample on the LOCAL fleet (real processes, real network
+ * namespaces when root): submit → every job RUNNING and submit → run end, beside the floor — the
+ * same commands started directly with spawn — measured in the same process, interleaved.
+ *
+ *   npx tsx bench/launch-latency.ts            (BENCH_RUNS=20 runs per variant by default)
+ *
+ * Prints figures, writes bench/results/launch-latency.{png,json}. Asserts nothing.
+ * The SSH fleet is not measured yet: see sshFleetTarget() below, the hook for it.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LocalBackend } from '../src/backends/local/local-backend';
+import { nodeLinkNames, type NodeLinkNames } from '../src/backends/local/local-names';
+import { ensureNodeNetwork, netnsAvailable, removeNodeNetwork } from '../src/backends/local/netns';
+import type { Plan } from '../src/plan/plan-schema';
+import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
+import type { RunOptionsInput } from '../workflows/messages';
+import type { RunState } from '../workflows/run-state';
+import { firstEvent, lastEvent, workflowCost, type WorkflowCost } from './harness/history';
+import type { BackendRegistry } from '../activities';
+import { cpuSeconds, loadAverage } from './harness/cpu';
+import { DECODE_IP, PREFILL_IP, pdCommands, pdPlan } from './harness/plans';
+import { fmt, median, percentile } from './harness/stats';
+import { startBenchTemporal, startInProcessWorker, type BenchTemporal } from './harness/temporal-env';
+import { stackedBarChart, stackVertically, lineChart, writePng } from './plot/charts';
+import { resultsDir } from './harness/results';
+
+const RUNS = Number(process.env.BENCH_RUNS ?? 20);
+const WARMUP = 2;
+/** The PD servers replaced by a tiny process. */
+const WORK = 'sleep 1';
+const TARGET_MS = 300;
+
+interface Variant {
+  label: string;
+  startupOrder: Plan['startup_order'];
+  options: RunOptionsInput;
+}
+
+const VARIANTS: Variant[] = [
+  { label: 'Troupe, workers-first (the sample)', startupOrder: 'workers-first', options: {} },
+  { label: 'Troupe, any', startupOrder: 'any', options: {} },
+];
+
+/** A fleet to measure: the backend runs use, and the floors measured beside them. */
+interface FleetTarget {
+  /** Printed on every line, e.g. `LOCAL netns`. */
+  label: string;
+  /** The backend's name in the worker's registry (what a run asks for). */
+  backend: string;
+  registry: BackendRegistry;
+  floors: Array<{ label: string; measure(iteration: number): Promise<FloorSample> }>;
+  cleanup(): Promise<void>;
+}
+
+/** Milliseconds from submit to each milestone of one run. */
+interface TroupeSample {
+  workflowStarted: number;
+  backendDescribed: number;
+  childrenStarted: number;
+  provisionDone: number;
+  lastProvisioned: number;
+  addressesDelivered: number;
+  runnersReady: number;
+  lastMayStart: number;
+  lastStartJobDone: number;
+  allRunning: number;
+  lastExitedReported: number;
+  finished: number;
+  resultSeen: number;
+  events: { parent: number; children: number; workflowTasks: number; activities: number; signals: number };
+  /** CPU seconds of the Temporal dev server and of this process (client + in-process worker) during the run. */
+  cpu: { serverS: number; benchS: number };
+}
+
+interface FloorSample {
+  allRunning: number;
+  end: number;
+}
+
+async function main(): Promise<void> {
+  const env = await startBenchTemporal('launch');
+  const targets = [await localFleetTarget()];
+  const ssh = await sshFleetTarget();
+  if (ssh) targets.push(ssh);
+  else console.log('launch-latency: SSH fleet NOT measured: its backend is not integrated yet (hook: sshFleetTarget() in bench/launch-latency.ts)');
+  const results: TargetResult[] = [];
+  try {
+    for (const target of targets) results.push(await measureTarget(env, target));
+  } finally {
+    for (const target of targets) await target.cleanup();
+    await env.close();
+  }
+  for (const result of results) report(result);
+  writeFileSync(join(resultsDir(), 'launch-latency.json'), `${JSON.stringify({ runs: RUNS, work: WORK, results }, null, 2)}\n`);
+  plot(results);
+}
+
+interface TargetResult {
+  label: string;
+  loadAverage: { before: number; after: number };
+  floors: Array<{ label: string; samples: FloorSample[] }>;
+  variants: Array<{ label: string; samples: TroupeSample[] }>;
+}
+
+/** Floors and Troupe runs interleaved (floor, floor, each variant, repeat) so drift hits all alike. */
+async function measureTarget(env: BenchTemporal, target: FleetTarget): Promise<TargetResult> {
+  console.log(`launch-latency: ${target.label}, ${RUNS} runs per variant after ${WARMUP} warm-up rounds; job command: \`${WORK}\``);
+  const taskQueue = `bench-launch-${target.backend}-${process.pid}`;
+  const worker = await startInProcessWorker(env, taskQueue, target.registry);
+  const floors = target.floors.map((f) => ({ label: f.label, samples: [] as FloorSample[] }));
+  const variants = VARIANTS.map((v) => ({ label: v.label, samples: [] as TroupeSample[] }));
+  const loadBefore = loadAverage();
+  let counter = 0;
+  try {
+    for (let i = 0; i < WARMUP + RUNS; i++) {
+      const warm = i < WARMUP;
+      for (const [k, floor] of target.floors.entries()) {
+        const sample = await floor.measure(i);
+        if (!warm) floors[k]?.samples.push(sample);
+      }
+      for (const [k, variant] of VARIANTS.entries()) {
+        const sample = await measureTroupe(env, taskQueue, target.backend, variant, `bench-pd-${process.pid}-${++counter}`);
+        if (!warm) variants[k]?.samples.push(sample);
+      }
+      process.stdout.write(warm ? 'w' : '.');
+    }
+    process.stdout.write('\n');
+  } finally {
+    await worker.stop();
+  }
+  return { label: target.label, loadAverage: { before: loadBefore, after: loadAverage() }, floors, variants };
+}
+
+/** The local fleet: real processes, a network namespace per node when root (else loopback addresses). */
+async function localFleetTarget(): Promise<FleetTarget> {
+  const netns = await netnsAvailable();
+  const mode = netns ? 'netns' : 'loopback';
+  const fleetDir = mkdtempSync(join(tmpdir(), 'troupe-bench-fleet-'));
+  // A subnet of its own, so the bench's addresses never meet those of tests running beside it.
+  const backend = new LocalBackend({
+    stateDir: fleetDir,
+    network: mode,
+    subnet: netns ? '10.213.200.0/24' : '127.213.200.0/24',
+    gpus: 1,
+    releaseGraceSeconds: 1,
+  });
+  const persistent = netns ? await floorNamespaces('persistent') : null;
+  const floors: FleetTarget['floors'] = [
+    { label: netns ? 'floor: spawn (ip netns exec)' : 'floor: spawn', measure: () => measureFloor(persistent) },
+  ];
+  if (netns) {
+    floors.push({ label: 'floor: netns + spawn', measure: async (i) => measureFloor(await floorNamespaces(`fresh-${i}`, false), true) });
+  }
+  return {
+    label: `LOCAL ${mode}`,
+    backend: 'local',
+    registry: { local: backend },
+    floors,
+    cleanup: async () => {
+      if (persistent) await Promise.all(persistent.map((n) => removeNodeNetwork(n.names)));
+      rmSync(fleetDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * HOOK — the SSH figures of issue 7, not measured yet: the SSH fleet backend is not integrated.
+ * Return the SSH fleet here once it is: `registry: { ssh: <the SSH backend over three test hosts
+ * from test/e2e/hosts/test-hosts.ts> }`, `backend: 'ssh'`, and two floors: three parallel `ssh`
+ * sessions running the same PD commands, once as the hosts are (root's .bashrc runs `pyenv init`,
+ * ~150 ms a session) and once with `skipBashrc: true`, each label saying which. Everything else
+ * (interleaving, phases, report, plot) takes the target as it is.
+ */
+async function sshFleetTarget(): Promise<FleetTarget | null> {
+  return null;
+}
+
+interface FloorNode {
+  names: NodeLinkNames;
+  ip: string;
+}
+
+/** Three namespaces as the local fleet makes them (same helper), outside any run. */
+async function floorNamespaces(tag: string, create = true): Promise<FloorNode[]> {
+  const nodes = [0, 1, 2].map((n) => ({ names: nodeLinkNames(`bench-floor-${process.pid}-${tag}-${n}`), ip: `10.213.201.${n + 2 + (tag === 'persistent' ? 0 : 10)}` }));
+  if (create) await Promise.all(nodes.map((n) => ensureNodeNetwork(n.names, n.ip)));
+  return nodes;
+}
+
+/**
+ * The floor: the PD commands started directly, workers first (prefill and decode, then the router
+ * once both are spawned), each with `ip netns exec` in netns mode. With `createNets`, creating the
+ * three namespaces is inside the measured time (what provisioning does on the local fleet).
+ */
+async function measureFloor(nodes: FloorNode[] | null, createNets = false): Promise<FloorSample> {
+  const ips = nodes ? nodes.map((n) => n.ip) : ['127.0.0.1', '127.0.0.1', '127.0.0.1'];
+  const commands = pdCommands(WORK);
+  const script = (lines: string[]) =>
+    lines.join('\n').replaceAll(PREFILL_IP, ips[1] ?? '').replaceAll(DECODE_IP, ips[2] ?? '');
+  const t0 = performance.now();
+  if (createNets && nodes) await Promise.all(nodes.map((n) => ensureNodeNetwork(n.names, n.ip)));
+  const start = (node: number, lines: string[]) => {
+    const ns = nodes?.[node]?.names.netns;
+    const [cmd, args] = ns ? ['ip', ['netns', 'exec', ns, 'bash', '-c', script(lines)]] : ['bash', ['-c', script(lines)]];
+    const child = spawn(cmd, args, { stdio: 'ignore' });
+    const spawned = new Promise<number>((resolve) => child.once('spawn', () => resolve(performance.now())));
+    const exited = new Promise<number>((resolve) => child.once('exit', () => resolve(performance.now())));
+    return { spawned, exited };
+  };
+  const workers = [start(1, commands.prefill), start(2, commands.decode)];
+  await Promise.all(workers.map((w) => w.spawned));
+  const router = start(0, commands.router);
+  const allRunning = (await router.spawned) - t0;
+  const end = Math.max(...(await Promise.all([...workers, router].map((p) => p.exited)))) - t0;
+  if (createNets && nodes) await Promise.all(nodes.map((n) => removeNodeNetwork(n.names)));
+  return { allRunning, end };
+}
+
+async function measureTroupe(env: BenchTemporal, taskQueue: string, backend: string, variant: Variant, runName: string): Promise<TroupeSample> {
+  const plan = pdPlan(runName, WORK, variant.startupOrder);
+  const runId = runWorkflowId(runName);
+  const serverCpu = cpuSeconds(env.serverPid);
+  const benchCpu = process.cpuUsage();
+  const t0 = Date.now();
+  const handle = await env.client.workflow.start('RunWorkflow', {
+    taskQueue,
+    workflowId: runId,
+    args: [{ plan, backend, options: { stop_grace_s: 1, ...variant.options } }],
+  });
+  const state = (await handle.result()) as RunState;
+  const resultSeen = Date.now() - t0;
+  const benchUsed = process.cpuUsage(benchCpu);
+  const cpu = { serverS: cpuSeconds(env.serverPid) - serverCpu, benchS: (benchUsed.user + benchUsed.system) / 1e6 };
+  if (state.status !== 'DONE') throw new Error(`run ${runName} ended ${state.status}: ${state.message}`);
+  const parent = await workflowCost(env.client, runId);
+  const children = await Promise.all(plan.groups.map((g) => workflowCost(env.client, nodeGroupWorkflowId(runId, g.name, 0))));
+  const lastOf = (costs: WorkflowCost[], kind: string, name: string | null = null) =>
+    Math.max(...costs.map((c) => lastEvent(c, kind, name))) - t0;
+  const latest = (field: 'provisioned_at' | 'running_at') => Math.max(...state.jobs.map((j) => Date.parse(j[field] ?? ''))) - t0;
+  const all = [parent, ...children];
+  return {
+    workflowStarted: firstEvent(parent, 'workflowExecutionStarted') - t0,
+    backendDescribed: lastEvent(parent, 'activityTaskCompleted', 'describeBackend') - t0,
+    childrenStarted: lastEvent(parent, 'childWorkflowExecutionStarted') - t0,
+    provisionDone: lastOf(children, 'activityTaskCompleted', 'provisionJobs'),
+    lastProvisioned: latest('provisioned_at'),
+    addressesDelivered: lastOf(children, 'workflowExecutionSignaled', 'clusterReady'),
+    runnersReady: lastOf(children, 'activityTaskCompleted', 'waitRunnerReady'),
+    lastMayStart: lastOf(children, 'workflowExecutionSignaled', 'mayStart'),
+    lastStartJobDone: lastOf(children, 'activityTaskCompleted', 'startJob'),
+    allRunning: latest('running_at'),
+    lastExitedReported: lastEvent(parent, 'workflowExecutionSignaled', 'jobEvents') - t0,
+    finished: Date.parse(state.finished_at ?? '') - t0,
+    resultSeen,
+    cpu,
+    events: {
+      parent: parent.events,
+      children: children.reduce((a, c) => a + c.events, 0),
+      workflowTasks: all.reduce((a, c) => a + c.workflowTasks, 0),
+      activities: all.reduce((a, c) => a + c.activities, 0),
+      signals: all.reduce((a, c) => a + c.signalsIn, 0),
+    },
+  };
+}
+
+function report(result: TargetResult): void {
+  const tag = `[${result.label}]`;
+  const line = (label: string, xs: number[]) =>
+    `${label.padEnd(40)} median ${fmt(median(xs)).padStart(6)} ms   p90 ${fmt(percentile(xs, 90)).padStart(6)} ms`;
+  console.log(`\n${tag} load average ${fmt(result.loadAverage.before, 1)} before, ${fmt(result.loadAverage.after, 1)} after (2 cores; other work was running beside the bench)`);
+  for (const floor of result.floors) {
+    console.log(`${tag} ${floor.label}, n=${floor.samples.length}`);
+    console.log(`${tag}   ${line('submit → all running', floor.samples.map((f) => f.allRunning))}`);
+    console.log(`${tag}   ${line('submit → end', floor.samples.map((f) => f.end))}`);
+  }
+  const floor = result.floors[0]?.samples ?? [];
+  const floorRunning = median(floor.map((f) => f.allRunning));
+  const floorEnd = median(floor.map((f) => f.end));
+  for (const { label, samples } of result.variants) {
+    const m = (f: (s: TroupeSample) => number) => median(samples.map(f));
+    const running = samples.map((s) => s.allRunning);
+    const end = samples.map((s) => s.resultSeen);
+    console.log(`\n${tag} ${label}, n=${samples.length}`);
+    console.log(`${tag}   ${line('submit → all running', running)}   target < ${TARGET_MS} ms`);
+    console.log(`${tag}   ${line('submit → end (client sees the result)', end)}`);
+    console.log(`${tag}   ratio to the floor (${result.floors[0]?.label}): all running ×${fmt(median(running) / floorRunning, 1)}, end ×${fmt(median(end) / floorEnd, 2)}`);
+    console.log(`${tag}   Troupe's overhead (medians): all running +${fmt(median(running) - floorRunning)} ms, end +${fmt(median(end) - floorEnd)} ms`);
+    console.log(`${tag}   CPU per run (median): Temporal dev server ${fmt(m((s) => s.cpu.serverS * 1000))} ms, client + worker ${fmt(m((s) => s.cpu.benchS * 1000))} ms`);
+    console.log(`${tag}   phases (median ms from submit, +step):`);
+    const phases: Array<[string, (s: TroupeSample) => number]> = [
+      ['workflow started (client → server)', (s) => s.workflowStarted],
+      ['describeBackend activity done', (s) => s.backendDescribed],
+      ['group children started', (s) => s.childrenStarted],
+      ['provisionJobs done (last group)', (s) => s.provisionDone],
+      ['PROVISION: last job provisioned (run saw it)', (s) => s.lastProvisioned],
+      ['ADDRESS EXCHANGE: book at the last child', (s) => s.addressesDelivered],
+      ['waitRunnerReady done (last job)', (s) => s.runnersReady],
+      ['mayStart signal at the last child', (s) => s.lastMayStart],
+      ['startJob done (last job)', (s) => s.lastStartJobDone],
+      ['START-UP: all jobs RUNNING (run saw it)', (s) => s.allRunning],
+      ['last job event (exit) at the run', (s) => s.lastExitedReported],
+      ['run finished (after teardown)', (s) => s.finished],
+      ['client saw the result', (s) => s.resultSeen],
+    ];
+    let previous = 0;
+    for (const [name, f] of phases) {
+      const at = m(f);
+      console.log(`${tag}     ${name.padEnd(46)} ${fmt(at).padStart(6)}  (${at - previous >= 0 ? '+' : ''}${fmt(at - previous)})`);
+      previous = at;
+    }
+    const first = samples[0]?.events;
+    if (first) {
+      console.log(`${tag}   per run: ${first.workflowTasks} workflow tasks, ${first.activities} activities, ${first.signals} signals, history events: run ${first.parent}, its 3 groups ${first.children}`);
+    }
+  }
+}
+
+function plot(results: TargetResult[]): void {
+  const panels = results.flatMap((result) => {
+    const legend = ['provision', 'address exchange', 'start-up', 'run + teardown -> result'];
+    const rows = result.floors.map(({ label, samples }) => {
+      const running = median(samples.map((f) => f.allRunning));
+      return { label, segments: [0, 0, running, median(samples.map((f) => f.end)) - running] };
+    });
+    for (const { label, samples } of result.variants) {
+      const m = (f: (s: TroupeSample) => number) => median(samples.map(f));
+      rows.push({
+        label: label.replace('Troupe, ', 'Troupe '),
+        segments: [
+          m((s) => s.lastProvisioned),
+          m((s) => s.addressesDelivered) - m((s) => s.lastProvisioned),
+          m((s) => s.allRunning) - m((s) => s.addressesDelivered),
+          m((s) => s.resultSeen) - m((s) => s.allRunning),
+        ],
+      });
+    }
+    const bars = stackedBarChart({
+      title: `Launch latency, PD sample, ${result.label}`,
+      subtitle: `median of ${RUNS} runs; job command "${WORK}"; load average ${fmt(result.loadAverage.before, 1)} on 2 cores`,
+      unit: 'ms from submit',
+      legend,
+      rows,
+      references: [{ label: `target: all running < ${TARGET_MS} ms`, value: TARGET_MS }],
+    });
+    const spread = lineChart({
+      title: `Submit -> all RUNNING, every run (sorted), ${result.label}`,
+      xLabel: 'run (sorted by latency)',
+      yLabel: 'ms',
+      series: [
+        ...result.floors.map(({ label, samples }) => ({ name: label, points: sorted(samples.map((f) => f.allRunning)) })),
+        ...result.variants.map(({ label, samples }) => ({ name: label.replace('Troupe, ', 'Troupe '), points: sorted(samples.map((s) => s.allRunning)) })),
+      ],
+      references: [{ label: `target ${TARGET_MS} ms`, value: TARGET_MS }],
+    });
+    return [bars, spread];
+  });
+  writePng(join(resultsDir(), 'launch-latency.png'), stackVertically(panels));
+  console.log(`\nwrote ${join(resultsDir(), 'launch-latency.png')} and launch-latency.json`);
+}
+
+function sorted(values: number[]): Array<[number, number]> {
+  return [...values].sort((a, b) => a - b).map((v, i) => [i + 1, v]);
+}
+
+await main();
