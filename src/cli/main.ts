@@ -11,6 +11,7 @@ const commands: Record<string, () => Promise<{ command: Command }>> = {
   logs: () => import('./commands/logs'),
   stop: () => import('./commands/stop'),
   worker: () => import('./commands/worker'),
+  setup: () => import('./commands/setup'),
   fleet: () => import('./commands/fleet'),
 };
 
