@@ -1,0 +1,75 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { Client } from '@temporalio/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runWorkflowId } from '../../workflows/ids';
+import { runStateQuery } from '../../workflows/messages';
+import type { RunState } from '../../workflows/run-state';
+import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
+import { makePlan } from '../helpers/plans';
+import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
+
+/** Two worker processes on one task queue; one is killed mid-run; the other finishes the run. */
+
+const fleet = makeLocalFleet('troupe-scale-out-');
+const shared = makeSharedDir('troupe-scale-out-shared-');
+const taskQueue = uniqueTaskQueue('scale-out');
+const workers: ChildProcess[] = [];
+let client: Client;
+let closeClient: () => Promise<void>;
+
+beforeAll(async () => {
+  ({ client, close: closeClient } = await testClient());
+});
+afterAll(async () => {
+  for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');
+  await closeClient?.();
+  fleet.remove();
+  shared.remove();
+});
+
+async function startWorkerProcess(): Promise<ChildProcess> {
+  const script = fileURLToPath(new URL('../helpers/worker-process.ts', import.meta.url));
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), TROUPE_TASK_QUEUE: taskQueue, TROUPE_LOCAL_STATE_DIR: fleet.stateDir },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  workers.push(child);
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.on('data', (chunk: Buffer) => chunk.toString().includes('worker ready') && resolve());
+    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
+  });
+  return child;
+}
+
+describe('scale-out', () => {
+  it('a run survives the loss of one of two workers', async () => {
+    const [first, second] = await Promise.all([startWorkerProcess(), startWorkerProcess()]);
+    const name = `scale-out-${taskQueue}`;
+    const record = `echo "$DSTACK_NODE_RANK" >> ${shared.dir}/starts`;
+    const plan = makePlan(name, [
+      { name: 'router', nodes: 1, commands: [record, 'sleep 5'] },
+      { name: 'prefill', nodes: 2, commands: [record, 'sleep 5'] },
+      { name: 'decode', nodes: 2, commands: [record, 'sleep 5'] },
+    ]);
+    const handle = await client.workflow.start('RunWorkflow', { taskQueue, workflowId: runWorkflowId(name), args: [{ plan, backend: 'local', options: {} }] });
+    const deadline = Date.now() + 60_000;
+    while (!(await handle.query(runStateQuery)).jobs.every((j) => j.status === 'RUNNING')) {
+      if (Date.now() > deadline) throw new Error('jobs did not start');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const victim = Math.random() < 0.5 ? first : second;
+    const survivor = victim === first ? second : first;
+    const exited = new Promise((r) => victim?.once('exit', r));
+    victim?.kill('SIGKILL');
+    await exited;
+
+    const state = (await handle.result()) as RunState;
+    expect(state.status).toBe('DONE');
+    expect(shared.lines('starts').map(Number).sort()).toEqual([0, 1, 2, 3, 4]);
+    for (const job of state.jobs) if (job.pid !== null) expect(processGroupMembers(job.pid)).toEqual([]);
+    expect(survivor?.exitCode).toBeNull();
+    survivor?.kill('SIGTERM');
+    await new Promise((r) => survivor?.once('exit', r));
+  }, 180_000);
+});
