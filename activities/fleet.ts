@@ -12,6 +12,7 @@ import {
   type SshTarget,
   type VerifiedHostKey,
 } from '../src/backends/ssh';
+import { hostKeyFile } from '../src/fleet/host-key-file';
 import type { FleetHostSpec, HostKey } from '../workflows/fleet-messages';
 
 /**
@@ -50,12 +51,20 @@ function recorded(key: VerifiedHostKey, previous: HostKey | null, now: string): 
   return { fingerprint: key.fingerprint, source: key.trustedBy, algorithm: key.algorithm, since: now };
 }
 
-/** A changed key, said in terms of the fleet: what was verified when, what to check, how to accept it. */
-function changedKeyMessage(err: SshHostKeyChangedError, previous: HostKey | null): string {
-  const was = previous?.source === 'pinned' ? ` (pinned at first contact${previous.since ? ` on ${previous.since}` : ''})` : '';
+/** A changed key, said in terms of the fleet: what was verified where and when, what to check, how to accept it. */
+function changedKeyMessage(err: SshHostKeyChangedError, previous: HostKey | null, keyFile: string): string {
+  const earlier =
+    previous === null
+      ? null
+      : previous.source === 'pinned'
+        ? `the key pinned at first contact${previous.since ? ` on ${previous.since}` : ''}`
+        : `the key verified at an earlier probe (${previous.source === 'known_hosts' ? 'known_hosts' : 'configured fingerprint'})`;
+  const from = err.expectedFrom.map((f) => (f === 'host_key_fingerprints' && earlier ? earlier : f));
   return (
-    `${err.message}${was}. To accept the new key, check it on the host (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), ` +
-    'add it to a known_hosts file the workers read (TROUPE_KNOWN_HOSTS) or to the host\'s fingerprints, and apply the fleet again'
+    `HOST KEY CHANGED for ${err.host}: expected ${err.expectedFingerprints.join(' or ')} (${[...new Set(from)].join('; ')}), ` +
+    `but the host presents ${err.presentedAlgorithm} ${err.presentedFingerprint}. Refused: someone may be intercepting the ` +
+    `connection, or the host was reinstalled. If the change is expected, check the new key on the host (ssh-keygen -lf ${keyFile}), ` +
+    'add it to a known_hosts file the workers read (TROUPE_KNOWN_HOSTS), and apply the fleet again'
   );
 }
 
@@ -89,7 +98,7 @@ export function createFleetActivities() {
       } catch (err) {
         if (err instanceof SshHostKeyChangedError) {
           const isJump = spec.target.proxy_jump !== undefined && err.host === describeTarget(spec.target.proxy_jump);
-          return { ok: false, reason: changedKeyMessage(err, isJump ? jump_host_key : host_key) };
+          return { ok: false, reason: changedKeyMessage(err, isJump ? jump_host_key : host_key, hostKeyFile(err.presentedAlgorithm)) };
         }
         return { ok: false, reason: err instanceof Error ? err.message : String(err) };
       } finally {

@@ -1,4 +1,5 @@
 import type { FleetListing } from '../../fleet/fleet-client';
+import { hostKeyFile } from '../../fleet/host-key-file';
 import type { JobPlacement } from '../../fleet/placement-preview';
 import type { FleetHostState, FleetState, HostKey } from '../../../workflows/fleet-messages';
 import { paint, type Style } from './style';
@@ -35,13 +36,6 @@ function keyText(style: Style, key: HostKey | null): string {
   const how =
     key.source === 'pinned' ? paint(style, 'yellow', 'PINNED at first contact') : key.source === 'known_hosts' ? 'known_hosts' : 'fingerprint in config';
   return `${key.fingerprint} (${how})`;
-}
-
-/** The key file on the host whose fingerprint `ssh-keygen -lf` should show for this key type. */
-export function hostKeyFile(algorithm: string | null): string {
-  if (algorithm?.startsWith('ecdsa')) return '/etc/ssh/ssh_host_ecdsa_key.pub';
-  if (algorithm === 'ssh-rsa' || algorithm?.startsWith('rsa')) return '/etc/ssh/ssh_host_rsa_key.pub';
-  return '/etc/ssh/ssh_host_ed25519_key.pub';
 }
 
 /** What `troupe fleet apply` shows: per host what it has, its key and how the key was verified, its state. */
