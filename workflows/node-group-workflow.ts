@@ -79,17 +79,19 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
 
   const provision = async (jobs: JobPlan[]): Promise<boolean> => {
     try {
-      const placed = await provisionActivities(input).provisionJobs({
-        backend: input.backend,
-        request: {
-          run_id: input.run_uid,
-          run_name: input.run.run_name,
-          submission: input.submission,
-          group: input.group,
-          jobs,
-          fleets: input.run.fleets,
+      const placed = await provisionActivities(input).provisionJobs.executeWithOptions({ summary: `provision ${labelOf(jobs)}` }, [
+        {
+          backend: input.backend,
+          request: {
+            run_id: input.run_uid,
+            run_name: input.run.run_name,
+            submission: input.submission,
+            group: input.group,
+            jobs,
+            fleets: input.run.fleets,
+          },
         },
-      });
+      ]);
       placed.forEach((instance, i) => {
         const job = jobs[i];
         if (job) instances.set(job.job_num, instance);
@@ -140,8 +142,13 @@ async function runJob(
     instance,
   };
   const fail = (failure: ClassifiedFailure) => report([{ kind: 'failed', job_num: job.job_num, ...failure }]);
+  // What the Web UI shows for each activity: "start prefill/0 on 10.213.4.2 (local)".
+  const label = `${job.node_group_name}/${job.node_group_job_index}`;
+  const where = `${instance.internal_ip} (${instance.host})`;
   try {
-    await runnerActivities(input).waitRunnerReady({ backend: input.backend, job: ref });
+    await runnerActivities(input).waitRunnerReady.executeWithOptions({ summary: `wait for the runner of ${label} on ${where}` }, [
+      { backend: input.backend, job: ref },
+    ]);
   } catch (err) {
     if (isCancellation(err)) throw err;
     await fail(classifyRunnerWaitFailure(err, input.options.runner_ready_timeout_s));
@@ -149,15 +156,17 @@ async function runJob(
   }
   await condition(() => mayStart.has(job.job_num));
   try {
-    const { pid } = await jobActivities.startJob({
-      backend: input.backend,
-      job: ref,
-      run: input.run,
-      run_uid: input.run_uid,
-      plan_job: job,
-      addresses,
-      group_sizes: input.group_sizes,
-    });
+    const { pid } = await jobActivities.startJob.executeWithOptions({ summary: `start ${label} on ${where}` }, [
+      {
+        backend: input.backend,
+        job: ref,
+        run: input.run,
+        run_uid: input.run_uid,
+        plan_job: job,
+        addresses,
+        group_sizes: input.group_sizes,
+      },
+    ]);
     await report([{ kind: 'running', job_num: job.job_num, pid }]);
     // Readiness is probed while the job is watched; the probing stops when the job ends.
     const readiness = new CancellationScope();
@@ -165,13 +174,15 @@ async function runJob(
     const ready = probe
       ? readiness
           .run(() =>
-            readyActivities.waitJobReady({
-              backend: input.backend,
-              job: ref,
-              probe,
-              deadline_ms: Date.now() + probe.timeout_s * 1000,
-              label: `${job.node_group_name}/${job.node_group_job_index}`,
-            }),
+            readyActivities.waitJobReady.executeWithOptions({ summary: `probe ${label} on ${where} until ready` }, [
+              {
+                backend: input.backend,
+                job: ref,
+                probe,
+                deadline_ms: Date.now() + probe.timeout_s * 1000,
+                label,
+              },
+            ]),
           )
           .then(
             () => report([{ kind: 'ready', job_num: job.job_num }]),
@@ -179,11 +190,9 @@ async function runJob(
           )
       : Promise.resolve();
     try {
-      const { exit_code } = await watchActivities.watchJob({
-        backend: input.backend,
-        job: ref,
-        interval_ms: input.options.watch_interval_ms,
-      });
+      const { exit_code } = await watchActivities.watchJob.executeWithOptions({ summary: `watch ${label} on ${where}` }, [
+        { backend: input.backend, job: ref, interval_ms: input.options.watch_interval_ms },
+      ]);
       readiness.cancel();
       await ready;
       await report([{ kind: 'exited', job_num: job.job_num, exit_code }]);
@@ -194,6 +203,15 @@ async function runJob(
     if (isCancellation(err)) throw err;
     await fail(classifyRunningFailure(err));
   }
+}
+
+/** `prefill/0`, or `prefill/0-3` for a batch. */
+function labelOf(jobs: JobPlan[]): string {
+  const first = jobs[0];
+  const last = jobs[jobs.length - 1];
+  if (!first || !last) return '';
+  const range = first === last ? `${first.node_group_job_index}` : `${first.node_group_job_index}-${last.node_group_job_index}`;
+  return `${first.node_group_name}/${range}`;
 }
 
 /** No capacity is retried while the run's retry covers it and its duration lasts; other errors a few times. */

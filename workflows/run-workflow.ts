@@ -245,6 +245,7 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
       workflowId: nodeGroupWorkflowId(state.run_id, group.name, state.submission),
       args: [childInput],
       cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+      staticSummary: `group ${group.name}: ${group.nodes} node${group.nodes === 1 ? '' : 's'}, jobs ${childInput.jobs[0]?.job_num ?? ''}-${childInput.jobs.at(-1)?.job_num ?? ''}`,
       parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
     });
   }
