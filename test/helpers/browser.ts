@@ -17,7 +17,7 @@ const STEP_TIMEOUT_MS = 60_000;
  * Chromium aborts requests with ERR_NETWORK_CHANGED whenever interfaces come and go on the
  * machine (tests create network namespaces); the single-page app then misses a chunk or a call.
  */
-const MAX_ATTEMPTS = 6;
+const MAX_ATTEMPTS = 8;
 
 export async function launchChromium(): Promise<Browser> {
   if (!existsSync(chromiumPath)) {
@@ -34,15 +34,18 @@ export function screenshotDir(name: string): string {
   return dir;
 }
 
-/** One tab on the Web UI of one namespace. */
+/** The Web UI of one namespace, in one browser tab (replaced by a fresh one after a transient failure). */
 export class TemporalUi {
+  private currentPage: Page;
+
   private constructor(
-    readonly page: Page,
+    private readonly browser: Browser,
+    first: Page,
     readonly baseUrl: string,
     readonly namespace: string,
     private readonly failureDir: string | null,
   ) {
-    page.setDefaultTimeout(STEP_TIMEOUT_MS);
+    this.currentPage = first;
   }
 
   /** `failureDir`: where a failed step leaves a screenshot of the page. */
@@ -51,8 +54,24 @@ export class TemporalUi {
     baseUrl: string,
     options: { namespace?: string; failureDir?: string } = {},
   ): Promise<TemporalUi> {
+    const ui = new TemporalUi(
+      browser,
+      await TemporalUi.newTab(browser),
+      baseUrl.replace(/\/+$/, ''),
+      options.namespace ?? 'default',
+      options.failureDir ?? null,
+    );
+    return ui;
+  }
+
+  private static async newTab(browser: Browser): Promise<Page> {
     const page = await browser.newPage({ viewport: { width: 1600, height: 1600 } });
-    return new TemporalUi(page, baseUrl.replace(/\/+$/, ''), options.namespace ?? 'default', options.failureDir ?? null);
+    page.setDefaultTimeout(STEP_TIMEOUT_MS);
+    return page;
+  }
+
+  get page(): Page {
+    return this.currentPage;
   }
 
   workflowsUrl(query: string): string {
@@ -61,23 +80,25 @@ export class TemporalUi {
 
   /**
    * Runs one step. A transient failure (a request aborted by a network change, the UI's error
-   * page) cuts the attempt short: `retryFrom` (default: the page the step started on) is loaded
-   * again and the step tried again. Any other failure, or the last attempt's, is final.
+   * page) cuts the attempt short: the tab is closed (which also ends the attempt's pending waits),
+   * and after a short back-off a fresh tab loads `retryFrom` (default: the page the step started
+   * on) and tries again. Any other failure, or the last attempt's, is final.
    */
   async step<T>(what: string, body: () => Promise<T>, retryFrom?: string): Promise<T> {
     const from = retryFrom ?? this.page.url();
     for (let attempt = 1; ; attempt++) {
       const last = attempt === MAX_ATTEMPTS;
-      const watch = this.watchTransientFailures();
+      const page = this.page;
+      const watch = watchTransientFailures(page);
       try {
         const run = (async () => {
-          if (attempt > 1) await this.page.goto(from);
+          if (attempt > 1) await page.goto(from);
           return await body();
         })();
         run.catch(() => undefined);
         return await (last ? run : Promise.race([run, watch.failed]));
       } catch (err) {
-        const transient = watch.seen() || (await this.errorPageShown());
+        const transient = watch.seen() || (await errorPageShown(page));
         if (!transient || last) {
           await this.keepFailureScreenshot(what);
           const reason = err instanceof Error ? err.message.split('\n')[0] : String(err);
@@ -85,26 +106,15 @@ export class TemporalUi {
             cause: err,
           });
         }
+        console.warn(`Web UI, ${what}: network changed during attempt ${attempt}, trying again in a fresh tab`);
+        await page.close().catch(() => undefined);
+        // Network changes come in bursts: let one pass before the next attempt.
+        await new Promise((r) => setTimeout(r, Math.min(500 * 2 ** (attempt - 1), 4_000)));
+        this.currentPage = await TemporalUi.newTab(this.browser);
       } finally {
         watch.dispose();
       }
     }
-  }
-
-  /** Rejects `failed` on the first request Chromium aborts because the network changed. */
-  private watchTransientFailures(): { failed: Promise<never>; seen: () => boolean; dispose: () => void } {
-    let seen = false;
-    let reject: (err: Error) => void = () => undefined;
-    const failed = new Promise<never>((_, r) => (reject = r));
-    failed.catch(() => undefined);
-    const listener = (request: Request) => {
-      const error = request.failure()?.errorText ?? '';
-      if (!error.includes('ERR_NETWORK_CHANGED')) return;
-      seen = true;
-      reject(new Error(`${request.url()}: ${error}`));
-    };
-    this.page.on('requestfailed', listener);
-    return { failed, seen: () => seen, dispose: () => this.page.off('requestfailed', listener) };
   }
 
   /** What the page showed when a step failed, beside the other screenshots. */
@@ -112,10 +122,6 @@ export class TemporalUi {
     if (this.failureDir === null) return;
     const name = `failed-${what.replace(/[^\w-]+/g, '_').slice(0, 80)}.png`;
     await this.page.screenshot({ path: join(this.failureDir, name), fullPage: true }).catch(() => undefined);
-  }
-
-  private async errorPageShown(): Promise<boolean> {
-    return await this.page.getByText("Uh oh. There's an error.").isVisible().catch(() => false);
   }
 
   /** The workflow list filtered by a visibility query; returns the workflow ids it shows. */
@@ -224,4 +230,24 @@ export class TemporalUi {
 /** A timeline label: an activity with a summary is labelled `type • summary`. */
 export function timelineLabel(label: string): RegExp {
   return new RegExp(`^${label.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}( • .+)?$`);
+}
+
+/** Rejects `failed` on the first request Chromium aborts because the network changed. */
+function watchTransientFailures(page: Page): { failed: Promise<never>; seen: () => boolean; dispose: () => void } {
+  let seen = false;
+  let reject: (err: Error) => void = () => undefined;
+  const failed = new Promise<never>((_, r) => (reject = r));
+  failed.catch(() => undefined);
+  const listener = (request: Request) => {
+    const error = request.failure()?.errorText ?? '';
+    if (!error.includes('ERR_NETWORK_CHANGED')) return;
+    seen = true;
+    reject(new Error(`${request.url()}: ${error}`));
+  };
+  page.on('requestfailed', listener);
+  return { failed, seen: () => seen, dispose: () => page.off('requestfailed', listener) };
+}
+
+async function errorPageShown(page: Page): Promise<boolean> {
+  return await page.getByText("Uh oh. There's an error.").isVisible().catch(() => false);
 }
