@@ -90,9 +90,10 @@ describe('the Web UI as the run dashboard', () => {
     expect(await ui.listWorkflows(query)).toEqual([runId]);
     await ui.screenshot(shots, '01-runs-filtered-by-status');
 
-    // 2. The run, on its timeline: it ends with the release of its nodes.
+    // 2. The run, on its timeline: each group child under its summary, and the release of its nodes.
     await ui.openWorkflowLink(runId);
     await ui.openTab('Timeline', (page) => page.getByText(timelineLabel('releaseRun')));
+    await ui.shows('run timeline', groups.map((group) => new RegExp(`^group ${group}: `)));
     await ui.screenshot(shots, '02-run-timeline');
 
     // 3. Its children: one NodeGroupWorkflow per group, no more.
@@ -102,8 +103,8 @@ describe('the Web UI as the run dashboard', () => {
     await ui.screenshot(shots, '03-run-groups');
 
     // 4. Each group's page: its timeline, then its history in the compact view (one row per
-    // activity) where every activity is checked (the timeline folds short steps into idle time),
-    // then back to the run by the parent link.
+    // activity, with its summary) where every activity is checked (the timeline folds short steps
+    // into idle time), then back to the run by the parent link.
     for (const [i, group] of groups.entries()) {
       await ui.openWorkflowLink(groupIds[i]!);
       // The UI reopens the tab last used, so the tab is chosen explicitly.
@@ -111,7 +112,7 @@ describe('the Web UI as the run dashboard', () => {
       await ui.screenshot(shots, `04-group-${group}-timeline`);
       await ui.openTab('Event History', (page) => page.getByText('Compact', { exact: true }));
       await ui.compactHistory();
-      await ui.shows(`${group} event history`, groupActivities);
+      await ui.shows(`${group} event history`, [...groupActivities, new RegExp(`^provision ${group}/0\\b`)]);
       await ui.screenshot(shots, `04-group-${group}-history`);
       await ui.openWorkflowLink(runId);
       await relationships();

@@ -188,10 +188,12 @@ export class TemporalUi {
     });
   }
 
-  /** Waits until the page shows each text exactly (a label on the timeline, an activity type in the history). */
-  async shows(what: string, texts: string[]): Promise<void> {
+  /** Waits until the page shows each text: a string exactly, a RegExp as a match of a whole element's text. */
+  async shows(what: string, texts: Array<string | RegExp>): Promise<void> {
     await this.step(`${what} showing ${texts.join(', ')}`, async () => {
-      for (const text of texts) await this.page.getByText(text, { exact: true }).first().waitFor();
+      for (const text of texts) {
+        await (typeof text === 'string' ? this.page.getByText(text, { exact: true }) : this.page.getByText(text)).first().waitFor();
+      }
     });
   }
 
