@@ -14,7 +14,7 @@ for arg in "$@"; do
 done
 
 debs=(iproute2 python3-venv)
-if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation); fi
+if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose); fi
 missing=()
 for p in "${debs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
