@@ -5,7 +5,7 @@
  * its largest group child, and the worker's peak RSS (the worker runs in its own process).
  *
  *   npx tsx bench/scale.ts                      every case
- *   npx tsx bench/scale.ts 64x4 2048x32         chosen cases (NODESxGROUPS)
+ *   npx tsx bench/scale.ts 64x4 2048x32 hold    chosen cases (NODESxGROUPS; hold: the slot experiment)
  *   BENCH_SCALE_TIMEOUT_S=120 npx tsx bench/scale.ts
  *
  * Prints figures, writes bench/results/scale.{png,json}. Asserts nothing.
@@ -18,7 +18,7 @@ import { runStateQuery } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
 import { cpuSeconds, loadAverage } from './harness/cpu';
 import { lastEvent, workflowCost, type WorkflowCost } from './harness/history';
-import { spreadPlan } from './harness/plans';
+import { pdPlan, spreadPlan } from './harness/plans';
 import { resultsDir } from './harness/results';
 import { bytes, fmt } from './harness/stats';
 import { startBenchTemporal, type BenchTemporal } from './harness/temporal-env';
@@ -50,10 +50,16 @@ const ALL_CASES: ScaleCase[] = [
   { nodes: 2048, groups: 32, jobDurationMs: 0, timeoutS: 240 },
   { nodes: 512, groups: 2, jobDurationMs: 0, timeoutS: 150, note: 'few big groups' },
   { nodes: 2048, groups: 2, jobDurationMs: 0, timeoutS: 150, note: 'few big groups' },
-  // Jobs that keep running: each holds a watchJob activity, hence a worker slot, while it runs.
-  { nodes: 120, groups: 3, jobDurationMs: 15_000, timeoutS: 90, note: 'jobs run 15 s, default 100 slots' },
-  { nodes: 120, groups: 3, jobDurationMs: 15_000, slots: 1000, timeoutS: 90, note: 'jobs run 15 s, 1000 slots' },
 ];
+
+/**
+ * Jobs that keep running: each holds a watchJob activity — one of the worker's activity slots —
+ * for as long as it runs. A run of HOLD_NODES such jobs fills a default worker; then a PD run is
+ * submitted to the same worker and its launch latency measured, with the default slots and with more.
+ */
+const HOLD_NODES = 100;
+const HOLD_JOB_S = 25;
+const HOLD_SLOTS = [undefined, 1000];
 
 interface ScaleResult {
   name: string;
@@ -93,17 +99,79 @@ async function main(): Promise<void> {
   console.log(`${TAG} scale: ${cases.map(caseName).join(', ')} — SIMULATED backend, nothing is provisioned or run`);
   const env = await startBenchTemporal('scale');
   const results: ScaleResult[] = [];
+  const holds: HoldResult[] = [];
   try {
     for (const c of cases) {
       const result = await runCase(env, c);
       results.push(result);
       printResult(result);
     }
+    if (wanted.length === 0 || wanted.includes('hold')) {
+      for (const slots of HOLD_SLOTS) {
+        const hold = await runHoldCase(env, slots);
+        holds.push(hold);
+        printHold(hold);
+      }
+    }
   } finally {
     await env.close();
   }
-  writeFileSync(join(resultsDir(), 'scale.json'), `${JSON.stringify(results, null, 2)}\n`);
-  plot(results);
+  writeFileSync(join(resultsDir(), 'scale.json'), `${JSON.stringify({ results, holds }, null, 2)}\n`);
+  plot(results, holds);
+}
+
+interface HoldResult {
+  slots: number | null;
+  holderAllRunningMs: number;
+  /** The PD run submitted once the holder's jobs all run: submit → all 3 RUNNING (NaN: not within the cap). */
+  pdAllRunningMs: number;
+  pdRunning: number;
+}
+
+async function runHoldCase(env: BenchTemporal, slots: number | undefined): Promise<HoldResult> {
+  const taskQueue = `bench-hold-${slots ?? 'default'}-${process.pid}`;
+  const worker = await startWorkerProcess({
+    address: env.address,
+    task_queue: taskQueue,
+    bundle_path: env.bundlePath,
+    backend: { kind: 'simulated', job_duration_ms: HOLD_JOB_S * 1000 },
+    ...(slots ? { max_concurrent_activities: slots } : {}),
+  });
+  const start = (runName: string, plan: ReturnType<typeof spreadPlan>) =>
+    env.client.workflow.start('RunWorkflow', {
+      taskQueue,
+      workflowId: runWorkflowId(runName),
+      args: [{ plan, backend: 'simulated', options: { stop_grace_s: 0 } }],
+    });
+  const allRunning = async (handle: Awaited<ReturnType<typeof start>>, t0: number, capMs: number) => {
+    for (;;) {
+      const state = await handle.query(runStateQuery);
+      const running = state.jobs.filter((j) => j.running_at !== null);
+      if (running.length === state.jobs.length) return { ms: Math.max(...running.map((j) => Date.parse(j.running_at ?? ''))) - t0, running: running.length };
+      if (Date.now() - t0 > capMs) return { ms: Number.NaN, running: running.length };
+      await sleep(100);
+    }
+  };
+  try {
+    const holderName = `hold-${slots ?? 'default'}-${process.pid}`;
+    const t0 = Date.now();
+    const holder = await start(holderName, spreadPlan(holderName, HOLD_NODES, 2));
+    const held = await allRunning(holder, t0, HOLD_JOB_S * 1000);
+    const pdName = `hold-pd-${slots ?? 'default'}-${process.pid}`;
+    const t1 = Date.now();
+    const pd = await start(pdName, pdPlan(pdName, 'true', 'workers-first'));
+    const launched = await allRunning(pd, t1, (HOLD_JOB_S + 20) * 1000);
+    await Promise.all([holder.terminate('bench: done'), pd.terminate('bench: done')].map((p) => p.catch(() => undefined)));
+    return { slots: slots ?? null, holderAllRunningMs: held.ms, pdAllRunningMs: launched.ms, pdRunning: launched.running };
+  } finally {
+    await worker.stop();
+  }
+}
+
+function printHold(h: HoldResult): void {
+  const p = `${TAG} hold-${h.slots ?? 'default'}`.padEnd(35);
+  console.log(`\n${p} a run of ${HOLD_NODES} jobs that run ${HOLD_JOB_S} s holds ${HOLD_NODES} watchJob activities; worker activity slots: ${h.slots ?? '100 (SDK default)'}`);
+  console.log(`${p} holder all running after ${fmt(h.holderAllRunningMs)} ms; then a PD run on the same worker: submit → all 3 RUNNING ${fmt(h.pdAllRunningMs)} ms (${h.pdRunning}/3 ran)`);
 }
 
 async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
@@ -219,7 +287,7 @@ function printResult(r: ScaleResult): void {
   if (r.firstFailure) console.log(`${p} first workflow task failure: ${r.firstFailure.slice(0, 300)}`);
 }
 
-function plot(results: ScaleResult[]): void {
+function plot(results: ScaleResult[], holds: HoldResult[]): void {
   const main = results.filter((r) => r.note === null);
   const few = results.filter((r) => r.note === 'few big groups');
   const xTicks = [...new Set(results.map((r) => r.nodes))].sort((a, b) => a - b);
@@ -259,15 +327,18 @@ function plot(results: ScaleResult[]): void {
     series: [...withFew('run', (r) => r.parent.bytes / 2 ** 20), ...withFew('largest child', (r) => r.largestChild.bytes / 2 ** 20)],
     references: [{ label: 'warning 10 MiB', value: 10 }, { label: 'hard limit 50 MiB', value: 50 }],
   });
-  const held = results.filter((r) => r.note?.startsWith('jobs run'));
   const slots = stackedBarChart({
-    title: 'SIMULATED: jobs that keep running hold worker slots',
-    subtitle: 'each running job holds one watchJob activity = one of the worker\'s activity slots',
-    unit: 'seconds from submit to all RUNNING',
-    legend: ['submit -> all running'],
-    rows: held.map((r) => ({ label: `${r.nodes} nodes, ${r.note?.split(', ')[1] ?? ''}`, segments: [r.allRunningMs / 1000], note: `${fmt(r.allRunningMs / 1000, 1)} s` })),
+    title: 'SIMULATED: running jobs hold worker slots',
+    subtitle: `a PD run submitted while ${HOLD_NODES} jobs of another run are running (each holds a watchJob activity)`,
+    unit: 'seconds from submit to all 3 PD jobs RUNNING',
+    legend: ['PD run: submit -> all running'],
+    rows: holds.map((h) => ({
+      label: `${h.slots ?? 100} activity slots`,
+      segments: [Number.isFinite(h.pdAllRunningMs) ? h.pdAllRunningMs / 1000 : 0],
+      note: Number.isFinite(h.pdAllRunningMs) ? `${fmt(h.pdAllRunningMs / 1000, 1)} s` : 'not within the cap',
+    })),
   });
-  writePng(join(resultsDir(), 'scale.png'), stackVertically(held.length > 0 ? [time, events, size, slots] : [time, events, size]));
+  writePng(join(resultsDir(), 'scale.png'), stackVertically(holds.length > 0 ? [time, events, size, slots] : [time, events, size]));
   console.log(`\n${TAG} wrote ${join(resultsDir(), 'scale.png')} and scale.json`);
 }
 
