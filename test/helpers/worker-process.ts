@@ -3,7 +3,7 @@
  * TEMPORAL_ADDRESS, TROUPE_TASK_QUEUE, TROUPE_LOCAL_STATE_DIR, and TEST_PROVISION_DELAY_MS /
  * TEST_ONE_JOB_PER_CALL to make provisioning slow enough to be interrupted.
  */
-import { NativeConnection } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime, makeTelemetryFilterString } from '@temporalio/worker';
 import { LocalBackend } from '../../src/backends/local/local-backend';
 import { createTroupeWorker } from '../../src/worker/create-worker';
 import { RecordingBackend } from './recording-backend';
@@ -13,6 +13,12 @@ const required = (name: string): string => {
   if (!value) throw new Error(`${name} is not set`);
   return value;
 };
+
+// Quiet, like the in-process test workers: the test reads the run's state, not the worker's log.
+Runtime.install({
+  logger: new DefaultLogger('ERROR'),
+  telemetryOptions: { logging: { filter: makeTelemetryFilterString({ core: 'ERROR', other: 'ERROR' }) } },
+});
 
 const local = new LocalBackend({ stateDir: required('TROUPE_LOCAL_STATE_DIR'), network: 'auto' });
 const backend = new RecordingBackend(local, {
