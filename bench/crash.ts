@@ -66,6 +66,18 @@ function prng(seed: number): () => number {
 }
 const random = prng(SEED);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Debugging aid: the phases each run goes through, as the polls see them. */
+const DEBUG = process.env.CRASH_DEBUG === '1';
+
+/** `promise`, or `fallback` after `ms`; the timer never outlives the race. */
+async function within<T, F>(promise: Promise<T>, ms: number, fallback: F): Promise<T | F> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([promise, new Promise<F>((resolve) => (timer = setTimeout(() => resolve(fallback), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -123,7 +135,7 @@ async function stopWorker(): Promise<void> {
   worker = null;
   const exited = new Promise((r) => child.once('exit', r));
   child.kill('SIGTERM');
-  await Promise.race([exited, sleep(15_000).then(() => child.kill('SIGKILL'))]);
+  if ((await within(exited, 15_000, 'timeout')) === 'timeout') child.kill('SIGKILL');
 }
 
 // ---------------------------------------------------------------- phases and checks
@@ -208,6 +220,8 @@ function startsPerRank(name: string, ranks: number): number[] {
 interface Kill {
   target: Phase;
   hit: Phase;
+  /** The run's status when it was hit. */
+  status: string;
   delayMs: number;
   restartMs: number;
 }
@@ -256,12 +270,24 @@ async function oneRun(client: Client, index: number, targets: Phase[]): Promise<
     let seen: RunState | null = null;
     for (;;) {
       const current = await queryState(handle);
+      if (DEBUG && current && (!seen || phaseOf(seen) !== phaseOf(current))) {
+        console.log(`  ${((Date.now() - started) / 1000).toFixed(2)}s ${phaseOf(current)} (${current.status})`);
+      }
       if (current) seen = current;
       if (current && PHASES.indexOf(phaseOf(current)) >= PHASES.indexOf(target)) break;
       if (Date.now() - started > RUN_LIMIT_MS) break;
       await sleep(20);
     }
     if (!seen || ['DONE', 'FAILED', 'TERMINATED'].includes(seen.status)) break;
+    if (target === 'teardown') {
+      // Jobs ending come first; aim at the teardown activities themselves when they show in time.
+      const until = Date.now() + 2_000;
+      while (seen.status !== 'TERMINATING' && Date.now() < until) {
+        const current = await queryState(handle);
+        if (!current || ['DONE', 'FAILED', 'TERMINATED'].includes(current.status)) break;
+        seen = current;
+      }
+    }
     const delayMs = Math.floor(random() * MAX_DELAY_MS[target]);
     await sleep(delayMs);
     const now = await queryState(handle);
@@ -269,13 +295,13 @@ async function oneRun(client: Client, index: number, targets: Phase[]): Promise<
     await killWorker();
     const restartAt = Date.now();
     await startWorker();
-    kills.push({ target, hit: phaseOf(now), delayMs, restartMs: Date.now() - restartAt });
+    kills.push({ target, hit: phaseOf(now), status: now.status, delayMs, restartMs: Date.now() - restartAt });
   }
 
   let state: RunState | null = null;
   let note = '';
   try {
-    state = (await Promise.race([handle.result(), sleep(RUN_LIMIT_MS).then(() => null)])) as RunState | null;
+    state = (await within(handle.result(), RUN_LIMIT_MS, null)) as RunState | null;
     if (!state) note = `no end within ${RUN_LIMIT_MS / 1000}s`;
   } catch (err) {
     note = `workflow failed: ${err instanceof Error ? err.message : String(err)}`;
@@ -283,7 +309,7 @@ async function oneRun(client: Client, index: number, targets: Phase[]): Promise<
   if (!state) {
     // Stop it so teardown still runs; what is left after that is counted.
     await handle.signal(stopRunSignal, { abort: true }).catch(() => undefined);
-    state = (await Promise.race([handle.result().catch(() => null), sleep(60_000).then(() => null)])) as RunState | null;
+    state = (await within(handle.result().catch(() => null), 60_000, null)) as RunState | null;
     state ??= await queryState(handle);
   }
   const seconds = (Date.now() - started) / 1000;
@@ -326,6 +352,7 @@ function report(results: RunResult[], totalS: number, mode: string): string {
     r.note.replace(/\|/g, '/').slice(0, 80),
   ]);
   const perPhase = PHASES.map((p) => `${p} ${kills.filter((k) => k.hit === p).length}`).join(', ');
+  const inTerminating = kills.filter((k) => k.status === 'TERMINATING').length;
   const restart = kills.map((k) => k.restartMs).sort((a, b) => a - b);
   const median = restart[Math.floor(restart.length / 2)] ?? 0;
   const sum = (f: (r: RunResult) => number) => results.reduce((s, r) => s + f(r), 0);
@@ -334,7 +361,9 @@ function report(results: RunResult[], totalS: number, mode: string): string {
     '',
     table(['run', 'kills (phase hit)', 'status', 'correct', 'dup. starts', 'missing', 'procs left', 'netns left', 'leases left', 's', 'note'], rows),
     '',
-    `- Kills: ${kills.length} (${perPhase}); worker restart median ${(median / 1000).toFixed(1)} s.`,
+    `- Kills: ${kills.length} (${perPhase}; ${inTerminating} of them while the run was TERMINATING); worker restart median ${(median / 1000).toFixed(1)} s.`,
+    '- Phases as the run state shows them: provisioning (a job has no instance yet), address exchange (all have one, no process yet), ' +
+      'start-up (some jobs running), running (all running), teardown (a job has exited, or the run is TERMINATING).',
     `- Runs completed correctly: ${results.filter((r) => r.correct).length} of ${results.length}.`,
     `- Duplicate job starts: ${sum((r) => r.duplicates)}; jobs never started: ${sum((r) => r.missing)}.`,
     `- Left behind after the runs: ${sum((r) => r.left.processes)} processes, ${sum((r) => r.left.namespaces)} namespaces, ` +
@@ -378,9 +407,11 @@ async function main(): Promise<void> {
     let killsLeft = KILLS;
     // Phases cycle over the kills so each gets its share; their order within a run follows the run.
     let next = 0;
+    const forced = process.env.CRASH_PHASES?.split(',') as Phase[] | undefined;
     for (let index = 1; killsLeft > 0 && index <= Math.ceil(KILLS / KILLS_PER_RUN) * 2; index++) {
       const count = Math.min(KILLS_PER_RUN, killsLeft);
-      const targets = Array.from({ length: count }, () => PHASES[next++ % PHASES.length] as Phase).sort(
+      const cycle: readonly Phase[] = forced ?? PHASES;
+      const targets = Array.from({ length: count }, () => cycle[next++ % cycle.length] as Phase).sort(
         (a, b) => PHASES.indexOf(a) - PHASES.indexOf(b),
       );
       const result = await oneRun(client, index, targets);
