@@ -108,7 +108,9 @@ export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
       completedRound = round;
       continue;
     }
-    await condition(allHandlersFinished);
+    // An apply that arrives meanwhile waits for a probe: probe first, continue as new after.
+    await condition(() => allHandlersFinished() || pending.size > 0 || state.deleted);
+    if (pending.size > 0 || state.deleted) continue;
     await continueAsNew<typeof FleetWorkflow>({ spec: specOf(state), state });
   }
   // A forced delete: the runs holding hosts are being stopped; their teardown releases the hosts.

@@ -44,6 +44,9 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
   });
 }
 
+/** The backends defaultBackends() makes (`ssh` needs the Temporal connection), so a CLI can check names before connecting. */
+export const DEFAULT_BACKEND_NAMES = ['local', 'ssh'] as const;
+
 export interface DefaultBackendsOptions {
   stateDir: string;
   /** Where the fleets' workflows run: given, the worker also has `ssh` (SSH fleets, which it reaches through them). */

@@ -29,6 +29,7 @@ beforeAll(async () => {
     { name: 'keyed-a', gpus: L40S },
     { name: 'keyed-b', gpus: L40S },
     { name: 'doomed', gpus: A10G },
+    { name: 'docker', containerRuntime: 'fake-docker' },
   ]);
   process.env.TROUPE_KNOWN_HOSTS = env.hosts.knownHostsFile;
 });
@@ -182,6 +183,31 @@ describe('runs on SSH fleets', () => {
     expect(job?.message).toContain(`no capacity in fleet ${fleet} for group 0`);
     expect(job?.message).toContain(`${env.hosts.host('keyed-a').address}: unreachable (HOST KEY CHANGED`);
     expect(job?.message).toContain(`${env.hosts.host('keyed-b').address}: unreachable (HOST KEY CHANGED`);
+  });
+
+  it('runs a task with an image through docker on the host, and fails it at once, naming the host, where there is none', async () => {
+    const { fleet, run } = names('image');
+    await applyFleetYaml(env, fleetYaml(env, fleet, ['docker']));
+    const yaml = task(run, ['image: python:3.11-slim', 'commands: [echo "in image $DSTACK_NODE_RANK"]', 'resources: {cpu: 1.., disk: 1GB..}']);
+    const final = await (await env.troupe.submit({ yaml, fleets: [fleet], checkWorkers: false })).wait();
+    expect(final.status, JSON.stringify(final.jobs, null, 2)).toBe('DONE');
+    const runs = await env.hosts.dockerRuns('docker');
+    expect(runs).toHaveLength(1);
+    expect(runs[0]).toEqual(expect.arrayContaining(['--network', 'host', 'python:3.11-slim']));
+
+    // The same task on a fleet whose host has neither docker nor podman.
+    await env.fleets.delete(fleet, { force: false });
+    const other = names('noimage');
+    await applyFleetYaml(env, fleetYaml(env, other.fleet, ['cpu']));
+    const started = Date.now();
+    const failed = await (
+      await env.troupe.submit({ yaml: yaml.replace(`name: ${run}`, `name: ${other.run}`), fleets: [other.fleet], checkWorkers: false })
+    ).wait();
+    expect(failed.status).toBe('FAILED');
+    expect(failed.jobs[0]?.message).toContain(
+      `image python:3.11-slim cannot run on root@${env.hosts.host('cpu').address}:22: the host has neither docker nor podman`,
+    );
+    expect(Date.now() - started).toBeLessThan(20_000);
   });
 
   it('fails a run whose host is lost mid-run (INSTANCE_UNREACHABLE), cleans up the others, and frees every host', async () => {

@@ -8,7 +8,7 @@ import type { FleetHostState, FleetState } from '../../workflows/fleet-messages'
 
 /** Which host a job gets (the rule FleetWorkflow allocates by, and `troupe apply` previews with). */
 
-function facts(over: Partial<HostFacts> & { gpus?: number; gpuName?: string }): HostFacts {
+function facts(over: Partial<Omit<HostFacts, 'gpus'>> & { gpus?: number; gpuName?: string }): HostFacts {
   const { gpus = 0, gpuName = 'H100', ...rest } = over;
   return {
     machine: 'x86_64',

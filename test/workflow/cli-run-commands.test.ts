@@ -253,6 +253,6 @@ describe('troupe worker', () => {
   it('refuses a backend it does not have: exit 2', async () => {
     const result = await troupeCli(['worker', '--backend', 'nope']);
     expect(result.code).toBe(2);
-    expect(result.stderr).toContain('unknown backend "nope" (this worker has: local)');
+    expect(result.stderr).toContain('unknown backend "nope" (this worker has: local, ssh)');
   });
 });

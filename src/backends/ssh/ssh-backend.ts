@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { ApplicationFailure } from '@temporalio/common';
 import {
   InstanceUnreachableError,
   SubmissionClosedError,
@@ -15,7 +16,7 @@ import type { FleetClient } from '../../fleet/fleet-client';
 import type { FleetState, HeldHost } from '../../../workflows/fleet-messages';
 import { defaultJobBaseDir } from './detect';
 import { HostKeyTrust } from './host-key-trust';
-import { SshRunner } from './ssh-runner';
+import { NoContainerRuntimeError, SshRunner } from './ssh-runner';
 import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from './target';
 import type { SshTimeouts } from './timeouts';
 
@@ -151,7 +152,11 @@ export class SshBackend implements Backend {
   async startJob(job: JobRef, files: JobFiles): Promise<{ pid: number }> {
     const runner = this.runnerOf(job);
     await this.refuseReleased(job);
-    const started = await runner.startJob(job, files, { image: files.image ?? null });
+    const started = await runner.startJob(job, files, { image: files.image ?? null }).catch((err: unknown) => {
+      // No docker or podman on the host: trying again cannot help, the job fails now, naming the host.
+      if (err instanceof NoContainerRuntimeError) throw ApplicationFailure.nonRetryable(err.message, err.name);
+      throw err;
+    });
     try {
       await this.refuseReleased(job);
     } catch (err) {

@@ -4,7 +4,7 @@ import type { BackendRegistry } from '../../../activities';
 import type { Backend } from '../../backends/backend';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
-import { createTroupeWorker, defaultBackends } from '../../worker/create-worker';
+import { createTroupeWorker, defaultBackends, DEFAULT_BACKEND_NAMES } from '../../worker/create-worker';
 import { CliError, type Command } from '../command';
 import { connectionHelp, connectionOptions, connectionSettings, connectWorker, describeConnection } from '../connection';
 import { parseOrUsage, renderUsage } from '../render/usage';
@@ -51,6 +51,11 @@ export const command: Command = async (args) => {
   }
   const settings = connectionSettings(values);
   const stateDir = values['state-dir'] ?? process.env.TROUPE_STATE_DIR ?? join(projectRoot, '.troupe', 'state');
+  for (const name of values.backend ?? []) {
+    if (!(DEFAULT_BACKEND_NAMES as readonly string[]).includes(name)) {
+      throw new CliError(`unknown backend "${name}" (this worker has: ${DEFAULT_BACKEND_NAMES.join(', ')})`, 2);
+    }
+  }
   const connection = await connectWorker(settings);
   try {
     const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue };
