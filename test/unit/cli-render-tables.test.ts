@@ -83,6 +83,25 @@ describe('tables', () => {
     expect(lines).toHaveLength(7);
   });
 
+  it('ps: a job held back by depends_on says what its group waits for', () => {
+    const state = pdRun({ status: 'RUNNING' }, [
+      job(0, 0, 'router', 0, { status: 'PULLING', instance: instance('127.0.0.2') }),
+      job(1, 1, 'prefill', 0, { status: 'RUNNING', running_at: t0, instance: instance('127.0.0.3') }),
+    ]);
+    state.groups = [
+      { index: 0, name: 'router', nodes: 1, waiting_for: 'prefill (ready 0/1)' },
+      { index: 1, name: 'prefill', nodes: 1, waiting_for: null },
+    ];
+    const summary: RunSummary = {
+      name: 'pd', workflowId: 'run/pd', runId: 'r1', open: true, status: 'RUNNING', backend: 'local',
+      groups: [{ name: 'router', nodes: 1 }, { name: 'prefill', nodes: 1 }], fleet: 'local',
+      startTime: t0, closeTime: null, state, stateError: null,
+    };
+    const lines = renderPsTable([summary], plain, new Date(Date.parse(t0) + 5_000));
+    expect(lines[2]).toMatch(/^\s+0\s+router\s+0\s+PULLING\s+local\s+127\.0\.0\.2\s+waiting for prefill \(ready 0\/1\)$/);
+    expect(lines[3]).toMatch(/^\s+1\s+prefill\s+0\s+RUNNING\s+local\s+127\.0\.0\.3$/);
+  });
+
   it('outcome: the reason, then what each job that did not end cleanly said', () => {
     const state = pdRun(
       { status: 'FAILED', termination_reason: 'JOB_FAILED', message: 'job 1 (prefill/0) failed', finished_at: '2025-01-01T12:01:05.000Z' },

@@ -70,6 +70,7 @@ export function renderPsTable(runs: RunSummary[], style: Style, now: Date): stri
       state ? runReason(state) : paint(style, 'dim', run.stateError ? `state unavailable: ${run.stateError}` : ''),
     ]);
     for (const job of state?.jobs ?? []) {
+      const waiting = job.running_at === null ? state?.groups[job.group_index]?.waiting_for : null;
       rows.push([
         '',
         String(job.job_num),
@@ -79,7 +80,7 @@ export function renderPsTable(runs: RunSummary[], style: Style, now: Date): stri
         job.instance?.host ?? '',
         job.instance?.internal_ip ?? '',
         '',
-        jobReason(job),
+        waiting && job.finished_at === null ? paint(style, 'dim', `waiting for ${waiting}`) : jobReason(job),
       ]);
     }
   }
