@@ -207,7 +207,10 @@ export class SshBackend implements Backend {
    * cannot be reached is given back as lost: the fleet marks it unreachable. Idempotent.
    */
   async releaseRun(runId: string, submission: number): Promise<void> {
-    const fleets = new Set([...(await this.options.fleets.names()), ...this.usedFleets]);
+    // Every fleet: a provision still in flight on another worker must find the submission closed.
+    // Without visibility (listing failed), the fleets this worker used still get it.
+    const listed = await this.options.fleets.names().catch(() => [] as string[]);
+    const fleets = new Set([...listed, ...this.usedFleets]);
     await Promise.all(
       [...fleets].map(async (fleet) => {
         const held = await this.options.fleets.closeSubmission(fleet, { run_id: runId, submission });
