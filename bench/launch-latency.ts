@@ -81,7 +81,8 @@ interface FloorSample {
 
 async function main(): Promise<void> {
   const env = await startBenchTemporal('launch');
-  const targets = [await localFleetTarget()];
+  // Loopback beside netns: the same runs without namespaces, to tell orchestration from network set-up.
+  const targets = (await netnsAvailable()) ? [await localFleetTarget('netns'), await localFleetTarget('loopback')] : [await localFleetTarget('loopback')];
   const ssh = await sshFleetTarget();
   if (ssh) targets.push(ssh);
   else console.log('launch-latency: SSH fleet NOT measured: its backend is not integrated yet (hook: sshFleetTarget() in bench/launch-latency.ts)');
@@ -107,7 +108,7 @@ interface TargetResult {
 /** Floors and Troupe runs interleaved (floor, floor, each variant, repeat) so drift hits all alike. */
 async function measureTarget(env: BenchTemporal, target: FleetTarget): Promise<TargetResult> {
   console.log(`launch-latency: ${target.label}, ${RUNS} runs per variant after ${WARMUP} warm-up rounds; job command: \`${WORK}\``);
-  const taskQueue = `bench-launch-${target.backend}-${process.pid}`;
+  const taskQueue = `bench-launch-${target.label.replace(/\W+/g, '-')}-${process.pid}`;
   const worker = await startInProcessWorker(env, taskQueue, target.registry);
   const floors = target.floors.map((f) => ({ label: f.label, samples: [] as FloorSample[] }));
   const variants = VARIANTS.map((v) => ({ label: v.label, samples: [] as TroupeSample[] }));
@@ -121,7 +122,7 @@ async function measureTarget(env: BenchTemporal, target: FleetTarget): Promise<T
         if (!warm) floors[k]?.samples.push(sample);
       }
       for (const [k, variant] of VARIANTS.entries()) {
-        const sample = await measureTroupe(env, taskQueue, target.backend, variant, `bench-pd-${process.pid}-${++counter}`);
+        const sample = await measureTroupe(env, taskQueue, target.backend, variant, `bench-pd-${target.label.replace(/\W+/g, '-')}-${process.pid}-${++counter}`);
         if (!warm) variants[k]?.samples.push(sample);
       }
       process.stdout.write(warm ? 'w' : '.');
@@ -133,10 +134,9 @@ async function measureTarget(env: BenchTemporal, target: FleetTarget): Promise<T
   return { label: target.label, loadAverage: { before: loadBefore, after: loadAverage() }, floors, variants };
 }
 
-/** The local fleet: real processes, a network namespace per node when root (else loopback addresses). */
-async function localFleetTarget(): Promise<FleetTarget> {
-  const netns = await netnsAvailable();
-  const mode = netns ? 'netns' : 'loopback';
+/** The local fleet: real processes, each node in its own network namespace (root) or on its own loopback address. */
+async function localFleetTarget(mode: 'netns' | 'loopback'): Promise<FleetTarget> {
+  const netns = mode === 'netns';
   const fleetDir = mkdtempSync(join(tmpdir(), 'troupe-bench-fleet-'));
   // A subnet of its own, so the bench's addresses never meet those of tests running beside it.
   const backend = new LocalBackend({

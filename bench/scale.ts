@@ -288,8 +288,12 @@ function printResult(r: ScaleResult): void {
 }
 
 function plot(results: ScaleResult[], holds: HoldResult[]): void {
-  const main = results.filter((r) => r.note === null);
-  const few = results.filter((r) => r.note === 'few big groups');
+  // A run that did not finish has partial histories: it is named in the subtitles, not plotted.
+  const finished = results.filter((r) => r.completed && r.status === 'DONE');
+  const main = finished.filter((r) => r.note === null);
+  const few = finished.filter((r) => r.note === 'few big groups');
+  const failed = results.filter((r) => !(r.completed && r.status === 'DONE'));
+  const failures = failed.length > 0 ? `not plotted: ${failed.map((r) => `${r.name} ${r.terminated.length > 0 ? `(${r.terminated[0]?.split(': ').pop()})` : `(${r.status})`}`).join(', ')}` : undefined;
   const xTicks = [...new Set(results.map((r) => r.nodes))].sort((a, b) => a - b);
   const seriesOf = (rs: ScaleResult[], label: string, f: (r: ScaleResult) => number): Series => ({
     name: label,
@@ -299,7 +303,7 @@ function plot(results: ScaleResult[], holds: HoldResult[]): void {
     few.length > 0 ? [seriesOf(main, label, f), seriesOf(few, `${label}, 2 groups`, f)] : [seriesOf(main, label, f)];
   const time = lineChart({
     title: 'SIMULATED: control-plane time',
-    subtitle: 'groups: 8x2, 64x4, 512x16, 2048x32 (and 2 big groups)',
+    subtitle: `nodes x groups: ${main.map((r) => `${r.nodes}x${r.groups}`).join(', ')}; 2 groups: ${few.map((r) => `${r.nodes}x${r.groups}`).join(', ')}`,
     xLabel: 'nodes',
     yLabel: 'seconds',
     logX: true,
@@ -309,6 +313,7 @@ function plot(results: ScaleResult[], holds: HoldResult[]): void {
   });
   const events = lineChart({
     title: 'SIMULATED: history events per workflow',
+    ...(failures ? { subtitle: failures } : {}),
     xLabel: 'nodes',
     yLabel: 'events',
     logX: true,
@@ -319,6 +324,7 @@ function plot(results: ScaleResult[], holds: HoldResult[]): void {
   });
   const size = lineChart({
     title: 'SIMULATED: history size per workflow',
+    ...(failures ? { subtitle: failures } : {}),
     xLabel: 'nodes',
     yLabel: 'MiB',
     logX: true,
@@ -329,7 +335,7 @@ function plot(results: ScaleResult[], holds: HoldResult[]): void {
   });
   const slots = stackedBarChart({
     title: 'SIMULATED: running jobs hold worker slots',
-    subtitle: `a PD run submitted while ${HOLD_NODES} jobs of another run are running (each holds a watchJob activity)`,
+    subtitle: `a PD run submitted while ${HOLD_NODES} jobs of another run run (each holds a watchJob)`,
     unit: 'seconds from submit to all 3 PD jobs RUNNING',
     legend: ['PD run: submit -> all running'],
     rows: holds.map((h) => ({
