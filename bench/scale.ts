@@ -58,7 +58,9 @@ const ALL_CASES: ScaleCase[] = [
  * submitted to the same worker and its launch latency measured, with the default slots and with more.
  */
 const HOLD_NODES = 100;
-const HOLD_JOB_S = 25;
+const HOLD_JOB_S = 30;
+/** Seconds over which the CPU cost of merely watching running jobs is measured (and of idling, before). */
+const HOLD_WINDOW_S = 8;
 const HOLD_SLOTS = [undefined, 1000];
 
 interface ScaleResult {
@@ -126,6 +128,16 @@ interface HoldResult {
   /** The PD run submitted once the holder's jobs all run: submit → all 3 RUNNING (NaN: not within the cap). */
   pdAllRunningMs: number;
   pdRunning: number;
+  /** CPU milliseconds per second, idle (before the holder) and while the holder's jobs just run. */
+  idleCpu: { server: number; worker: number };
+  watchingCpu: { server: number; worker: number };
+}
+
+async function cpuRate(serverPid: number, workerPid: number, seconds: number): Promise<{ server: number; worker: number }> {
+  const s0 = cpuSeconds(serverPid);
+  const w0 = cpuSeconds(workerPid);
+  await sleep(seconds * 1000);
+  return { server: ((cpuSeconds(serverPid) - s0) * 1000) / seconds, worker: ((cpuSeconds(workerPid) - w0) * 1000) / seconds };
 }
 
 async function runHoldCase(env: BenchTemporal, slots: number | undefined): Promise<HoldResult> {
@@ -153,16 +165,18 @@ async function runHoldCase(env: BenchTemporal, slots: number | undefined): Promi
     }
   };
   try {
+    const idleCpu = await cpuRate(env.serverPid, worker.pid, HOLD_WINDOW_S / 2);
     const holderName = `hold-${slots ?? 'default'}-${process.pid}`;
     const t0 = Date.now();
     const holder = await start(holderName, spreadPlan(holderName, HOLD_NODES, 2));
     const held = await allRunning(holder, t0, HOLD_JOB_S * 1000);
+    const watchingCpu = await cpuRate(env.serverPid, worker.pid, HOLD_WINDOW_S);
     const pdName = `hold-pd-${slots ?? 'default'}-${process.pid}`;
     const t1 = Date.now();
     const pd = await start(pdName, pdPlan(pdName, 'true', 'workers-first'));
     const launched = await allRunning(pd, t1, (HOLD_JOB_S + 20) * 1000);
     await Promise.all([holder.terminate('bench: done'), pd.terminate('bench: done')].map((p) => p.catch(() => undefined)));
-    return { slots: slots ?? null, holderAllRunningMs: held.ms, pdAllRunningMs: launched.ms, pdRunning: launched.running };
+    return { slots: slots ?? null, holderAllRunningMs: held.ms, pdAllRunningMs: launched.ms, pdRunning: launched.running, idleCpu, watchingCpu };
   } finally {
     await worker.stop();
   }
@@ -171,7 +185,8 @@ async function runHoldCase(env: BenchTemporal, slots: number | undefined): Promi
 function printHold(h: HoldResult): void {
   const p = `${TAG} hold-${h.slots ?? 'default'}`.padEnd(35);
   console.log(`\n${p} a run of ${HOLD_NODES} jobs that run ${HOLD_JOB_S} s holds ${HOLD_NODES} watchJob activities; worker activity slots: ${h.slots ?? '100 (SDK default)'}`);
-  console.log(`${p} holder all running after ${fmt(h.holderAllRunningMs)} ms; then a PD run on the same worker: submit → all 3 RUNNING ${fmt(h.pdAllRunningMs)} ms (${h.pdRunning}/3 ran)`);
+  console.log(`${p} holder all running after ${fmt(h.holderAllRunningMs)} ms; ${HOLD_WINDOW_S} s later a PD run on the same worker: submit → all 3 RUNNING ${fmt(h.pdAllRunningMs)} ms (${h.pdRunning}/3 ran)`);
+  console.log(`${p} CPU while ${HOLD_NODES} jobs just run (watched every 250 ms): Temporal dev server ${fmt(h.watchingCpu.server)} ms/s, worker ${fmt(h.watchingCpu.worker)} ms/s; idle before: ${fmt(h.idleCpu.server)} and ${fmt(h.idleCpu.worker)} ms/s`);
 }
 
 async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
