@@ -17,6 +17,8 @@ const taskFile = fileURLToPath(new URL('../../examples/pd-disagg-ssh.yml', impor
 const fleetFile = fileURLToPath(new URL('../../examples/pd-disagg-ssh-fleet.yml', import.meta.url));
 
 let env: SshFleetEnv;
+/** Fleets made here, deleted at the end even when a test failed half-way. */
+const fleetsMade: string[] = [];
 const savedKnownHosts = process.env.TROUPE_KNOWN_HOSTS;
 
 beforeAll(async () => {
@@ -26,6 +28,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  for (const name of fleetsMade) await env?.fleets.delete(name, { force: true }).catch(() => undefined);
   if (savedKnownHosts === undefined) delete process.env.TROUPE_KNOWN_HOSTS;
   else process.env.TROUPE_KNOWN_HOSTS = savedKnownHosts;
   await env?.close();
@@ -44,6 +47,7 @@ function exampleFleet(name: string): string {
 describe('the PD sample on an SSH fleet of three hosts', () => {
   it('places router, prefill and decode on their hosts, wires them, and starts the router on readiness', async () => {
     const fleet = `pd-ssh-${env.taskQueue.slice(-8)}`;
+    fleetsMade.push(fleet);
     const run = `pd-ssh-run-${env.taskQueue.slice(-8)}`;
     const [cpu, a, b] = ['cpu', 'l40s-a', 'l40s-b'].map((n) => env.hosts.host(n));
     if (!cpu || !a || !b) throw new Error('hosts missing');
@@ -143,6 +147,7 @@ describe('the PD sample on an SSH fleet of three hosts', () => {
 
   it('refuses to delete a fleet while a run holds its hosts, unless forced (which stops the run)', async () => {
     const fleet = `pd-hold-${env.taskQueue.slice(-8)}`;
+    fleetsMade.push(fleet);
     await applyFleetYaml(env, fleetYaml(env, fleet, ['cpu']));
     const handle = await env.troupe.submit({
       yaml: ['type: task', 'name: holder', 'commands: [sleep 300]', 'resources: {cpu: 1.., disk: 1GB..}', ''].join('\n'),
