@@ -586,25 +586,50 @@ export const REFUSAL_LINE = /^[^\n]+:\d+:\d+: [^\n]+: [^\n]+$/;
 export const FILE = 'fuzz/config.yml';
 
 /** Runs `load` on the text, bounded in time; returns its result or its ConfigError, rethrows anything else with the input. */
-export function outcome<T>(text: string, load: () => T): { ok: true; value: T } | { ok: false; error: ConfigError } {
+export function outcome<T>(text: string, load: () => T): { ok: true; value: T } | { ok: false; error: ConfigError | null } {
   watchdog.enter(text);
   const started = performance.now();
-  let result: { ok: true; value: T } | { ok: false; error: ConfigError };
+  let result: { ok: true; value: T } | { ok: false; error: ConfigError | null };
   try {
     result = { ok: true, value: load() };
   } catch (err) {
-    if (!(err instanceof ConfigError)) {
+    const known = knownBug(err);
+    if (!(err instanceof ConfigError) && !known) {
       const stack = err instanceof Error ? (err.stack ?? err.message) : String(err);
       throw new Error(`not a ConfigError on input ${JSON.stringify(text)}:\n${stack}`);
     }
-    result = { ok: false, error: err };
+    // A known bug's refusal is not checked further (its regression test pins it).
+    result = { ok: false, error: known ? null : (err as ConfigError) };
   } finally {
     watchdog.leave();
   }
   const ms = performance.now() - started;
   if (ms > CALL_LIMIT_MS) throw new Error(`one call took ${Math.round(ms)} ms (limit ${CALL_LIMIT_MS}) on input ${JSON.stringify(text)}`);
-  if (!result.ok) checkRefusal(result.error, text);
+  if (!result.ok && result.error) checkRefusal(result.error, text);
   return result;
+}
+
+/**
+ * Failures this fuzz found and that are reported but not fixed yet, each pinned by an `it.fails`
+ * regression in hostile-config.test.ts. They are let through here so the fuzz keeps looking for
+ * new ones; delete an entry once its regression passes (vitest then flags that `it.fails`).
+ */
+const KNOWN_BUGS: { what: string; matches: (err: unknown) => boolean }[] = [
+  {
+    what: 'a duration past 2^53 s, or an infinite probe time, fails the plan schema (ZodError, not ConfigError)',
+    matches: (err) =>
+      err instanceof Error &&
+      err.name === 'ZodError' &&
+      /"(duration_s|max_duration_s|interval_s|timeout_s)"/.test(err.message),
+  },
+  {
+    what: 'a mapping key with a line break makes a refusal of several lines (the field path is not made one line)',
+    matches: (err) => err instanceof ConfigError && err.path.includes('\n'),
+  },
+];
+
+function knownBug(err: unknown): boolean {
+  return KNOWN_BUGS.some((bug) => bug.matches(err));
 }
 
 /** A cheap assertion: tens of thousands of cases run through these. */

@@ -125,7 +125,8 @@ describe('YAML built to explode', () => {
     ]);
   });
 
-  it('an alias to an anchor that does not exist is refused at the alias, naming it', () => {
+  // Reported: an undefined alias is said to "expand to too many nodes", at 1:1.
+  it.fails('an alias to an anchor that does not exist is refused at the alias, naming it', () => {
     const error = refusal(yaml('type: task', 'commands: *nope'));
     expect(error.reason).not.toMatch(/too many/);
     expect(error.reason).toMatch(/nope/);
@@ -144,7 +145,8 @@ describe('YAML built to explode', () => {
 
 describe('YAML nested 10,000 levels deep', () => {
   const depth = 10_000;
-  it.each([
+  // Reported: refused, in one line, but as "YAML syntax error: Maximum call stack size exceeded".
+  it.fails.each([
     ['flow sequences', `type: task\ncommands: [x]\nenv: ${'['.repeat(depth)}${']'.repeat(depth)}\n`],
     ['flow mappings', `type: task\ncommands: [x]\nresources: ${'{a: '.repeat(depth)}1${'}'.repeat(depth)}\n`],
     ['block sequences', `type: task\ncommands: [x]\nenv:\n${'- '.repeat(depth)}x\n`],
@@ -155,7 +157,7 @@ describe('YAML nested 10,000 levels deep', () => {
     expect(error.reason).toMatch(/nest|deep/i);
   });
 
-  it('a fleet nested 10,000 levels deep is refused the same way', () => {
+  it.fails('a fleet nested 10,000 levels deep is refused the same way', () => {
     const text = `type: fleet\nssh_config:\n  hosts: ${'['.repeat(depth)}${']'.repeat(depth)}\n`;
     const error = refusal(text, 3_000, (t) => loadFleetConfig(t, FILE, { environ: {} }));
     expect(error.reason).toMatch(/nest|deep/i);
@@ -186,21 +188,22 @@ describe('very long strings', () => {
     expect(error.reason).toMatch(/at most 40 characters/);
   });
 
-  it('a 10 MB run name is refused without echoing it', () => {
+  // Reported: these refusals quote the whole value (10 MB, 100,000 characters) back.
+  it.fails('a 10 MB run name is refused without echoing it', () => {
     const error = refusal(yaml('type: task', `name: ${tenMb}`, 'commands: [x]'), 5_000, (t) => loadPlan(t, FILE, { environ: {} }));
     expect(error.path).toBe('name');
   });
 
-  it('a 100,000-character depends_on name is refused without echoing it', () => {
+  it.fails('a 100,000-character depends_on name is refused without echoing it', () => {
     const error = refusal(yaml('type: task', 'groups:', '  - {name: a, commands: [x]}', `  - {name: b, commands: [x], depends_on: [${'d'.repeat(100_000)}]}`));
     expect(error.path).toBe('groups[1].depends_on[0]');
   });
 
-  it('a 100,000-character working_dir that is not absolute is refused without echoing it', () => {
+  it.fails('a 100,000-character working_dir that is not absolute is refused without echoing it', () => {
     refusal(yaml('type: task', 'commands: [x]', `working_dir: ${'w'.repeat(100_000)}`));
   });
 
-  it('a 100,000-character malformed reference in a command is refused without echoing it', () => {
+  it.fails('a 100,000-character malformed reference in a command is refused without echoing it', () => {
     refusal(yaml('type: task', 'commands:', `  - echo \${{ ${'r'.repeat(100_000)} }}`));
   });
 
@@ -211,15 +214,21 @@ describe('very long strings', () => {
 
 describe('many entries', () => {
   /** The parser's duplicate-key check and the env checks must stay near-linear in the entries. */
-  it.each([
-    ['env as a mapping', (n: number) => yaml('type: task', 'commands: [x]', 'env:', ...Array.from({ length: n }, (_, i) => `  K${i}: v`))],
-    ['env as a list', (n: number) => yaml('type: task', 'commands: [x]', 'env:', ...Array.from({ length: n }, (_, i) => `  - K${i}=v`))],
-    ['commands', (n: number) => yaml('type: task', 'commands:', ...Array.from({ length: n }, (_, i) => `  - echo ${i}`))],
-  ])('20,000 entries of %s: a plan or a refusal within 3 s', (_what, text) => {
-    const { error, ms } = timed(() => plan(text(20_000)));
+  const manyEntries = (text: string) => {
+    const { error, ms } = timed(() => plan(text));
     if (error !== undefined) expect(error).toBeInstanceOf(ConfigError);
     expect(ms).toBeLessThan(3_000);
+  };
+
+  // Reported: quadratic (YAML uniqueKeys check and parseEnv's duplicate check): 20,000 keys ~7 s, 100,000 keys ~216 s.
+  it.fails('20,000 entries of env as a mapping: a plan or a refusal within 3 s', () => {
+    manyEntries(yaml('type: task', 'commands: [x]', 'env:', ...Array.from({ length: 20_000 }, (_, i) => `  K${i}: v`)));
   });
+
+  it.each([
+    ['env as a list', (n: number) => yaml('type: task', 'commands: [x]', 'env:', ...Array.from({ length: n }, (_, i) => `  - K${i}=v`))],
+    ['commands', (n: number) => yaml('type: task', 'commands:', ...Array.from({ length: n }, (_, i) => `  - echo ${i}`))],
+  ])('20,000 entries of %s: a plan or a refusal within 3 s', (_what, text) => manyEntries(text(20_000)));
 
   it('50,000 hosts in a fleet: a fleet or a refusal within 5 s', () => {
     const hosts = Array.from({ length: 50_000 }, (_, i) => `    - 10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}`);
@@ -231,7 +240,8 @@ describe('many entries', () => {
 });
 
 describe('values that do not fit the plan', () => {
-  it.each([
+  // Reported (crash): a ZodError from the plan schema escapes loadPlan (load-plan.ts, PlanSchema.parse).
+  it.fails.each([
     ['retry.duration in weeks past 2^53 seconds', yaml('type: task', 'commands: [x]', 'retry: {duration: 99999999999999999999w}'), 'retry.duration'],
     ['retry.duration as a huge float', yaml('type: task', 'commands: [x]', 'retry: {duration: 1.0e+300}'), 'retry.duration'],
     ['max_duration in weeks past 2^53 seconds', yaml('type: task', 'commands: [x]', 'max_duration: 99999999999999999999w'), 'max_duration'],
@@ -242,26 +252,30 @@ describe('values that do not fit the plan', () => {
     expect(refusal(text).path).toBe(path);
   });
 
-  it('a NUL byte in an env value is refused at plan time (a shell cannot carry it to the node)', () => {
+  // Reported: planned; the run then retries startJob 10 times (~3 min) before it fails.
+  it.fails('a NUL byte in an env value is refused at plan time (a shell cannot carry it to the node)', () => {
     expect(refusal(yaml('type: task', 'commands: [x]', 'env:', '  - "A=a\\0b"')).path).toBe('env[0]');
   });
 
-  it('a key with a line break (quoted "a\\nb") still gives a one-line refusal', () => {
+  // Reported: ConfigError makes its reason one line, not its field path.
+  it.fails('a key with a line break (quoted "a\\nb") still gives a one-line refusal', () => {
     refusal(yaml('type: task', 'commands: [x]', '"a\\nb": 1'));
     refusal(yaml('type: task', 'commands: [x]', 'env:', '  "A\\nB": x'));
     refusal(yaml('type: task', 'commands: [x]', 'env:', '  !!binary Cg==: x'));
   });
 
-  it('a long complex mapping key (`? {…}`) still gives a one-line refusal', () => {
+  it.fails('a long complex mapping key (`? {…}`) still gives a one-line refusal', () => {
     refusal(yaml('type: task', 'commands: [x]', `? {${'a'.repeat(40)}: ${'b'.repeat(40)}, ${'c'.repeat(40)}: d}`, ': 1'));
   });
 
-  it('`__proto__` is refused as an unknown field, not as a dstack field with an object for a reason', () => {
+  // Reported: UNSUPPORTED_TASK_FIELDS['__proto__'] is Object.prototype: "dstack field `__proto__` ([object Object])".
+  it.fails('`__proto__` is refused as an unknown field, not as a dstack field with an object for a reason', () => {
     const error = refusal(yaml('type: task', 'commands: [x]', '__proto__: {a: 1}'));
     expect(error.reason).not.toMatch(/object Object|dstack/);
   });
 
-  it('an env variable named __proto__ reaches the plan or is refused, never silently dropped', () => {
+  // Reported: `env: {__proto__: x}` plans with an empty env.
+  it.fails('an env variable named __proto__ reaches the plan or is refused, never silently dropped', () => {
     const { value, error } = timed(() => plan(yaml('type: task', 'commands: [x]', 'env:', '  __proto__: x')));
     if (error === undefined) expect(Object.getOwnPropertyDescriptor(value?.env, '__proto__')?.value).toBe('x');
     else expect(error).toBeInstanceOf(ConfigError);

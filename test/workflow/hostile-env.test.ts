@@ -72,12 +72,18 @@ const hostileValues: string[] = [
   `${'long '.repeat(20_000)}end`,
 ];
 
+/** A working directory and an image that a shell would misread, were they ever unquoted. */
+const hostileWorkingDir = join(shared.dir, `wd $(mkdir -p ${canaryDir}; touch ${canary(80)}) ; \`touch ${canary(81)}\` '"`);
+const hostileImage = `img"\n$(mkdir -p ${canaryDir}; touch ${canary(82)})\n`;
+
 /** YAML with each value double-quoted (JSON escapes are YAML escapes), printing each to its own file. */
 function hostileTask(name: string, outDir: string, values: readonly string[], fromShell: readonly string[]): string {
   const names = [...values.map((_, i) => `V${i}`), ...fromShell];
   return [
     'type: task',
     `name: ${name}`,
+    `image: ${JSON.stringify(hostileImage)}`,
+    `working_dir: ${JSON.stringify(hostileWorkingDir)}`,
     'env:',
     ...values.map((v, i) => `  - ${JSON.stringify(`V${i}=${v}`)}`),
     ...fromShell.map((key) => `  - ${key}`),
@@ -85,13 +91,14 @@ function hostileTask(name: string, outDir: string, values: readonly string[], fr
     '  - name: node',
     '    commands:',
     ...names.map((n) => `      - printf '%s' "$${n}" > ${outDir}/${n}`),
+    `      - printf '%s' "$PWD" > ${outDir}/PWD`,
     `      - ls ${canaryDir} > ${outDir}/canary-listing 2>&1 || true`,
     '',
   ].join('\n');
 }
 
 describe('hostile env values on a real node', () => {
-  it('reach the job byte for byte, through the planner, sealing and the env file, and are never executed', async () => {
+  it('reach the job byte for byte (and working_dir and image are taken literally), through the planner, sealing and the env file; nothing in them runs', async () => {
     const name = `hostile-env-${worker.taskQueue.slice(-8)}`;
     const outDir = join(shared.dir, 'out');
     const fromShell = { HF_TOKEN: `tok'en$(touch ${canary(90)})\n\`touch ${canary(91)}\``, PLAIN_FROM_SHELL: `; touch ${canary(92)}` };
@@ -108,13 +115,15 @@ describe('hostile env values on a real node', () => {
     for (const [key, value] of Object.entries(fromShell)) {
       expect(readFileSync(join(outDir, key)), key).toEqual(Buffer.from(value, 'utf8'));
     }
+    expect(readFileSync(join(outDir, 'PWD'), 'utf8'), 'the commands ran in the literal working_dir').toBe(hostileWorkingDir);
     // Nothing any value asked for ran: no canary, before or after the job's own commands.
     expect(existsSync(canaryDir) ? readdirSync(canaryDir) : []).toEqual([]);
     expect(readFileSync(join(outDir, 'canary-listing'), 'utf8')).toMatch(/No such file or directory/);
     for (const job of final.jobs) if (job.pid !== null) expect(processGroupMembers(job.pid)).toEqual([]);
   }, 120_000);
 
-  it('a NUL byte in an env value (a plan made without the planner) fails the run with a reason, without hanging', async () => {
+  // Reported: startJob's plain Error is retried 10 times: the run fails after ~165 s (EXECUTOR_ERROR, "contains a NUL byte").
+  it.fails('a NUL byte in an env value fails the run with its reason within 30 s, not after minutes of retries', async () => {
     const name = `hostile-nul-${worker.taskQueue.slice(-8)}`;
     const plan = makePlan(name, [{ name: 'node', nodes: 1, commands: ['true'] }], { env: { A: 'a\0b' } });
     const handle = await client.workflow.start('RunWorkflow', {
@@ -124,7 +133,7 @@ describe('hostile env values on a real node', () => {
     });
     const outcome = await Promise.race([
       handle.result().then((s) => s as RunState),
-      new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 60_000)),
+      new Promise<'hung'>((resolve) => setTimeout(() => resolve('hung'), 30_000)),
     ]);
     if (outcome === 'hung') {
       // Stop it so that teardown gives its node back; terminate only if even that does not end it.
