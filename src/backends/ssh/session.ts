@@ -101,15 +101,31 @@ export class SshSession {
     this.client.end();
   }
 
+  /**
+   * Opens an exec channel. sshd may refuse one for a moment even below its MaxSessions (channels
+   * just closed on our side are not yet gone on its side): a refusal is retried a few times.
+   */
+  private async openExecChannel(command: string): Promise<ClientChannel> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await new Promise<ClientChannel>((resolve, reject) =>
+          this.client.exec(command, (err, channel) => (err ? reject(err) : resolve(channel))),
+        );
+      } catch (err) {
+        const refused = typeof (err as { reason?: unknown }).reason === 'number';
+        if (!refused || attempt >= 5 || this.lostError) throw err;
+        await new Promise((r) => setTimeout(r, 50 * attempt));
+      }
+    }
+  }
+
   /** Runs a bash script (bash --noprofile --norc -c) and collects its output, whatever the exit code. */
   exec(script: string, options: ExecOptions = {}): Promise<CommandResult> {
     const timeoutMs = options.timeoutMs ?? this.timeouts.commandMs;
     return this.guarded('command', timeoutMs, `bash -c ${firstLine(script)}`, async ({ settled, onSettle }) => {
       await this.slots.acquire();
       try {
-        const stream = await new Promise<ClientChannel>((resolve, reject) =>
-          this.client.exec(bashCommandLine(script, timeoutMs), (err, channel) => (err ? reject(err) : resolve(channel))),
-        );
+        const stream = await this.openExecChannel(bashCommandLine(script, timeoutMs));
         if (settled()) {
           stream.close();
           throw new SshError(this.host, 'command abandoned');

@@ -29,7 +29,9 @@ export interface TestHostSpec {
   containerRuntime?: 'fake-docker';
   /**
    * Keep bash from reading root's ~/.bashrc in SSH sessions (here it runs `pyenv init`, ~0.15 s
-   * and more under load, in every command). Default false: hosts behave like this machine's root.
+   * and more under load, in every command). Default true: a session killed while `pyenv rehash`
+   * holds its lock (a host taken down mid-command) leaves the lock behind, and every later
+   * .bashrc then waits 60 s for it. Set false to measure what the login shell costs.
    */
   skipBashrc?: boolean;
 }
@@ -369,7 +371,7 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       behindJump: spec.behindJump ?? null,
       jobBaseDir: join(dir, 'jobs'),
       sshdPid: 0,
-      skipBashrc: spec.skipBashrc ?? false,
+      skipBashrc: spec.skipBashrc ?? true,
       dir,
       sshdConfig: join(dir, 'sshd_config'),
       hostKeyPath: '',
