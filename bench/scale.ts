@@ -41,6 +41,9 @@ interface ScaleCase {
   note?: string;
 }
 
+/** Chosen cases write beside the full results, not over them. */
+const outputName = process.argv.length > 2 ? `scale-${process.argv.slice(2).join('_')}` : 'scale';
+
 const timeoutOverride = process.env.BENCH_SCALE_TIMEOUT_S ? Number(process.env.BENCH_SCALE_TIMEOUT_S) : null;
 
 const ALL_CASES: ScaleCase[] = [
@@ -118,7 +121,7 @@ async function main(): Promise<void> {
   } finally {
     await env.close();
   }
-  writeFileSync(join(resultsDir(), 'scale.json'), `${JSON.stringify({ results, holds }, null, 2)}\n`);
+  writeFileSync(join(resultsDir(), `${outputName}.json`), `${JSON.stringify({ results, holds }, null, 2)}\n`);
   plot(results, holds);
 }
 
@@ -359,8 +362,8 @@ function plot(results: ScaleResult[], holds: HoldResult[]): void {
       note: Number.isFinite(h.pdAllRunningMs) ? `${fmt(h.pdAllRunningMs / 1000, 1)} s` : 'not within the cap',
     })),
   });
-  writePng(join(resultsDir(), 'scale.png'), stackVertically(holds.length > 0 ? [time, events, size, slots] : [time, events, size]));
-  console.log(`\n${TAG} wrote ${join(resultsDir(), 'scale.png')} and scale.json`);
+  writePng(join(resultsDir(), `${outputName}.png`), stackVertically(holds.length > 0 ? [time, events, size, slots] : [time, events, size]));
+  console.log(`\n${TAG} wrote ${join(resultsDir(), `${outputName}.png`)} and ${outputName}.json`);
 }
 
 await main();

@@ -4,8 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode, type WorkerOptions } from '@temporalio/worker';
-import type { BackendRegistry } from '../../activities';
-import { benchActivities } from './activities';
+import { createActivities, type BackendRegistry } from '../../activities';
 import { defaultDevServerOptions, startDevServer, stopDevServer } from '../../src/devserver/dev-server';
 import { workflowsPath } from '../../src/worker/create-worker';
 
@@ -89,7 +88,7 @@ export async function startInProcessWorker(env: BenchTemporal, taskQueue: string
     connection,
     taskQueue,
     workflowBundle: { code: env.bundleCode },
-    activities: await benchActivities(backends),
+    activities: createActivities(backends),
     ...extra,
   });
   const running = worker.run();

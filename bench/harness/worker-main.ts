@@ -3,8 +3,7 @@
  * JSON in TROUPE_BENCH_WORKER (see WorkerConfigSchema). Prints "ready" once polling; SIGTERM stops it.
  */
 import { NativeConnection, Worker } from '@temporalio/worker';
-import type { BackendRegistry } from '../../activities';
-import { benchActivities } from './activities';
+import { createActivities, type BackendRegistry } from '../../activities';
 import { SimulatedBackend } from '../../src/backends/simulated/simulated-backend';
 import { SharedSimulatedBackend } from './shared-simulated-backend';
 import { quietRuntime } from './temporal-env';
@@ -23,7 +22,7 @@ const worker = await Worker.create({
   connection,
   taskQueue: config.task_queue,
   workflowBundle: { codePath: config.bundle_path },
-  activities: await benchActivities(backends),
+  activities: createActivities(backends),
   ...(config.max_concurrent_activities ? { maxConcurrentActivityTaskExecutions: config.max_concurrent_activities } : {}),
 });
 process.once('SIGTERM', () => worker.shutdown());
