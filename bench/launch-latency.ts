@@ -345,7 +345,7 @@ function plot(results: TargetResult[]): void {
       references: [{ label: `target: all running < ${TARGET_MS} ms`, value: TARGET_MS }],
     });
     const spread = lineChart({
-      title: `Submit -> all RUNNING, every run (sorted), ${result.label}`,
+      title: `All RUNNING, every run sorted: ${result.label}`,
       xLabel: 'run (sorted by latency)',
       yLabel: 'ms',
       series: [
