@@ -50,14 +50,21 @@ export function createJobActivities(backends: BackendRegistry) {
     async startJob(input: StartJobInput): Promise<{ pid: number }> {
       const target = backendFor(backends, input.backend);
       const cluster = buildClusterInfo(input.addresses.job_ips, input.addresses.gpus_per_node, input.job.job_num);
-      const files = renderJobFiles({
-        run: { ...input.run, env: openSecrets(input.run.env) },
-        runUid: input.run_uid,
-        job: input.plan_job,
-        cluster,
-        addresses: addressesByGroup(input.addresses.job_ips, input.group_sizes),
-        jobDirectory: target.jobDirectory(input.job),
-      });
+      const env = openSecrets(input.run.env);
+      let files;
+      try {
+        files = renderJobFiles({
+          run: { ...input.run, env },
+          runUid: input.run_uid,
+          job: input.plan_job,
+          cluster,
+          addresses: addressesByGroup(input.addresses.job_ips, input.group_sizes),
+          jobDirectory: target.jobDirectory(input.job),
+        });
+      } catch (err) {
+        // The same input renders the same way every time: retrying cannot help.
+        throw ApplicationFailure.nonRetryable(`${input.job.job_name}: ${err instanceof Error ? err.message : String(err)}`, FailureType.InvalidJobFiles);
+      }
       try {
         return await whileHeartbeating(() => target.startJob(input.job, files));
       } catch (err) {

@@ -15,4 +15,6 @@ export const FailureType = {
   NotReady: 'NotReady',
   /** A sealed env value cannot be opened (no key, or another key). */
   SecretKey: 'SecretKey',
+  /** The job's env, hostfile or script cannot be written (a value no shell can carry). */
+  InvalidJobFiles: 'InvalidJobFiles',
 } as const;

@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { decodeConfigFile } from '../config/config-file';
 import {
   Client,
   Connection,
@@ -250,16 +251,17 @@ async function planOf(request: SubmitRequest): Promise<Plan> {
     return request.runName ? renamePlan(parsed.data, request.runName) : parsed.data;
   }
   const file = request.file ?? '<yaml>';
-  let text = request.yaml;
-  if (text === undefined) {
+  let bytes: Buffer | null = null;
+  if (request.yaml === undefined) {
     if (request.file === undefined) throw new TroupeClientError('submit needs one of `yaml`, `file` or `plan`');
     try {
-      text = await readFile(request.file, 'utf8');
+      bytes = await readFile(request.file);
     } catch (err) {
       throw new TroupeClientError(`cannot read ${request.file}: ${rootCauseMessage(err)}`, { cause: err });
     }
   }
   try {
+    const text = request.yaml ?? decodeConfigFile(bytes ?? new Uint8Array(), file);
     return loadPlan(text, file, {
       environ: request.environ ?? process.env,
       ...(request.runName !== undefined ? { runName: request.runName } : {}),

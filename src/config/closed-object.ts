@@ -38,7 +38,7 @@ export function closedObject<T extends z.ZodRawShape>(shape: T, policy: FieldPol
 function refusal(field: string, mapping: Record<string, unknown>, known: readonly string[], policy: FieldPolicy): string {
   const special = policy.special?.(field, mapping);
   if (special) return special;
-  const reason = policy.unsupported?.[field];
+  const reason = policy.unsupported && Object.hasOwn(policy.unsupported, field) ? policy.unsupported[field] : undefined;
   if (reason !== undefined) {
     const why = reason === true ? '' : ` (${reason})`;
     return `Troupe does not support the dstack field \`${field}\`${why}: remove it`;

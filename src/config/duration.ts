@@ -7,13 +7,25 @@ import { describeValue } from './yaml-source';
  */
 const unitSeconds: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400, w: 604_800 };
 
+/** Ten years: more than any run or retry window, and far below where seconds stop being exact. */
+const MAX_DURATION_S = 10 * 365 * 86_400;
+
 export function parseDuration(value: unknown): number {
+  const seconds = durationSeconds(value);
+  if (Math.abs(seconds) > MAX_DURATION_S) {
+    throw new ScalarError(`a duration of at most 10 years (${MAX_DURATION_S}s) is allowed, got ${describeValue(value)}`);
+  }
+  return seconds;
+}
+
+function durationSeconds(value: unknown): number {
   if (typeof value === 'number' && Number.isFinite(value)) return Math.trunc(value);
   if (typeof value === 'string') {
     const seconds = toInt(value);
     if (seconds !== undefined) return seconds;
     const match = /^(\d+) *([smhdw])$/.exec(value);
     if (match) return Number(match[1]) * (unitSeconds[match[2] ?? 's'] ?? 1);
+    if (/^\s*[-+]?\d+\s*$/.test(value)) return Number(value);
   }
   throw new ScalarError(`expected a duration such as 90 (seconds), 30s, 5m, 1h, 2d or 1w, got ${describeValue(value)}`);
 }

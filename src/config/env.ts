@@ -19,8 +19,14 @@ const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 export function parseEnv(value: unknown): EnvEntry[] {
   const entries: EnvEntry[] = [];
+  const seen = new Set<string>();
   const add = (entry: EnvEntry): void => {
-    if (entries.some((e) => e.key === entry.key)) throw new ScalarError(`duplicate environment variable ${entry.key}`, [entry.at]);
+    if (entry.key === '__proto__') throw new ScalarError('`__proto__` cannot be an environment variable name here', [entry.at], 'key');
+    if (entry.value?.includes('\0')) {
+      throw new ScalarError(`the value of ${entry.key} contains a NUL byte, which no environment can carry`, [entry.at]);
+    }
+    if (seen.has(entry.key)) throw new ScalarError(`duplicate environment variable ${entry.key}`, [entry.at]);
+    seen.add(entry.key);
     entries.push(entry);
   };
   if (Array.isArray(value)) {

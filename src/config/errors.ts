@@ -16,10 +16,14 @@ export class ConfigError extends Error {
     /** What is wrong, and what to do when that is not obvious. */
     readonly reason: string,
   ) {
-    super(`${file}:${line}:${col}: ${path}: ${oneLine(reason)}`);
+    super(`${file}:${line}:${col}: ${oneLine(path)}: ${oneLine(reason)}`);
   }
 }
 
+/** One line, and not endless: a refusal never echoes a 10 MB value back. */
 function oneLine(text: string): string {
-  return text.replace(/\s*\n\s*/g, ' ').trim();
+  const line = text.replace(/\s*[\r\n]\s*/g, ' ').trim();
+  return line.length > MAX_PART ? `${line.slice(0, MAX_PART - 1)}…` : line;
 }
+
+const MAX_PART = 400;

@@ -31,6 +31,8 @@ function positiveSeconds(value: unknown): number {
     ? Number(fractional[1]) / (fractional[2] === 'ms' ? 1000 : 1)
     : typeof value === 'number' ? value : parseDuration(value);
   if (!(seconds > 0)) throw new ScalarError(`must be more than 0 seconds, got ${describeValue(value)}`);
+  // Node's timers hold at most ~24.8 days; a probe window longer than a day is a mistake anyway.
+  if (!(seconds <= 86_400)) throw new ScalarError(`must be at most 1 day (86400s), got ${describeValue(value)}`);
   return seconds;
 }
 

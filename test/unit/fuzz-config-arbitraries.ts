@@ -614,19 +614,7 @@ export function outcome<T>(text: string, load: () => T): { ok: true; value: T } 
  * regression in hostile-config.test.ts. They are let through here so the fuzz keeps looking for
  * new ones; delete an entry once its regression passes (vitest then flags that `it.fails`).
  */
-const KNOWN_BUGS: { what: string; matches: (err: unknown) => boolean }[] = [
-  {
-    what: 'a duration past 2^53 s, or an infinite probe time, fails the plan schema (ZodError, not ConfigError)',
-    matches: (err) =>
-      err instanceof Error &&
-      err.name === 'ZodError' &&
-      /"(duration_s|max_duration_s|interval_s|timeout_s)"/.test(err.message),
-  },
-  {
-    what: 'a mapping key with a line break makes a refusal of several lines (the field path is not made one line)',
-    matches: (err) => err instanceof ConfigError && err.path.includes('\n'),
-  },
-];
+const KNOWN_BUGS: { what: string; matches: (err: unknown) => boolean }[] = [];
 
 function knownBug(err: unknown): boolean {
   return KNOWN_BUGS.some((bug) => bug.matches(err));

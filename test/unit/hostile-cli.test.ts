@@ -47,8 +47,7 @@ function expectOneLineRefusal(run: ReturnType<typeof troupePlan>, file: string) 
 const utf8 = (text: string) => Buffer.from(text, 'utf8');
 
 describe('troupe plan -f on bytes that are not clean UTF-8 YAML', () => {
-  // Reported: the CLI reads the file as UTF-8 with replacement: exit 0, the value silently becomes U+FFFD.
-  it.fails('invalid UTF-8 in an env value is refused at its line and column, not replaced by U+FFFD', () => {
+  it('invalid UTF-8 in an env value is refused at its line and column, not replaced by U+FFFD', () => {
     // Line 5 is `  - A=` then 0xFF 0xFE (never valid in UTF-8) and Latin-1 `café`.
     const file = writeBytes(Buffer.concat([utf8('type: task\nname: bytes\ncommands: [x]\nenv:\n  - A='), Buffer.from([0xff, 0xfe]), utf8(' caf'), Buffer.from([0xe9, 0x0a])]));
     const line = expectOneLineRefusal(troupePlan(file), file);
@@ -56,6 +55,7 @@ describe('troupe plan -f on bytes that are not clean UTF-8 YAML', () => {
     expect(line).toMatch(/UTF-8/);
   });
 
+  // Open: refused as not UTF-8, but the column counts differently than this test expects.
   it.fails('a Latin-1 byte in a command is refused the same way', () => {
     const file = writeBytes(Buffer.concat([utf8('type: task\ncommands:\n  - echo caf'), Buffer.from([0xe9]), utf8('\n')]));
     const line = expectOneLineRefusal(troupePlan(file), file);
@@ -63,8 +63,7 @@ describe('troupe plan -f on bytes that are not clean UTF-8 YAML', () => {
     expect(line).toMatch(/UTF-8/);
   });
 
-  // Reported: refused, but as "expected a mapping … got a string ("��t\u0000y\u0000p…")".
-  it.fails('a UTF-16 file (with its byte order mark) is refused with a message that names the encoding', () => {
+  it('a UTF-16 file (with its byte order mark) is refused with a message that names the encoding', () => {
     const file = writeBytes(Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('type: task\ncommands: [x]\n', 'utf16le')]));
     const line = expectOneLineRefusal(troupePlan(file), file);
     expect(line).toMatch(/UTF-16|UTF-8/);
@@ -85,8 +84,7 @@ describe('troupe plan -f on bytes that are not clean UTF-8 YAML', () => {
     expect(JSON.parse(run.stdout).jobs[0].commands).toEqual(['echo a', 'echo b']);
   });
 
-  // Reported: planned (exit 0); the run then fails only after ~3 min of startJob retries.
-  it.fails('a raw NUL byte in the file is refused in one line', () => {
+  it('a raw NUL byte in the file is refused in one line', () => {
     const file = writeBytes(Buffer.concat([utf8('type: task\ncommands: [x]\nenv:\n  - A=a'), Buffer.from([0x00]), utf8('b\n')]));
     expectOneLineRefusal(troupePlan(file), file);
   });

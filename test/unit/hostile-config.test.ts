@@ -188,22 +188,21 @@ describe('very long strings', () => {
     expect(error.reason).toMatch(/at most 40 characters/);
   });
 
-  // Reported: these refusals quote the whole value (10 MB, 100,000 characters) back.
-  it.fails('a 10 MB run name is refused without echoing it', () => {
+  it('a 10 MB run name is refused without echoing it', () => {
     const error = refusal(yaml('type: task', `name: ${tenMb}`, 'commands: [x]'), 5_000, (t) => loadPlan(t, FILE, { environ: {} }));
     expect(error.path).toBe('name');
   });
 
-  it.fails('a 100,000-character depends_on name is refused without echoing it', () => {
+  it('a 100,000-character depends_on name is refused without echoing it', () => {
     const error = refusal(yaml('type: task', 'groups:', '  - {name: a, commands: [x]}', `  - {name: b, commands: [x], depends_on: [${'d'.repeat(100_000)}]}`));
     expect(error.path).toBe('groups[1].depends_on[0]');
   });
 
-  it.fails('a 100,000-character working_dir that is not absolute is refused without echoing it', () => {
+  it('a 100,000-character working_dir that is not absolute is refused without echoing it', () => {
     refusal(yaml('type: task', 'commands: [x]', `working_dir: ${'w'.repeat(100_000)}`));
   });
 
-  it.fails('a 100,000-character malformed reference in a command is refused without echoing it', () => {
+  it('a 100,000-character malformed reference in a command is refused without echoing it', () => {
     refusal(yaml('type: task', 'commands:', `  - echo \${{ ${'r'.repeat(100_000)} }}`));
   });
 
@@ -240,8 +239,7 @@ describe('many entries', () => {
 });
 
 describe('values that do not fit the plan', () => {
-  // Reported (crash): a ZodError from the plan schema escapes loadPlan (load-plan.ts, PlanSchema.parse).
-  it.fails.each([
+  it.each([
     ['retry.duration in weeks past 2^53 seconds', yaml('type: task', 'commands: [x]', 'retry: {duration: 99999999999999999999w}'), 'retry.duration'],
     ['retry.duration as a huge float', yaml('type: task', 'commands: [x]', 'retry: {duration: 1.0e+300}'), 'retry.duration'],
     ['max_duration in weeks past 2^53 seconds', yaml('type: task', 'commands: [x]', 'max_duration: 99999999999999999999w'), 'max_duration'],
@@ -252,30 +250,26 @@ describe('values that do not fit the plan', () => {
     expect(refusal(text).path).toBe(path);
   });
 
-  // Reported: planned; the run then retries startJob 10 times (~3 min) before it fails.
-  it.fails('a NUL byte in an env value is refused at plan time (a shell cannot carry it to the node)', () => {
+  it('a NUL byte in an env value is refused at plan time (a shell cannot carry it to the node)', () => {
     expect(refusal(yaml('type: task', 'commands: [x]', 'env:', '  - "A=a\\0b"')).path).toBe('env[0]');
   });
 
-  // Reported: ConfigError makes its reason one line, not its field path.
-  it.fails('a key with a line break (quoted "a\\nb") still gives a one-line refusal', () => {
+  it('a key with a line break (quoted "a\\nb") still gives a one-line refusal', () => {
     refusal(yaml('type: task', 'commands: [x]', '"a\\nb": 1'));
     refusal(yaml('type: task', 'commands: [x]', 'env:', '  "A\\nB": x'));
     refusal(yaml('type: task', 'commands: [x]', 'env:', '  !!binary Cg==: x'));
   });
 
-  it.fails('a long complex mapping key (`? {…}`) still gives a one-line refusal', () => {
+  it('a long complex mapping key (`? {…}`) still gives a one-line refusal', () => {
     refusal(yaml('type: task', 'commands: [x]', `? {${'a'.repeat(40)}: ${'b'.repeat(40)}, ${'c'.repeat(40)}: d}`, ': 1'));
   });
 
-  // Reported: UNSUPPORTED_TASK_FIELDS['__proto__'] is Object.prototype: "dstack field `__proto__` ([object Object])".
-  it.fails('`__proto__` is refused as an unknown field, not as a dstack field with an object for a reason', () => {
+  it('`__proto__` is refused as an unknown field, not as a dstack field with an object for a reason', () => {
     const error = refusal(yaml('type: task', 'commands: [x]', '__proto__: {a: 1}'));
     expect(error.reason).not.toMatch(/object Object|dstack/);
   });
 
-  // Reported: `env: {__proto__: x}` plans with an empty env.
-  it.fails('an env variable named __proto__ reaches the plan or is refused, never silently dropped', () => {
+  it('an env variable named __proto__ reaches the plan or is refused, never silently dropped', () => {
     const { value, error } = timed(() => plan(yaml('type: task', 'commands: [x]', 'env:', '  __proto__: x')));
     if (error === undefined) expect(Object.getOwnPropertyDescriptor(value?.env, '__proto__')?.value).toBe('x');
     else expect(error).toBeInstanceOf(ConfigError);

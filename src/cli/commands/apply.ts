@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { decodeConfigFile } from '../../config/config-file';
 import { parseArgs } from 'node:util';
 import type { RunHandle, RunState } from '../../client';
 import { isFinished } from '../../client';
@@ -86,14 +87,14 @@ export const command: Command = async (args) => {
 };
 
 async function readPlan(file: string, name: string | undefined, fleet: string | undefined): Promise<Plan> {
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = await readFile(file, 'utf8');
+    bytes = await readFile(file);
   } catch (err) {
     throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
   }
   try {
-    const plan = loadPlan(text, file, { environ: process.env, ...(name !== undefined ? { runName: name } : {}) });
+    const plan = loadPlan(decodeConfigFile(bytes, file), file, { environ: process.env, ...(name !== undefined ? { runName: name } : {}) });
     return fleet ? { ...plan, fleets: [fleet] } : plan;
   } catch (err) {
     throw cliErrorOf(err);

@@ -1,4 +1,6 @@
 import { readFile } from 'node:fs/promises';
+import { decodeConfigFile } from '../../config/config-file';
+import { ConfigError } from '../../config/errors';
 import { parseArgs } from 'node:util';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import type { TroupeClient } from '../../client';
@@ -62,10 +64,17 @@ async function withFleets<T>(values: Parameters<typeof connectionSettings>[0], b
 }
 
 async function readConfigText(file: string): Promise<string> {
+  let bytes: Buffer;
   try {
-    return await readFile(file, 'utf8');
+    bytes = await readFile(file);
   } catch (err) {
     throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
+  }
+  try {
+    return decodeConfigFile(bytes, file);
+  } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message, 1);
+    throw err;
   }
 }
 

@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { decodeConfigFile } from '../../config/config-file';
 import { ConfigError } from '../../config/errors';
 import { loadPlan, planToJson, type Plan } from '../../plan';
 import { CliError, type Command } from '../command';
@@ -33,15 +34,15 @@ export const command: Command = async (args) => {
   }
   const file = values.file;
   if (file === undefined) throw new CliError(`troupe plan needs a task config: -f FILE\n\n${help}`, 2);
-  let text: string;
+  let bytes: Buffer;
   try {
-    text = await readFile(file, 'utf8');
+    bytes = await readFile(file);
   } catch (err) {
     throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
   }
   let plan: Plan;
   try {
-    plan = loadPlan(text, file, {
+    plan = loadPlan(decodeConfigFile(bytes, file), file, {
       environ: process.env,
       ...(values.name !== undefined ? { runName: values.name } : {}),
       // Showing a plan needs no values; `troupe apply` refuses until they are set.
