@@ -15,6 +15,7 @@ export interface GroupSketch {
   name: string;
   nodes: number;
   commands?: string[];
+  resources?: Resources;
 }
 
 export function makePlan(runName: string, groups: GroupSketch[], overrides: Partial<Plan> = {}): Plan {
@@ -22,7 +23,7 @@ export function makePlan(runName: string, groups: GroupSketch[], overrides: Part
     index,
     name: g.name,
     nodes: g.nodes,
-    resources: cpuOnly,
+    resources: g.resources ?? cpuOnly,
     commands: g.commands ?? ['true'],
     ports: [],
   }));
