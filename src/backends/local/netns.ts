@@ -62,6 +62,21 @@ export async function ensureBridge(): Promise<void> {
 
 /** Namespace, veth pair on the bridge, the node's address and loopback, all up. */
 export async function ensureNodeNetwork(names: NodeLinkNames, address: string): Promise<void> {
+  // Every step is idempotent; workers provisioning the same node at once can still trip over each
+  // other's half-done steps (a link seen between its creation and its move), so a failed pass is
+  // run again before it counts.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await ensureNodeNetworkOnce(names, address);
+      return;
+    } catch (err) {
+      if (attempt >= 4) throw err;
+      await new Promise((r) => setTimeout(r, 50 * attempt));
+    }
+  }
+}
+
+async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Promise<void> {
   await ensureBridge();
   await create(['netns', 'add', names.netns], () => netnsExists(names.netns));
   // Both ends of a veth pair are created in one step, so a bridge end without its peer in the
