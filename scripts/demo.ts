@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { NoWorkerError, TroupeClient } from '../src/client';
-import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { defaultDevServerOptions, pidAlive, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 
 const example = 'examples/pd-disagg-local.yml';
 const stateDir = join(projectRoot, '.troupe');
@@ -16,26 +16,17 @@ const workerPidFile = join(stateDir, 'worker.pid');
 const workerLog = join(stateDir, 'worker.log');
 const server = defaultDevServerOptions();
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 function workerPid(): number | null {
   if (!existsSync(workerPidFile)) return null;
   const pid = Number(readFileSync(workerPidFile, 'utf8'));
-  return Number.isInteger(pid) && pid > 0 && alive(pid) ? pid : null;
+  return Number.isInteger(pid) && pid > 0 && pidAlive(pid) ? pid : null;
 }
 
 async function stop(): Promise<void> {
   const pid = workerPid();
   if (pid !== null) {
     process.kill(pid, 'SIGTERM');
-    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 100));
+    for (let i = 0; i < 100 && pidAlive(pid); i++) await new Promise((r) => setTimeout(r, 100));
     console.log(`worker (pid ${pid}) stopped`);
   }
   rmSync(workerPidFile, { force: true });
@@ -68,7 +59,7 @@ async function ensureWorker(troupe: TroupeClient): Promise<void> {
       return;
     } catch (err) {
       if (!(err instanceof NoWorkerError)) throw err;
-      if (!alive(child.pid)) throw new Error(`the worker exited; see ${workerLog}`);
+      if (!pidAlive(child.pid)) throw new Error(`the worker exited; see ${workerLog}`);
       if (Date.now() > deadline) throw new Error(`the worker did not poll within 120 s; see ${workerLog}`);
       await new Promise((r) => setTimeout(r, 250));
     }

@@ -64,7 +64,7 @@ export function portIsOpen(port: number, host = '127.0.0.1', timeoutMs = 500): P
   });
 }
 
-function pidAlive(pid: number): boolean {
+export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

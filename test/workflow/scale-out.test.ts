@@ -1,5 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
@@ -7,7 +6,8 @@ import { runStateQuery } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
-import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
+import { testClient, uniqueTaskQueue } from '../helpers/temporal';
+import { kill9, startWorkerProcess } from '../helpers/worker-process-control';
 
 /** Two worker processes on one task queue; one is killed mid-run; the other finishes the run. */
 
@@ -28,23 +28,15 @@ afterAll(async () => {
   shared.remove();
 });
 
-async function startWorkerProcess(): Promise<ChildProcess> {
-  const script = fileURLToPath(new URL('../helpers/worker-process.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
-    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), TROUPE_TASK_QUEUE: taskQueue, TROUPE_LOCAL_STATE_DIR: fleet.stateDir },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+async function startWorker(): Promise<ChildProcess> {
+  const child = await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir });
   workers.push(child);
-  await new Promise<void>((resolve, reject) => {
-    child.stdout?.on('data', (chunk: Buffer) => chunk.toString().includes('worker ready') && resolve());
-    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
-  });
   return child;
 }
 
 describe('scale-out', () => {
   it('a run survives the loss of one of two workers', async () => {
-    const [first, second] = await Promise.all([startWorkerProcess(), startWorkerProcess()]);
+    const [first, second] = await Promise.all([startWorker(), startWorker()]);
     const name = `scale-out-${taskQueue}`;
     const record = `echo "$DSTACK_NODE_RANK" >> ${shared.dir}/starts`;
     const plan = makePlan(name, [
@@ -60,9 +52,7 @@ describe('scale-out', () => {
     }
     const victim = Math.random() < 0.5 ? first : second;
     const survivor = victim === first ? second : first;
-    const exited = new Promise((r) => victim?.once('exit', r));
-    victim?.kill('SIGKILL');
-    await exited;
+    if (victim) await kill9(victim);
 
     const state = (await handle.result()) as RunState;
     expect(state.status).toBe('DONE');

@@ -1,6 +1,5 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
@@ -8,7 +7,8 @@ import { runStateQuery } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
-import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
+import { testClient, uniqueTaskQueue } from '../helpers/temporal';
+import { kill9, startWorkerProcess } from '../helpers/worker-process-control';
 
 /** kill -9 of the worker mid-provisioning and mid-run: the run finishes, each job started once. */
 
@@ -29,33 +29,14 @@ afterAll(async () => {
   shared.remove();
 });
 
-async function startWorkerProcess(): Promise<ChildProcess> {
-  const script = fileURLToPath(new URL('../helpers/worker-process.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
-    env: {
-      ...process.env,
-      TEMPORAL_ADDRESS: temporalAddress(),
-      TROUPE_TASK_QUEUE: taskQueue,
-      TROUPE_LOCAL_STATE_DIR: fleet.stateDir,
-      TEST_PROVISION_DELAY_MS: '1500',
-      TEST_ONE_JOB_PER_CALL: '1',
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
+async function startWorker(): Promise<ChildProcess> {
+  const child = await startWorkerProcess({
+    taskQueue,
+    localStateDir: fleet.stateDir,
+    env: { TEST_PROVISION_DELAY_MS: '1500', TEST_ONE_JOB_PER_CALL: '1' },
   });
   workers.push(child);
-  await new Promise<void>((resolve, reject) => {
-    child.stdout?.on('data', (chunk: Buffer) => {
-      if (chunk.toString().includes('worker ready')) resolve();
-    });
-    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
-  });
   return child;
-}
-
-async function kill9(child: ChildProcess): Promise<void> {
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGKILL');
-  await exited;
 }
 
 async function waitForState(handle: { query: (q: typeof runStateQuery) => Promise<RunState> }, check: (s: RunState) => boolean) {
@@ -70,7 +51,7 @@ async function waitForState(handle: { query: (q: typeof runStateQuery) => Promis
 
 describe('worker crash', () => {
   it('kill -9 during provisioning and during the run: the run finishes, every job started exactly once', async () => {
-    let worker = await startWorkerProcess();
+    let worker = await startWorker();
     const name = `crash-${taskQueue}`;
     const plan = makePlan(name, [
       { name: 'router', nodes: 1, commands: [`echo "$DSTACK_NODE_RANK" >> ${shared.dir}/starts`, 'sleep 6'] },
@@ -87,12 +68,12 @@ describe('worker crash', () => {
     const provisioning = await waitForState(handle, (s) => s.jobs[0]?.instance !== null);
     expect(provisioning.jobs.some((j) => j.instance === null)).toBe(true);
     await kill9(worker);
-    worker = await startWorkerProcess();
+    worker = await startWorker();
 
     // Mid-run: every job is running.
     await waitForState(handle, (s) => s.jobs.every((j) => j.status === 'RUNNING'));
     await kill9(worker);
-    worker = await startWorkerProcess();
+    worker = await startWorker();
 
     const state = (await handle.result()) as RunState;
     expect(state.status).toBe('DONE');
@@ -103,7 +84,7 @@ describe('worker crash', () => {
   }, 240_000);
 
   it('kill -9 while a group waits on readiness: the new worker resumes the wait and the run finishes', async () => {
-    let worker = await startWorkerProcess();
+    let worker = await startWorker();
     const name = `crash-ready-${taskQueue}`;
     const base = makePlan(name, [
       { name: 'router', nodes: 1, commands: [`echo router >> ${shared.dir}/ready-starts`] },
@@ -124,7 +105,7 @@ describe('worker crash', () => {
     });
     await waitForState(handle, (s) => s.jobs[1]?.status === 'RUNNING' && s.groups[0]?.waiting_for !== null);
     await kill9(worker);
-    worker = await startWorkerProcess();
+    worker = await startWorker();
     writeFileSync(`${shared.dir}/warm`, '');
     const state = (await handle.result()) as RunState;
     expect(state.status).toBe('DONE');

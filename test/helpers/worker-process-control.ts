@@ -1,0 +1,40 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { temporalAddress } from './temporal';
+
+export interface WorkerProcessOptions {
+  taskQueue: string;
+  localStateDir: string;
+  /** Extra environment for test/helpers/worker-process.ts (TEST_PROVISION_DELAY_MS, …). */
+  env?: Record<string, string>;
+}
+
+/** Starts test/helpers/worker-process.ts in its own process and waits until it polls. */
+export async function startWorkerProcess(opts: WorkerProcessOptions): Promise<ChildProcess> {
+  const script = fileURLToPath(new URL('./worker-process.ts', import.meta.url));
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+    env: {
+      ...process.env,
+      TEMPORAL_ADDRESS: temporalAddress(),
+      TROUPE_TASK_QUEUE: opts.taskQueue,
+      TROUPE_LOCAL_STATE_DIR: opts.localStateDir,
+      ...opts.env,
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.on('data', (chunk: Buffer) => {
+      if (chunk.toString().includes('worker ready')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
+  });
+  return child;
+}
+
+/** kill -9, and wait until the process is gone. */
+export async function kill9(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGKILL');
+  await exited;
+}
