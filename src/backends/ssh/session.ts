@@ -25,6 +25,9 @@ export interface ExecOptions {
  */
 export const MAX_SESSION_CHANNELS = 8;
 
+/** Exit status of each exec channel, recorded as soon as the channel exists. */
+const exitStatus = new WeakMap<ClientChannel, { code: number | null; signal: string | null }>();
+
 class Slots {
   private used = 0;
   private readonly waiting: Array<() => void> = [];
@@ -109,7 +112,15 @@ export class SshSession {
     for (let attempt = 1; ; attempt++) {
       try {
         return await new Promise<ClientChannel>((resolve, reject) =>
-          this.client.exec(command, (err, channel) => (err ? reject(err) : resolve(channel))),
+          this.client.exec(command, (err, channel) => {
+            if (err) return reject(err);
+            // A fast command's exit status can arrive in the same packet batch as the channel's
+            // confirmation: record it now, before any listener added after a microtask would miss it.
+            channel.once('exit', (code: number | null, sig?: string) => {
+              exitStatus.set(channel, { code: typeof code === 'number' ? code : null, signal: sig ?? null });
+            });
+            resolve(channel);
+          }),
         );
       } catch (err) {
         const refused = typeof (err as { reason?: unknown }).reason === 'number';
@@ -138,13 +149,14 @@ export class SshSession {
           let signal: string | null = null;
           stream.on('data', (chunk: Buffer) => out.push(chunk));
           stream.stderr.on('data', (chunk: Buffer) => err.push(chunk));
-          stream.on('exit', (code: number | null, sig?: string) => {
-            exitCode = typeof code === 'number' ? code : null;
-            signal = sig ?? null;
+          stream.on('close', () => {
+            const status = exitStatus.get(stream);
+            if (status) {
+              exitCode = status.code;
+              signal = status.signal;
+            }
+            resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode, signal });
           });
-          stream.on('close', () =>
-            resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode, signal }),
-          );
           stream.end(options.stdin ?? undefined);
         });
       } finally {
