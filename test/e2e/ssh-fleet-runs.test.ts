@@ -252,7 +252,12 @@ describe('runs on SSH fleets', () => {
       [env.hosts.host('doomed').address, null, 'unreachable'],
     ]);
     expect(state?.hosts[2]?.reason).toContain(`lost while ${run}/job 2 ran on it`);
-    // The job directories of the surviving hosts are gone with the run.
-    for (const name of ['cpu', 'h100-c']) expect(readdirSync(env.hosts.host(name).jobBaseDir)).not.toContain(final.run_uid);
+    // On the surviving hosts only the logs (and exit codes) of the run are left.
+    for (const name of ['cpu', 'h100-c']) {
+      const runDir = join(env.hosts.host(name).jobBaseDir, final.run_uid);
+      const files = readdirSync(runDir, { recursive: true, withFileTypes: true }).filter((f) => f.isFile()).map((f) => f.name);
+      expect(files.filter((f) => !['log', 'exit_code', '.released'].includes(f)), `files left in ${runDir}`).toEqual([]);
+      expect(files).toContain('log');
+    }
   });
 });

@@ -203,19 +203,48 @@ describe('SshRunner', () => {
     expect(r.jobDirectory(job)).not.toMatch(/[`'$ ()]/);
   });
 
-  it('cleans up a run: leftover processes killed, directory removed', async () => {
+  it('cleans up a run: leftover processes killed, everything but logs and exit codes removed', async () => {
     const r = runner('cpu');
     const runId = `run-${randomUUID().slice(0, 8)}`;
     const a = jobRef('cpu', 'job-a', runId);
     const b = jobRef('cpu', 'job-b', runId);
-    await r.startJob(a, files(r, a, ['sleep 1000']));
+    await r.startJob(a, files(r, a, ['echo hello from a; sleep 1000']));
     await r.startJob(b, files(r, b, ['setsid sleep 1002 & wait']));
     await expect.poll(async () => (await hosts.jobProcesses('cpu')).length).toBeGreaterThanOrEqual(3);
+    await expect.poll(async () => (await r.readLog(a, 0, 1000)).data).toBe('hello from a\n');
     await r.cleanupRun(runId);
     expect(await hosts.jobProcesses('cpu')).toEqual([]);
-    const ls = await (await connectSsh(hosts.target('cpu'), trust)).exec(`ls ${hosts.host('cpu').jobBaseDir}`);
-    expect(ls.stdout).not.toContain(runId);
+    const ssh = await connectSsh(hosts.target('cpu'), trust);
+    const left = await ssh.exec(`cd ${shQuote(hosts.host('cpu').jobBaseDir)}/${runId} && find . -type f | sort`);
+    // (A job's wrapper may still record the exit code of its killed commands.)
+    const kept = left.stdout.split('\n').filter((f) => f !== '' && !/^\.\/0\/job-[ab]\/exit_code$/.test(f));
+    expect(kept).toEqual(['./.released', './0/job-a/log', './0/job-b/log']);
+    // The log outlives the run (troupe logs after the end), the env file with its secrets does not.
+    expect((await r.readLog(a, 0, 1000)).data).toBe('hello from a\n');
     await r.cleanupRun(runId);
+    expect((await ssh.exec(`ls ${shQuote(hosts.host('cpu').jobBaseDir)}/${runId}/0/job-a`)).stdout).toMatch(/^(exit_code\n)?log\n$/);
+  });
+
+  it('removes the logs of runs released longer ago than the retention, and no others', async () => {
+    const r = runner('cpu');
+    const base = shQuote(hosts.host('cpu').jobBaseDir);
+    const [old, recent, current] = ['old', 'recent', 'current'].map((n) => `run-${n}-${randomUUID().slice(0, 8)}`) as [string, string, string];
+    for (const runId of [old, recent, current]) {
+      const job = jobRef('cpu', 'job-0', runId);
+      await r.startJob(job, files(r, job, ['echo done']));
+      await expect.poll(async () => (await r.jobState(job)).state).toBe('exited');
+    }
+    await r.cleanupRun(old);
+    await r.cleanupRun(recent);
+    const ssh = await connectSsh(hosts.target('cpu'), trust);
+    // `old` was released 8 days ago, `recent` 6 days ago.
+    await ssh.exec(`find ${base}/${old} -type f -exec touch -d '8 days ago' {} + && find ${base}/${recent} -type f -exec touch -d '6 days ago' {} +`);
+    await r.cleanupRun(current);
+    const ls = (await ssh.exec(`ls ${base}`)).stdout;
+    expect(ls).not.toContain(old);
+    expect(ls).toContain(recent);
+    expect(ls).toContain(current);
+    await r.cleanupRun(current, 0);
   });
 
   it('fails an image job on a host without docker or podman, naming the host, and claims nothing', async () => {

@@ -173,20 +173,37 @@ export function stopJobScript(jobDir: string, instanceId: string, graceSeconds: 
   ].join('\n');
 }
 
-/** Kills whatever still runs from the run's jobs (no grace: teardown already asked nicely), then removes its directory. */
-export function cleanupRunScript(runDir: string): string {
+/** How long a released run's logs stay on a host before a later clean-up on that host removes them. */
+export const LOG_RETENTION_DAYS = 7;
+
+/**
+ * Kills whatever still runs from the run's jobs (no grace: teardown already asked nicely), then
+ * removes every file of the run but each job's `log` and `exit_code` (so `troupe logs` still works
+ * after the run: env files with secrets, scripts and hostfiles go) and marks the run released.
+ * Runs released more than `retentionDays` ago on this host, with nothing newer in them, are removed.
+ */
+export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_DAYS): string {
+  const base = runDir.replace(/\/[^/]+$/, '') || '/';
   return [
     procHelpers,
     `r=${shQuote(runDir)}`,
-    '[ -d "$r" ] || { echo "result clean"; exit 0; }',
-    `for job in "$r"/*/*/; do`,
-    '  ( cd "$job" 2>/dev/null || exit 0',
-    `    marker= leader= leader_t0=`,
-    `    [ -s ${INSTANCE_FILE} ] && marker="${MARKER_NAME}=$(< ${INSTANCE_FILE})"`,
-    `    [ -s ${L.started}/${L.pid} ] && read -r leader leader_t0 < ${L.started}/${L.pid}`,
-    '    stop_members 0 )',
-    'done | grep "^result survivors" && exit 0',
-    'rm -rf -- "$r" && echo "result clean"',
+    `base=${shQuote(base)}`,
+    'if [ -d "$r" ]; then',
+    `  for job in "$r"/*/*/; do`,
+    '    ( cd "$job" 2>/dev/null || exit 0',
+    `      marker= leader= leader_t0=`,
+    `      [ -s ${INSTANCE_FILE} ] && marker="${MARKER_NAME}=$(< ${INSTANCE_FILE})"`,
+    `      [ -s ${L.started}/${L.pid} ] && read -r leader leader_t0 < ${L.started}/${L.pid}`,
+    '      stop_members 0 )',
+    '  done | grep "^result survivors" && exit 0',
+    `  find "$r" -mindepth 3 -maxdepth 3 ! -name ${L.log} ! -name ${L.exitCode} -exec rm -rf -- {} + || exit 1`,
+    '  touch "$r/.released" || exit 1',
+    'fi',
+    `find "$base" -mindepth 2 -maxdepth 2 -name .released -mmin +${Math.max(0, Math.round(retentionDays * 1440))} 2>/dev/null | while IFS= read -r old; do`,
+    '  d=${old%/.released}',
+    '  [ -z "$(find "$d" -type f -newer "$old" -print -quit 2>/dev/null)" ] && rm -rf -- "$d"',
+    'done',
+    'echo "result clean"',
   ].join('\n');
 }
 

@@ -22,6 +22,7 @@ import {
   KILLED_EXIT_CODE,
   INSTANCE_FILE,
   cleanupRunScript,
+  LOG_RETENTION_DAYS,
   jobStateScript,
   prepareStartScript,
   renderContainerLaunchScript,
@@ -202,10 +203,14 @@ export class SshRunner {
     });
   }
 
-  /** Kills whatever still runs from the run's jobs on this host and removes the run's directory. Idempotent. */
-  async cleanupRun(runId: string): Promise<void> {
+  /**
+   * Kills whatever still runs from the run's jobs on this host and removes the run's files but its
+   * logs and exit codes; runs released on this host more than `retentionDays` ago go. Idempotent.
+   */
+  async cleanupRun(runId: string, retentionDays = LOG_RETENTION_DAYS): Promise<void> {
     await this.reachable(async (session) => {
-      const result = await this.script(session, 'clean up the run', cleanupRunScript(runDirectory(this.baseDir, runId)), 60_000);
+      const script = cleanupRunScript(runDirectory(this.baseDir, runId), retentionDays);
+      const result = await this.script(session, 'clean up the run', script, 60_000);
       if (result[0] === 'survivors') {
         throw new JobStopFailedError(this.host, `run ${runId}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);
       }
