@@ -3,6 +3,8 @@ import type { AddressBook } from '../workflows/messages';
 import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
 import { createProvisioningActivities } from './provisioning';
 import { createJobActivities } from './jobs';
+import { createJobBatchActivities } from './job-batches';
+import type { BatchJobFailure } from '../workflows/failure-types';
 import { createTeardownActivities } from './teardown';
 import { createFleetActivities, type ProbeHostInput, type ProbeHostResult } from './fleet';
 
@@ -29,6 +31,27 @@ export interface StartJobInput extends JobCall {
   addresses: AddressBook;
   /** Nodes per group, in group order: to turn the address book into groups[i].nodes[j]. */
   group_sizes: number[];
+}
+
+/** A group's provisioned jobs, whose runners must all answer within `timeout_s`. */
+export interface WaitRunnersInput extends BackendCall {
+  jobs: JobRef[];
+  timeout_s: number;
+}
+
+/** A batch of one group's jobs to start and supervise; events go to the run's workflow. */
+export interface RunJobsInput extends BackendCall {
+  run_workflow_id: string;
+  submission: number;
+  run: StartJobInput['run'];
+  run_uid: string;
+  /** Sent once per batch, not per job. */
+  addresses: AddressBook;
+  group_sizes: number[];
+  jobs: Array<{ ref: JobRef; plan_job: JobPlan }>;
+  /** The group's readiness probe, if it has one. */
+  probe: ReadyProbe | null;
+  interval_ms: number;
 }
 
 export interface WatchJobInput extends JobCall {
@@ -64,6 +87,9 @@ export interface TroupeActivities {
   probeFleetHost(input: ProbeHostInput): Promise<ProbeHostResult>;
   describeBackend(input: BackendCall): Promise<{ group_provisioning: boolean }>;
   provisionJobs(input: ProvisionInput): Promise<Instance[]>;
+  waitRunnersReady(input: WaitRunnersInput): Promise<{ failed: Array<BatchJobFailure & { job_num: number }> }>;
+  runJobs(input: RunJobsInput): Promise<void>;
+  /** Per-job activities of runs started before batches (kept so their histories go on). */
   waitRunnerReady(input: JobCall): Promise<void>;
   startJob(input: StartJobInput): Promise<{ pid: number }>;
   watchJob(input: WatchJobInput): Promise<{ exit_code: number }>;
@@ -77,6 +103,7 @@ export function createActivities(backends: BackendRegistry): TroupeActivities {
   return {
     ...createProvisioningActivities(backends),
     ...createJobActivities(backends),
+    ...createJobBatchActivities(backends),
     ...createTeardownActivities(backends),
     ...createFleetActivities(),
   };

@@ -11,7 +11,7 @@ import { whileHeartbeating } from './heartbeat';
 import type { BackendRegistry, JobCall, ReadLogInput, StartJobInput, WaitReadyInput, WatchJobInput } from './index';
 
 /** A node that does not answer for this long fails its job with INSTANCE_UNREACHABLE. */
-const UNREACHABLE_LIMIT_MS = 30_000;
+export const UNREACHABLE_LIMIT_MS = 30_000;
 
 /** `addresses[group][node]` from job_ips in job_num order and the size of every group. */
 export function addressesByGroup(jobIps: readonly string[], groupSizes: readonly number[]): string[][] {
@@ -24,7 +24,7 @@ export function addressesByGroup(jobIps: readonly string[], groupSizes: readonly
 }
 
 /** The job's env with its sealed values opened: only here, on the way to the node. */
-function openSecrets(env: Readonly<Record<string, string>>): Record<string, string> {
+export function openSecrets(env: Readonly<Record<string, string>>): Record<string, string> {
   try {
     return openEnv(env, () => loadSecretKey({ create: false }));
   } catch (err) {

@@ -18,7 +18,8 @@ import { runStateQuery, stopRunSignal, type RunInputArg } from '../workflows/mes
 import { makePlan } from '../test/helpers/plans';
 
 const outDir = join(projectRoot, 'test', 'histories');
-const stamp = new Date().toISOString().slice(0, 10);
+/** `RECORD_TAG=batches` → `2026-12-02-batches-…`: files of a later recording on the same day sit beside the earlier ones. */
+const stamp = [new Date().toISOString().slice(0, 10), process.env.RECORD_TAG].filter(Boolean).join('-');
 const stateDir = mkdtempSync(join(tmpdir(), 'troupe-record-'));
 const serverOpts = defaultDevServerOptions({ stateDir: join(stateDir, 'server'), port: 27233, uiPort: 28233, dbFile: null });
 await startDevServer(serverOpts);

@@ -1,23 +1,17 @@
 import {
   ActivityCancellationType,
-  CancellationScope,
   condition,
   getExternalWorkflowHandle,
   isCancellation,
+  patched,
   proxyActivities,
   setHandler,
 } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities';
 import type { Instance, JobRef } from '../src/backends/backend';
 import type { GroupPlan, JobPlan, Plan, RetryPolicy } from '../src/plan/plan-schema';
-import { FailureType } from './failure-types';
-import {
-  classifyProvisioningFailure,
-  classifyReadyFailure,
-  classifyRunnerWaitFailure,
-  classifyRunningFailure,
-  type ClassifiedFailure,
-} from './failures';
+import { classifyBatchFailure, FailureType, type BatchJobFailure } from './failure-types';
+import { classifyProvisioningFailure, classifyRunningFailure, type ClassifiedFailure } from './failures';
 import {
   clusterReadySignal,
   jobEventsSignal,
@@ -27,6 +21,7 @@ import {
   type JobEvent,
   type RunOptions,
 } from './messages';
+import { runJobOneByOne } from './node-group-per-job';
 
 export interface NodeGroupInput {
   run_workflow_id: string;
@@ -50,9 +45,11 @@ export interface NodeGroupInput {
 const HEARTBEAT_TIMEOUT = '10s';
 
 /**
- * One node group of a run: provisions its master (or its whole batch), then its other jobs, waits
- * for the run's address book, and runs each job when the run says it may start. Everything it
- * learns goes to the run as signals; the run alone decides order, failure and teardown.
+ * One node group of a run: provisions its master (or its whole batch), then its other jobs; waits
+ * for all their runners while the run gathers the address book; then, each time the run lets some
+ * of its jobs start, hands that batch to one activity that starts the jobs and supervises them to
+ * their end. Everything learnt goes to the run as signals (from the batch activity itself, once
+ * jobs run); the run alone decides order, failure and teardown.
  */
 export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
   let unlocked = input.unlocked;
@@ -118,91 +115,106 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
     if (results.includes(false)) return;
   }
 
-  await condition(() => addresses !== null);
-  const book = addresses as AddressBook | null;
-  if (book === null) return;
-  await Promise.all(input.jobs.map((job) => runJob(input, job, instances.get(job.job_num), book, mayStart, report)));
-}
+  if (!patched(GROUP_BATCHES_PATCH)) {
+    await condition(() => addresses !== null);
+    const book = addresses as AddressBook | null;
+    if (book === null) return;
+    await Promise.all(input.jobs.map((job) => runJobOneByOne(input, job, instances.get(job.job_num), book, mayStart, report)));
+    return;
+  }
 
-async function runJob(
-  input: NodeGroupInput,
-  job: JobPlan,
-  instance: Instance | undefined,
-  addresses: AddressBook,
-  mayStart: ReadonlySet<number>,
-  report: (events: JobEvent[]) => Promise<void>,
-): Promise<void> {
-  if (!instance) return;
-  const ref: JobRef = {
+  // Every runner is awaited at once, while the run gathers the address book.
+  const placed = input.jobs.filter((job) => instances.has(job.job_num));
+  const refOf = (job: JobPlan): JobRef => ({
     run_id: input.run_uid,
     run_name: input.run.run_name,
     submission: input.submission,
     job_num: job.job_num,
     job_name: job.job_name,
-    instance,
-  };
-  const fail = (failure: ClassifiedFailure) => report([{ kind: 'failed', job_num: job.job_num, ...failure }]);
-  // What the Web UI shows for each activity: "start prefill/0 on 10.213.4.2 (local)".
-  const label = `${job.node_group_name}/${job.node_group_job_index}`;
-  const where = `${instance.internal_ip} (${instance.host})`;
+    instance: instances.get(job.job_num) as Instance,
+  });
+  const runnerReady = new Set<number>();
+  const settled = new Set<number>();
+  let runnersAnswered = false;
+  const runners = waitForRunners(input, placed.map(refOf), labelOf(placed)).then(async (failures) => {
+    const failedNums = new Set(failures.map((f) => f.job_num));
+    for (const job of placed) (failedNums.has(job.job_num) ? settled : runnerReady).add(job.job_num);
+    runnersAnswered = true;
+    await report(failures.map(({ job_num, ...failure }) => ({ kind: 'failed' as const, job_num, ...classifyBatchFailure(failure) })));
+  });
+
+  // Then the jobs the run lets start, a batch at a time: started and supervised by one activity.
+  const batches: Array<Promise<void>> = [];
+  const startable = () => placed.filter((job) => addresses !== null && runnerReady.has(job.job_num) && mayStart.has(job.job_num) && !settled.has(job.job_num));
+  for (;;) {
+    await condition(() => startable().length > 0 || (runnersAnswered && placed.every((job) => settled.has(job.job_num))));
+    const batch = startable();
+    if (batch.length === 0) break;
+    batch.forEach((job) => settled.add(job.job_num));
+    batches.push(runBatch(input, batch.map((job) => ({ ref: refOf(job), plan_job: job })), addresses as AddressBook | null, report));
+  }
+  await Promise.all([runners, ...batches]);
+}
+
+/** Marks histories whose groups run jobs in batches (runs begun before it run one job at a time). */
+export const GROUP_BATCHES_PATCH = 'group-batches';
+
+/** Waits for the runners of all the group's placed jobs; returns the ones that never answered. */
+async function waitForRunners(input: NodeGroupInput, jobs: JobRef[], label: string): Promise<Array<BatchJobFailure & { job_num: number }>> {
+  if (jobs.length === 0) return [];
   try {
-    await runnerActivities(input).waitRunnerReady.executeWithOptions({ summary: `wait for the runner of ${label} on ${where}` }, [
-      { backend: input.backend, job: ref },
+    const { failed } = await batchActivities.waitRunnersReady.executeWithOptions({ summary: `wait for the runners of ${label} on ${hostsOf(jobs)}` }, [
+      { backend: input.backend, jobs, timeout_s: input.options.runner_ready_timeout_s },
     ]);
+    return failed;
   } catch (err) {
     if (isCancellation(err)) throw err;
-    await fail(classifyRunnerWaitFailure(err, input.options.runner_ready_timeout_s));
-    return;
+    const { message } = classifyRunningFailure(err);
+    return jobs.map((job) => ({ job_num: job.job_num, type: 'RunnerWaitFailed', message }));
   }
-  await condition(() => mayStart.has(job.job_num));
+}
+
+/** One activity starts the batch and supervises it until its last job ends; it reports to the run itself. */
+async function runBatch(
+  input: NodeGroupInput,
+  jobs: Array<{ ref: JobRef; plan_job: JobPlan }>,
+  addresses: AddressBook | null,
+  report: (events: JobEvent[]) => Promise<void>,
+): Promise<void> {
+  if (addresses === null) return;
+  const refs = jobs.map((j) => j.ref);
   try {
-    const { pid } = await jobActivities.startJob.executeWithOptions({ summary: `start ${label} on ${where}` }, [
-      {
-        backend: input.backend,
-        job: ref,
-        run: input.run,
-        run_uid: input.run_uid,
-        plan_job: job,
-        addresses,
-        group_sizes: input.group_sizes,
-      },
-    ]);
-    await report([{ kind: 'running', job_num: job.job_num, pid }]);
-    // Readiness is probed while the job is watched; the probing stops when the job ends.
-    const readiness = new CancellationScope();
-    const probe = input.group.ready;
-    const ready = probe
-      ? readiness
-          .run(() =>
-            readyActivities.waitJobReady.executeWithOptions({ summary: `probe ${label} on ${where} until ready` }, [
-              {
-                backend: input.backend,
-                job: ref,
-                probe,
-                deadline_ms: Date.now() + probe.timeout_s * 1000,
-                label,
-              },
-            ]),
-          )
-          .then(
-            () => report([{ kind: 'ready', job_num: job.job_num }]),
-            (err: unknown) => (isCancellation(err) ? undefined : fail(classifyReadyFailure(err))),
-          )
-      : Promise.resolve();
-    try {
-      const { exit_code } = await watchActivities.watchJob.executeWithOptions({ summary: `watch ${label} on ${where}` }, [
-        { backend: input.backend, job: ref, interval_ms: input.options.watch_interval_ms },
-      ]);
-      readiness.cancel();
-      await ready;
-      await report([{ kind: 'exited', job_num: job.job_num, exit_code }]);
-    } finally {
-      readiness.cancel();
-    }
+    await supervisedActivities.runJobs.executeWithOptions(
+      { summary: `run ${labelOf(jobs.map((j) => j.plan_job))} on ${hostsOf(refs)}` },
+      [
+        {
+          backend: input.backend,
+          run_workflow_id: input.run_workflow_id,
+          submission: input.submission,
+          run: { run_name: input.run.run_name, nodes_num: input.run.nodes_num, env: input.run.env, image: input.run.image, working_dir: input.run.working_dir },
+          run_uid: input.run_uid,
+          addresses,
+          group_sizes: input.group_sizes,
+          jobs,
+          probe: input.group.ready ?? null,
+          interval_ms: input.options.watch_interval_ms,
+        },
+      ],
+    );
   } catch (err) {
     if (isCancellation(err)) throw err;
-    await fail(classifyRunningFailure(err));
+    // Jobs that already ended keep their outcome: the run ignores events for them.
+    const failure = classifyRunningFailure(err);
+    await report(refs.map((ref) => ({ kind: 'failed' as const, job_num: ref.job_num, ...failure })));
   }
+}
+
+/** `10.213.0.2 (local)`, or the first address and how many more. */
+function hostsOf(jobs: JobRef[]): string {
+  const first = jobs[0]?.instance;
+  if (!first) return '';
+  const where = `${first.internal_ip} (${first.host})`;
+  return jobs.length === 1 ? where : `${where} and ${jobs.length - 1} more`;
 }
 
 /** `prefill/0`, or `prefill/0-3` for a batch. */
@@ -237,35 +249,17 @@ function provisionActivities(input: NodeGroupInput) {
   });
 }
 
-function runnerActivities(input: NodeGroupInput) {
-  return proxyActivities<TroupeActivities>({
-    scheduleToCloseTimeout: `${input.options.runner_ready_timeout_s}s`,
-    startToCloseTimeout: '60s',
-    heartbeatTimeout: HEARTBEAT_TIMEOUT,
-    retry: { initialInterval: '200ms', backoffCoefficient: 1.5, maximumInterval: '5s', nonRetryableErrorTypes: [FailureType.UnknownBackend] },
-  });
-}
 
-const jobActivities = proxyActivities<TroupeActivities>({
-  startToCloseTimeout: '120s',
-  heartbeatTimeout: HEARTBEAT_TIMEOUT,
-  retry: { initialInterval: '500ms', maximumAttempts: 10, nonRetryableErrorTypes: [FailureType.UnknownBackend, FailureType.SecretKey, FailureType.SubmissionClosed] },
-});
-
-/** The watch lasts as long as the job; a crashed worker's watch is picked up again by the next one. */
-const readyActivities = proxyActivities<TroupeActivities>({
+const batchActivities = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '3650 days',
   heartbeatTimeout: HEARTBEAT_TIMEOUT,
-  retry: { initialInterval: '500ms', maximumInterval: '5s', nonRetryableErrorTypes: [FailureType.NotReady, FailureType.UnknownBackend] },
+  retry: { initialInterval: '500ms', maximumInterval: '10s', nonRetryableErrorTypes: [FailureType.UnknownBackend] },
 });
 
-const watchActivities = proxyActivities<TroupeActivities>({
+/** Lasts as long as the batch's jobs; a crashed worker's activity is picked up again by the next one. */
+const supervisedActivities = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '3650 days',
   heartbeatTimeout: HEARTBEAT_TIMEOUT,
   cancellationType: ActivityCancellationType.TRY_CANCEL,
-  retry: {
-    initialInterval: '500ms',
-    maximumInterval: '10s',
-    nonRetryableErrorTypes: [FailureType.InstanceUnreachable, FailureType.JobVanished, FailureType.UnknownBackend],
-  },
+  retry: { initialInterval: '500ms', maximumInterval: '10s', nonRetryableErrorTypes: [FailureType.UnknownBackend] },
 });

@@ -6,7 +6,9 @@ import {
   allHandlersFinished,
   condition,
   isCancellation,
+  patched,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   sleep,
   startChild,
@@ -45,6 +47,16 @@ const { describeBackend } = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '30s',
   retry: { maximumAttempts: 5 },
 });
+/** A local activity: answered by the worker that runs the workflow task, without a round trip. */
+const describeBackendHere = proxyLocalActivities<TroupeActivities>({
+  startToCloseTimeout: '30s',
+  retry: { maximumAttempts: 5 },
+}).describeBackend;
+
+/** Patches: runs begun before them replay the older sequence (see test/workflow/replay.test.ts). */
+const DESCRIBE_BACKEND_LOCALLY = 'describe-backend-locally';
+const START_WITH_ADDRESSES = 'may-start-with-addresses';
+const EVENTS_CLOSED_AT_TEARDOWN = 'events-closed-at-teardown';
 
 /** Teardown must finish: retried with back-off for a long while, never cancelled. */
 const teardownActivities = proxyActivities<TroupeActivities>({
@@ -79,8 +91,10 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   setHandler(stopRunSignal, ({ abort }) => {
     stopRequest = { abort: abort || stopRequest?.abort === true };
   });
+  /** The submission whose outcome is decided: what its jobs do from then on is teardown's. */
+  let eventsClosedFor: number | null = null;
   setHandler(jobEventsSignal, ({ submission, events }) => {
-    if (submission !== state.submission) return;
+    if (submission !== state.submission || submission === eventsClosedFor) return;
     for (const event of events) {
       applyJobEvent(state, event);
       if (event.kind === 'failed') failureEvents.set(event.job_num, event.retry_event);
@@ -93,7 +107,8 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   };
 
   try {
-    groupProvisioning = (await describeBackend({ backend: input.backend })).group_provisioning;
+    const describe = patched(DESCRIBE_BACKEND_LOCALLY) ? describeBackendHere : describeBackend;
+    groupProvisioning = (await describe({ backend: input.backend })).group_provisioning;
     let backoffS = input.options.retry_backoff_s;
     for (;;) {
       const outcome = await runSubmission();
@@ -172,7 +187,12 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
         job_ips: state.jobs.map((job) => job.instance?.internal_ip ?? ''),
         gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? 0),
       };
-      await Promise.all(children.map((child) => child.signal(clusterReadySignal, book)));
+      // The first jobs' mayStart goes out in the same workflow task as the address book.
+      let delivered: Promise<unknown> | null = Promise.all(children.map((child) => child.signal(clusterReadySignal, book)));
+      if (!patched(START_WITH_ADDRESSES)) {
+        await delivered;
+        delivered = null;
+      }
 
       // Start-up in the order asked, then watch until the stop criteria hold.
       const signalled = new Set<number>();
@@ -187,13 +207,17 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
         const allowed = jobsAllowedToStart(plan, state.jobs).filter((n) => !signalled.has(n));
         if (allowed.length > 0) {
           allowed.forEach((n) => signalled.add(n));
-          await Promise.all(
-            children.map((child, g) => {
+          await Promise.all([
+            delivered,
+            ...children.map((child, g) => {
               const jobNums = allowed.filter((n) => state.jobs[n]?.group_index === g);
               return jobNums.length > 0 ? child.signal(mayStartSignal, { job_nums: jobNums }) : undefined;
             }),
-          );
+          ]);
+        } else if (delivered) {
+          await delivered;
         }
+        delivered = null;
         if (runningSinceMs === null && state.jobs.some((job) => job.running_at !== null)) {
           runningSinceMs = Date.now();
           setStatus('RUNNING');
@@ -211,6 +235,9 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
       }
     } finally {
       state.status = 'TERMINATING';
+      // Batch activities report to the run directly and learn of the cancellation late: the
+      // exits that teardown itself causes must not count as the jobs' own.
+      if (patched(EVENTS_CLOSED_AT_TEARDOWN)) eventsClosedFor = state.submission;
       scope.cancel();
       await Promise.all(childResults);
     }
@@ -388,11 +415,14 @@ function applyJobEvent(state: RunState, event: JobEvent): void {
       job.status = 'PULLING';
       break;
     case 'running':
+      // A batch retried after a worker crash reports its jobs again: the first report stands.
+      if (job.running_at !== null) break;
       job.pid = event.pid;
       job.running_at = now;
       job.status = 'RUNNING';
       break;
     case 'ready':
+      if (job.ready_at !== null) break;
       job.ready_at = now;
       job.status = 'READY';
       break;

@@ -20,7 +20,15 @@ export interface TroupeWorkerOptions {
   workflowBundle?: WorkflowBundle;
   /** An identity shown in the Web UI (default: host and pid). */
   identity?: string;
+  /** Activities at once (default DEFAULT_MAX_ACTIVITIES). */
+  maxConcurrentActivities?: number;
 }
+
+/**
+ * Every batch of running jobs holds one activity for as long as its jobs run (it mostly sleeps
+ * between checks), so a worker allows far more than the SDK's default of 100.
+ */
+export const DEFAULT_MAX_ACTIVITIES = 2_000;
 
 /** webpack's statistics are noise to a worker's user; its warnings and errors are not. */
 export const quietBundler = {
@@ -40,6 +48,7 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
     taskQueue: opts.taskQueue,
     workflowBundle: opts.workflowBundle ?? (await bundleWorkflowCode({ workflowsPath, logger: quietBundler })),
     activities: createActivities(opts.backends),
+    maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? DEFAULT_MAX_ACTIVITIES,
     ...(opts.identity ? { identity: opts.identity } : {}),
   });
 }

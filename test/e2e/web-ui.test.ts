@@ -31,7 +31,7 @@ const plan = makePlan(runName, [
   { name: 'prefill', nodes: 1, commands: ['echo "prefill rank $DSTACK_NODE_RANK of $DSTACK_NODES_NUM"', 'sleep 0.5'] },
   { name: 'decode', nodes: 1, commands: ['echo "decode rank $DSTACK_NODE_RANK of $DSTACK_NODES_NUM"', 'sleep 0.5'] },
 ]);
-const groupActivities = ['provisionJobs', 'waitRunnerReady', 'startJob', 'watchJob'];
+const groupActivities = ['provisionJobs', 'waitRunnersReady', 'runJobs'];
 
 let client: Client;
 let closeClient: () => Promise<void>;
@@ -108,11 +108,11 @@ describe('the Web UI as the run dashboard', () => {
     for (const [i, group] of groups.entries()) {
       await ui.openWorkflowLink(groupIds[i]!);
       // The UI reopens the tab last used, so the tab is chosen explicitly.
-      await ui.openTab('Timeline', (page) => page.getByText(timelineLabel('watchJob')));
+      await ui.openTab('Timeline', (page) => page.getByText(timelineLabel('runJobs')));
       await ui.screenshot(shots, `04-group-${group}-timeline`);
       await ui.openTab('Event History', (page) => page.getByText('Compact', { exact: true }));
       await ui.compactHistory();
-      await ui.shows(`${group} event history`, [...groupActivities, new RegExp(`^provision ${group}/0\\b`)]);
+      await ui.shows(`${group} event history`, [...groupActivities, new RegExp(`^provision ${group}/0\\b`), new RegExp(`^run ${group}/0 on `)]);
       await ui.screenshot(shots, `04-group-${group}-history`);
       await ui.openWorkflowLink(runId);
       await relationships();

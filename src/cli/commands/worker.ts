@@ -4,7 +4,7 @@ import type { BackendRegistry } from '../../../activities';
 import type { Backend } from '../../backends/backend';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
-import { createTroupeWorker, defaultBackends, DEFAULT_BACKEND_NAMES } from '../../worker/create-worker';
+import { createTroupeWorker, defaultBackends, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
 import { CliError, type Command } from '../command';
 import { connectionHelp, connectionOptions, connectionSettings, connectWorker, describeConnection } from '../connection';
 import { parseOrUsage, renderUsage } from '../render/usage';
@@ -13,6 +13,7 @@ const options = {
   backend: { type: 'string', multiple: true },
   'state-dir': { type: 'string' },
   identity: { type: 'string' },
+  'max-activities': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   ...connectionOptions,
 } as const;
@@ -28,6 +29,7 @@ const help = renderUsage(
     ['--backend NAME', 'only these backends (repeatable; default: all the worker has, at least local)'],
     ['--state-dir DIR', "backends' state on this machine (env TROUPE_STATE_DIR, default <project>/.troupe/state)"],
     ['--identity ID', 'how the Web UI names this worker (default host and pid)'],
+    ['--max-activities N', `activities at once (default ${DEFAULT_MAX_ACTIVITIES}): each batch of running jobs holds one`],
     ...connectionHelp,
   ],
 );
@@ -56,6 +58,10 @@ export const command: Command = async (args) => {
       throw new CliError(`unknown backend "${name}" (this worker has: ${DEFAULT_BACKEND_NAMES.join(', ')})`, 2);
     }
   }
+  const maxActivities = values['max-activities'] === undefined ? undefined : Number(values['max-activities']);
+  if (maxActivities !== undefined && (!Number.isInteger(maxActivities) || maxActivities < 10)) {
+    throw new CliError(`--max-activities must be a whole number of at least 10 (got "${values['max-activities']}")`, 2);
+  }
   const connection = await connectWorker(settings);
   try {
     const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue };
@@ -66,6 +72,7 @@ export const command: Command = async (args) => {
       taskQueue: settings.taskQueue,
       backends,
       ...(values.identity ? { identity: values.identity } : {}),
+      ...(maxActivities !== undefined ? { maxConcurrentActivities: maxActivities } : {}),
     });
     let stopping = false;
     const shutdown = (signal: NodeJS.Signals) => {
