@@ -57,14 +57,13 @@ interface FleetTarget {
 /** Milliseconds from submit to each milestone of one run. */
 interface TroupeSample {
   workflowStarted: number;
-  backendDescribed: number;
   childrenStarted: number;
   provisionDone: number;
   lastProvisioned: number;
   addressesDelivered: number;
   runnersReady: number;
   lastMayStart: number;
-  lastStartJobDone: number;
+  lastBatchScheduled: number;
   allRunning: number;
   lastExitedReported: number;
   finished: number;
@@ -242,14 +241,13 @@ async function measureTroupe(env: BenchTemporal, taskQueue: string, backend: str
   const all = [parent, ...children];
   return {
     workflowStarted: firstEvent(parent, 'workflowExecutionStarted') - t0,
-    backendDescribed: lastEvent(parent, 'activityTaskCompleted', 'describeBackend') - t0,
     childrenStarted: lastEvent(parent, 'childWorkflowExecutionStarted') - t0,
     provisionDone: lastOf(children, 'activityTaskCompleted', 'provisionJobs'),
     lastProvisioned: latest('provisioned_at'),
     addressesDelivered: lastOf(children, 'workflowExecutionSignaled', 'clusterReady'),
-    runnersReady: lastOf(children, 'activityTaskCompleted', 'waitRunnerReady'),
+    runnersReady: lastOf(children, 'activityTaskCompleted', 'waitRunnersReady'),
     lastMayStart: lastOf(children, 'workflowExecutionSignaled', 'mayStart'),
-    lastStartJobDone: lastOf(children, 'activityTaskCompleted', 'startJob'),
+    lastBatchScheduled: lastOf(children, 'activityTaskScheduled', 'runJobs'),
     allRunning: latest('running_at'),
     lastExitedReported: lastEvent(parent, 'workflowExecutionSignaled', 'jobEvents') - t0,
     finished: Date.parse(state.finished_at ?? '') - t0,
@@ -291,14 +289,13 @@ function report(result: TargetResult): void {
     console.log(`${tag}   phases (median ms from submit, +step):`);
     const phases: Array<[string, (s: TroupeSample) => number]> = [
       ['workflow started (client → server)', (s) => s.workflowStarted],
-      ['describeBackend activity done', (s) => s.backendDescribed],
       ['group children started', (s) => s.childrenStarted],
       ['provisionJobs done (last group)', (s) => s.provisionDone],
       ['PROVISION: last job provisioned (run saw it)', (s) => s.lastProvisioned],
       ['ADDRESS EXCHANGE: book at the last child', (s) => s.addressesDelivered],
-      ['waitRunnerReady done (last job)', (s) => s.runnersReady],
+      ['waitRunnersReady done (last group)', (s) => s.runnersReady],
       ['mayStart signal at the last child', (s) => s.lastMayStart],
-      ['startJob done (last job)', (s) => s.lastStartJobDone],
+      ['runJobs scheduled (last batch)', (s) => s.lastBatchScheduled],
       ['START-UP: all jobs RUNNING (run saw it)', (s) => s.allRunning],
       ['last job event (exit) at the run', (s) => s.lastExitedReported],
       ['run finished (after teardown)', (s) => s.finished],

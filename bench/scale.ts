@@ -11,6 +11,7 @@
  * Prints figures, writes bench/results/scale.{png,json}. Asserts nothing.
  */
 import { writeFileSync } from 'node:fs';
+import { DEFAULT_MAX_ACTIVITIES } from '../src/worker/create-worker';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
@@ -35,7 +36,7 @@ interface ScaleCase {
   groups: number;
   /** How long each simulated job runs. */
   jobDurationMs: number;
-  /** The worker's activity slots (the SDK default, 100, when absent). */
+  /** The worker's activity slots (troupe worker's default, DEFAULT_MAX_ACTIVITIES, when absent). */
   slots?: number;
   timeoutS: number;
   note?: string;
@@ -56,15 +57,15 @@ const ALL_CASES: ScaleCase[] = [
 ];
 
 /**
- * Jobs that keep running: each holds a watchJob activity — one of the worker's activity slots —
- * for as long as it runs. A run of HOLD_NODES such jobs fills a default worker; then a PD run is
- * submitted to the same worker and its launch latency measured, with the default slots and with more.
+ * Jobs that keep running: each batch of them holds one runJobs activity — one of the worker's
+ * activity slots — for as long as it runs. A run of HOLD_NODES such jobs in 2 groups, then a PD
+ * run on the same worker: its launch latency, with the SDK's 100 slots and with troupe's default.
  */
 const HOLD_NODES = 100;
 const HOLD_JOB_S = 30;
 /** Seconds over which the CPU cost of merely watching running jobs is measured (and of idling, before). */
 const HOLD_WINDOW_S = 8;
-const HOLD_SLOTS = [undefined, 1000];
+const HOLD_SLOTS = [100, undefined];
 
 interface ScaleResult {
   name: string;
@@ -187,7 +188,7 @@ async function runHoldCase(env: BenchTemporal, slots: number | undefined): Promi
 
 function printHold(h: HoldResult): void {
   const p = `${TAG} hold-${h.slots ?? 'default'}`.padEnd(35);
-  console.log(`\n${p} a run of ${HOLD_NODES} jobs that run ${HOLD_JOB_S} s holds ${HOLD_NODES} watchJob activities; worker activity slots: ${h.slots ?? '100 (SDK default)'}`);
+  console.log(`\n${p} a run of ${HOLD_NODES} jobs that run ${HOLD_JOB_S} s holds 2 runJobs activities (one per group); worker activity slots: ${h.slots ?? `${DEFAULT_MAX_ACTIVITIES} (troupe worker default)`}`);
   console.log(`${p} holder all running after ${fmt(h.holderAllRunningMs)} ms; ${HOLD_WINDOW_S} s later a PD run on the same worker: submit → all 3 RUNNING ${fmt(h.pdAllRunningMs)} ms (${h.pdRunning}/3 ran)`);
   console.log(`${p} CPU while ${HOLD_NODES} jobs just run (watched every 250 ms): Temporal dev server ${fmt(h.watchingCpu.server)} ms/s, worker ${fmt(h.watchingCpu.worker)} ms/s; idle before: ${fmt(h.idleCpu.server)} and ${fmt(h.idleCpu.worker)} ms/s`);
 }
@@ -268,8 +269,8 @@ async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
       milestones: {
         provisioned: lastAt('provisioned_at'),
         addresses: lastInChildren('workflowExecutionSignaled', 'clusterReady'),
-        runnersReady: lastInChildren('activityTaskCompleted', 'waitRunnerReady'),
-        started: lastInChildren('activityTaskCompleted', 'startJob'),
+        runnersReady: lastInChildren('activityTaskCompleted', 'waitRunnersReady'),
+        started: lastInChildren('activityTaskScheduled', 'runJobs'),
       },
       cpu,
       loadBefore,
@@ -293,7 +294,7 @@ function printResult(r: ScaleResult): void {
   console.log(`\n${p} ${r.nodes} nodes in ${r.groups} groups${r.note ? ` (${r.note})` : ''}: ${r.status}`);
   console.log(`${p} submit → all running ${fmt(r.allRunningMs)} ms (${r.jobsRunning}/${r.nodes} ran), submit → end ${fmt(r.endMs)} ms, ${fmt(r.allRunningMs / r.nodes, 1)} ms/node`);
   const m = r.milestones;
-  console.log(`${p} from submit: provisioned ${fmt(m.provisioned)} ms, address book delivered ${fmt(m.addresses)}, runners ready ${fmt(m.runnersReady)}, startJob done ${fmt(m.started)}, all running ${fmt(r.allRunningMs)}`);
+  console.log(`${p} from submit: provisioned ${fmt(m.provisioned)} ms, address book delivered ${fmt(m.addresses)}, runners ready ${fmt(m.runnersReady)}, last runJobs scheduled ${fmt(m.started)}, all running ${fmt(r.allRunningMs)}`);
   console.log(`${p} CPU: Temporal dev server ${fmt(r.cpu.serverS, 1)} s, worker ${fmt(r.cpu.workerS, 1)} s, bench client ${fmt(r.cpu.benchS, 1)} s; load average before ${fmt(r.loadBefore, 1)}`);
   console.log(`${p} workflow tasks ${fmt(r.workflowTasks)} (failed ${r.workflowTaskFailures}), activities ${fmt(r.activities)}, worker peak RSS ${fmt(r.workerPeakRssMiB)} MiB`);
   console.log(`${p} run history: ${fmt(r.parent.events)} events, ${bytes(r.parent.bytes)}, ${fmt(r.parent.signalsIn)} signals in, ${fmt(r.parent.signalsOut)} out${limitFlag(r.parent.events, r.parent.bytes)}`);

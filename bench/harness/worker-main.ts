@@ -4,6 +4,7 @@
  */
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
+import { DEFAULT_MAX_ACTIVITIES } from '../../src/worker/create-worker';
 import { SimulatedBackend } from '../../src/backends/simulated/simulated-backend';
 import { SharedSimulatedBackend } from './shared-simulated-backend';
 import { quietRuntime } from './temporal-env';
@@ -23,7 +24,7 @@ const worker = await Worker.create({
   taskQueue: config.task_queue,
   workflowBundle: { codePath: config.bundle_path },
   activities: createActivities(backends),
-  ...(config.max_concurrent_activities ? { maxConcurrentActivityTaskExecutions: config.max_concurrent_activities } : {}),
+  maxConcurrentActivityTaskExecutions: config.max_concurrent_activities ?? DEFAULT_MAX_ACTIVITIES,
 });
 process.once('SIGTERM', () => worker.shutdown());
 console.log('ready');

@@ -183,10 +183,12 @@ export class LocalBackend implements Backend {
       }
       records.push(record);
     }
-    for (const record of records) {
-      const names = linkNames(record);
-      if (names) await ensureNodeNetwork(names, record.ip);
-    }
+    await Promise.all(
+      records.map(async (record) => {
+        const names = linkNames(record);
+        if (names) await ensureNodeNetwork(names, record.ip);
+      }),
+    );
     // releaseRun() may have run meanwhile: undo what this call set up, then refuse.
     if (await this.store.isReleased(req.run_id, req.submission)) {
       for (const record of records) await this.forget(record);
@@ -309,7 +311,7 @@ export class LocalBackend implements Backend {
     const records = await this.store.listRecords(runId, submission);
     const grace = this.options.releaseGraceSeconds ?? 5;
     await Promise.all(records.map((r) => this.stopJobIn(r.job_dir, r.instance_id, r, grace)));
-    for (const record of records) await this.forget(record);
+    await Promise.all(records.map((record) => this.forget(record)));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
     }

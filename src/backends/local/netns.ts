@@ -22,12 +22,13 @@ interface IpResult {
   stderr: string;
 }
 
-function ip(args: readonly string[]): Promise<IpResult> {
+function ip(args: readonly string[], stdin?: string): Promise<IpResult> {
   return new Promise((resolve) => {
-    execFile('ip', args, { encoding: 'utf8' }, (err, stdout, stderr) => {
+    const child = execFile('ip', args, { encoding: 'utf8' }, (err, stdout, stderr) => {
       const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
       resolve({ code, stdout, stderr });
     });
+    if (stdin !== undefined) child.stdin?.end(stdin);
   });
 }
 
@@ -53,6 +54,16 @@ export async function netnsAvailable(): Promise<boolean> {
   return (await ip(['netns', 'list'])).code === 0;
 }
 
+/** The bridge, set up once per process (and again whenever a node's set-up has to take the slow path). */
+let bridgeReady: Promise<void> | null = null;
+function ensureBridgeOnce(): Promise<void> {
+  bridgeReady ??= ensureBridge().catch((err: unknown) => {
+    bridgeReady = null;
+    throw err;
+  });
+  return bridgeReady;
+}
+
 export async function ensureBridge(): Promise<void> {
   await create(['link', 'add', BRIDGE, 'type', 'bridge'], () => linkExists(BRIDGE));
   // `replace` is idempotent where `add` would fail on a second call.
@@ -65,6 +76,7 @@ export async function ensureNodeNetwork(names: NodeLinkNames, address: string): 
   // Every step is idempotent; workers provisioning the same node at once can still trip over each
   // other's half-done steps (a link seen between its creation and its move), so a failed pass is
   // run again before it counts.
+  if (await createNodeNetworkAtOnce(names, address)) return;
   for (let attempt = 1; ; attempt++) {
     try {
       await ensureNodeNetworkOnce(names, address);
@@ -74,6 +86,30 @@ export async function ensureNodeNetwork(names: NodeLinkNames, address: string): 
       await new Promise((r) => setTimeout(r, 50 * attempt));
     }
   }
+}
+
+/**
+ * The common case, a node whose namespace and links do not exist yet: two `ip -batch` calls (in
+ * the root namespace, then in the node's) instead of a dozen `ip` processes. False when anything
+ * was there already or a step failed: the step-by-step path then checks and completes each one.
+ */
+async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string): Promise<boolean> {
+  await ensureBridgeOnce();
+  if ((await netnsExists(names.netns)) || (await linkExists(names.hostLink))) return false;
+  const outside = await ip(['-batch', '-'], [
+    `netns add ${names.netns}`,
+    `link add ${names.hostLink} type veth peer name ${names.nodeLink} netns ${names.netns}`,
+    `link set ${names.hostLink} master ${BRIDGE} up`,
+    '',
+  ].join('\n'));
+  if (outside.code !== 0) return false;
+  const inside = await ip(['-n', names.netns, '-batch', '-'], [
+    `addr replace ${address}/${PREFIX} dev ${names.nodeLink}`,
+    `link set ${names.nodeLink} up`,
+    'link set lo up',
+    '',
+  ].join('\n'));
+  return inside.code === 0;
 }
 
 async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Promise<void> {
