@@ -6,7 +6,8 @@
  *   npx tsx bench/launch-latency.ts            (BENCH_RUNS=20 runs by default)
  *
  * Prints figures, writes bench/results/launch-latency.{png,json}. Asserts nothing.
- * The SSH fleet is not measured yet: see sshFleetTarget() below, the hook for it.
+ * Targets: the local fleet (network namespaces, then loopback) and three SSH test hosts, with and
+ * without root's .bashrc (BENCH_SSH=0 skips SSH).
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -16,6 +17,12 @@ import { LocalBackend } from '../src/backends/local/local-backend';
 import { nodeLinkNames, type NodeLinkNames } from '../src/backends/local/local-names';
 import { ensureNodeNetwork, netnsAvailable, removeNodeNetwork } from '../src/backends/local/netns';
 import type { Plan } from '../src/plan/plan-schema';
+import { closeAllSshSessions } from '../src/backends/ssh';
+import { SshBackend } from '../src/backends/ssh/ssh-backend';
+import { FleetClient } from '../src/fleet/fleet-client';
+import { fleetSpecOf } from '../src/fleet/fleet-spec';
+import { loadFleetConfig } from '../src/plan';
+import { createTestHosts, type TestHosts } from '../test/e2e/hosts';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import type { RunOptionsInput } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
@@ -51,6 +58,10 @@ interface FleetTarget {
   backend: string;
   registry: BackendRegistry;
   floors: Array<{ label: string; measure(iteration: number): Promise<FloorSample> }>;
+  /** Called once the target's worker polls its task queue (an SSH fleet is applied here). */
+  prepare?(): Promise<void>;
+  /** The run's plan for this fleet (an SSH run names its fleet). */
+  adaptPlan?(plan: Plan): Plan;
   cleanup(): Promise<void>;
 }
 
@@ -81,15 +92,25 @@ interface FloorSample {
 async function main(): Promise<void> {
   const env = await startBenchTemporal('launch');
   // Loopback beside netns: the same runs without namespaces, to tell orchestration from network set-up.
-  const targets = (await netnsAvailable()) ? [await localFleetTarget('netns'), await localFleetTarget('loopback')] : [await localFleetTarget('loopback')];
-  const ssh = await sshFleetTarget();
-  if (ssh) targets.push(ssh);
-  else console.log('launch-latency: SSH fleet NOT measured: its backend is not integrated yet (hook: sshFleetTarget() in bench/launch-latency.ts)');
+  const netns = await netnsAvailable();
+  const targets: Array<() => Promise<FleetTarget>> = [
+    ...(netns ? [() => localFleetTarget('netns')] : []),
+    () => localFleetTarget('loopback'),
+    // Root's .bashrc on these hosts runs `pyenv init`: measured as the hosts are, and without it.
+    ...(netns && process.env.BENCH_SSH !== '0' ? [() => sshFleetTarget(env, true), () => sshFleetTarget(env, false)] : []),
+  ];
+  if (!netns) console.log('launch-latency: SSH fleet NOT measured: its test hosts need root and network namespaces');
   const results: TargetResult[] = [];
   try {
-    for (const target of targets) results.push(await measureTarget(env, target));
+    for (const make of targets) {
+      const target = await make();
+      try {
+        results.push(await measureTarget(env, target));
+      } finally {
+        await target.cleanup();
+      }
+    }
   } finally {
-    for (const target of targets) await target.cleanup();
     await env.close();
   }
   for (const result of results) report(result);
@@ -104,11 +125,14 @@ interface TargetResult {
   variants: Array<{ label: string; samples: TroupeSample[] }>;
 }
 
+const taskQueueFor = (label: string) => `bench-launch-${label.replace(/\W+/g, '-')}-${process.pid}`;
+
 /** Floors and Troupe runs interleaved (floor, floor, each variant, repeat) so drift hits all alike. */
 async function measureTarget(env: BenchTemporal, target: FleetTarget): Promise<TargetResult> {
   console.log(`launch-latency: ${target.label}, ${RUNS} runs per variant after ${WARMUP} warm-up rounds; job command: \`${WORK}\``);
-  const taskQueue = `bench-launch-${target.label.replace(/\W+/g, '-')}-${process.pid}`;
+  const taskQueue = taskQueueFor(target.label);
   const worker = await startInProcessWorker(env, taskQueue, target.registry);
+  await target.prepare?.();
   const floors = target.floors.map((f) => ({ label: f.label, samples: [] as FloorSample[] }));
   const variants = VARIANTS.map((v) => ({ label: v.label, samples: [] as TroupeSample[] }));
   const loadBefore = loadAverage();
@@ -121,7 +145,7 @@ async function measureTarget(env: BenchTemporal, target: FleetTarget): Promise<T
         if (!warm) floors[k]?.samples.push(sample);
       }
       for (const [k, variant] of VARIANTS.entries()) {
-        const sample = await measureTroupe(env, taskQueue, target.backend, variant, `bench-pd-${target.label.replace(/\W+/g, '-')}-${process.pid}-${++counter}`);
+        const sample = await measureTroupe(env, taskQueue, target, variant, `bench-pd-${target.label.replace(/\W+/g, '-')}-${process.pid}-${++counter}`);
         if (!warm) variants[k]?.samples.push(sample);
       }
       process.stdout.write(warm ? 'w' : '.');
@@ -165,15 +189,84 @@ async function localFleetTarget(mode: 'netns' | 'loopback'): Promise<FleetTarget
 }
 
 /**
- * HOOK — the SSH figures of issue 7, not measured yet: the SSH fleet backend is not integrated.
- * Return the SSH fleet here once it is: `registry: { ssh: <the SSH backend over three test hosts
- * from test/e2e/hosts/test-hosts.ts> }`, `backend: 'ssh'`, and two floors: three parallel `ssh`
- * sessions running the same PD commands, once as the hosts are (root's .bashrc runs `pyenv init`,
- * ~150 ms a session) and once with `skipBashrc: true`, each label saying which. Everything else
- * (interleaving, phases, report, plot) takes the target as it is.
+ * Three SSH test hosts (sshd in network namespaces, test/e2e/hosts: a CPU host and two with a fake
+ * L40S) as one fleet, applied through the fleet's workflow as `troupe fleet apply` does. `bashrc`:
+ * root's .bashrc runs in every SSH session (as the hosts are here: `pyenv init`), or is skipped.
+ * The floor: the same PD commands over three new `ssh` sessions, workers first, then the router
+ * once both workers' commands have started.
  */
-async function sshFleetTarget(): Promise<FleetTarget | null> {
-  return null;
+async function sshFleetTarget(env: BenchTemporal, bashrc: boolean): Promise<FleetTarget> {
+  const L40S = { name: 'NVIDIA L40S', memoryMiB: 46068, count: 1 };
+  const hosts = await createTestHosts(
+    ['cpu', 'l40s-a', 'l40s-b'].map((name) => ({ name, skipBashrc: !bashrc, ...(name === 'cpu' ? {} : { gpus: L40S }) })),
+  );
+  const fleetName = `bench-ssh-${bashrc ? 'bashrc' : 'nobashrc'}-${process.pid}`;
+  const byAddress = new Map(Object.values(hosts.hosts).map((h) => [h.address, h.jobBaseDir]));
+  const label = `SSH ${bashrc ? "with root's .bashrc (pyenv init)" : 'without .bashrc'}`;
+  const fleets = new FleetClient(env.client, { taskQueue: taskQueueFor(label) });
+  const backend = new SshBackend({
+    fleets,
+    releaseGraceSeconds: 1,
+    jobBaseDir: ({ hostname }) => {
+      const base = byAddress.get(hostname);
+      if (!base) throw new Error(`no test host at ${hostname}`);
+      return base;
+    },
+  });
+  const savedKnownHosts = process.env.TROUPE_KNOWN_HOSTS;
+  process.env.TROUPE_KNOWN_HOSTS = hosts.knownHostsFile;
+  return {
+    label,
+    backend: 'ssh',
+    registry: { ssh: backend },
+    floors: [{ label: `floor: 3 parallel ssh sessions, ${bashrc ? 'with' : 'without'} .bashrc`, measure: () => measureSshFloor(hosts) }],
+    async prepare() {
+      const lines = ['type: fleet', `name: ${fleetName}`, 'placement: cluster', 'ssh_config:', '  user: root', `  identity_file: ${hosts.clientKeyPath}`, '  hosts:'];
+      for (const name of ['cpu', 'l40s-a', 'l40s-b']) lines.push(`    - ${hosts.host(name).address}`);
+      const yaml = `${lines.join('\n')}\n`;
+      const state = await fleets.apply(fleetSpecOf(loadFleetConfig(yaml, `${fleetName}.yml`, { environ: {} }), `${fleetName}.yml`));
+      const unusable = state.hosts.filter((h) => h.status !== 'ready');
+      if (unusable.length > 0) throw new Error(`fleet hosts not ready: ${JSON.stringify(unusable.map((h) => [h.spec.target.hostname, h.reason]))}`);
+    },
+    adaptPlan: (plan) => ({
+      ...plan,
+      fleets: [fleetName],
+      groups: plan.groups.map((g) => ({ ...g, resources: { ...g.resources, disk: { min: 1, max: null } } })),
+    }),
+    async cleanup() {
+      await fleets.delete(fleetName, { force: true }).catch(() => undefined);
+      await closeAllSshSessions();
+      await hosts.destroy();
+      if (savedKnownHosts === undefined) delete process.env.TROUPE_KNOWN_HOSTS;
+      else process.env.TROUPE_KNOWN_HOSTS = savedKnownHosts;
+    },
+  };
+}
+
+/** The PD commands over three new ssh sessions: a worker counts as running when its first line arrives. */
+async function measureSshFloor(hosts: TestHosts): Promise<FloorSample> {
+  const [cpu, a, b] = ['cpu', 'l40s-a', 'l40s-b'].map((n) => hosts.host(n));
+  if (!cpu || !a || !b) throw new Error('hosts missing');
+  const commands = pdCommands(WORK);
+  const script = (lines: string[]) => ['echo started', ...lines].join('\n').replaceAll(PREFILL_IP, a.address).replaceAll(DECODE_IP, b.address);
+  const t0 = performance.now();
+  const start = (address: string, lines: string[]) => {
+    const child = spawn(
+      'ssh',
+      ['-i', hosts.clientKeyPath, '-o', `UserKnownHostsFile=${hosts.knownHostsFile}`, '-o', 'StrictHostKeyChecking=yes', '-o', 'BatchMode=yes', `root@${address}`, script(lines)],
+      { stdio: ['ignore', 'pipe', 'ignore'] },
+    );
+    const started = new Promise<number>((resolve) => child.stdout.once('data', () => resolve(performance.now())));
+    child.stdout.resume();
+    const exited = new Promise<number>((resolve) => child.once('exit', () => resolve(performance.now())));
+    return { started, exited };
+  };
+  const workers = [start(a.address, commands.prefill), start(b.address, commands.decode)];
+  await Promise.all(workers.map((w) => w.started));
+  const router = start(cpu.address, commands.router);
+  const allRunning = (await router.started) - t0;
+  const end = Math.max(...(await Promise.all([...workers, router].map((p) => p.exited)))) - t0;
+  return { allRunning, end };
 }
 
 interface FloorNode {
@@ -217,8 +310,10 @@ async function measureFloor(nodes: FloorNode[] | null, createNets = false): Prom
   return { allRunning, end };
 }
 
-async function measureTroupe(env: BenchTemporal, taskQueue: string, backend: string, variant: Variant, runName: string): Promise<TroupeSample> {
-  const plan = pdPlan(runName, WORK, variant.startupOrder);
+async function measureTroupe(env: BenchTemporal, taskQueue: string, target: FleetTarget, variant: Variant, runName: string): Promise<TroupeSample> {
+  const backend = target.backend;
+  const pd = pdPlan(runName, WORK, variant.startupOrder);
+  const plan = target.adaptPlan ? target.adaptPlan(pd) : pd;
   const runId = runWorkflowId(runName);
   const serverCpu = cpuSeconds(env.serverPid);
   const benchCpu = process.cpuUsage();
