@@ -7,7 +7,7 @@
  *
  * Prints figures, writes bench/results/launch-latency.{png,json}. Asserts nothing.
  * Targets: the local fleet (network namespaces, then loopback) and three SSH test hosts, with and
- * without root's .bashrc (BENCH_SSH=0 skips SSH).
+ * without root's .bashrc (BENCH_SSH=0 skips SSH, BENCH_LOCAL=0 the local fleet).
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -107,8 +107,7 @@ async function main(): Promise<void> {
   // Loopback beside netns: the same runs without namespaces, to tell orchestration from network set-up.
   const netns = await netnsAvailable();
   const targets: Array<() => Promise<FleetTarget>> = [
-    ...(netns ? [() => localFleetTarget('netns')] : []),
-    () => localFleetTarget('loopback'),
+    ...(process.env.BENCH_LOCAL === '0' ? [] : [...(netns ? [() => localFleetTarget('netns')] : []), () => localFleetTarget('loopback')]),
     // Root's .bashrc on these hosts runs `pyenv init`: measured as the hosts are, and without it.
     ...(netns && process.env.BENCH_SSH !== '0' ? [() => sshFleetTarget(env, true), () => sshFleetTarget(env, false)] : []),
   ];

@@ -57,6 +57,7 @@ const describeBackendHere = proxyLocalActivities<TroupeActivities>({
 const DESCRIBE_BACKEND_LOCALLY = 'describe-backend-locally';
 const START_WITH_ADDRESSES = 'may-start-with-addresses';
 const EVENTS_CLOSED_AT_TEARDOWN = 'events-closed-at-teardown';
+const EVENTS_DURING_SENDS_WAKE = 'events-during-sends-wake';
 
 /** Teardown must finish: retried with back-off for a long while, never cancelled. */
 const teardownActivities = proxyActivities<TroupeActivities>({
@@ -197,7 +198,11 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
       // Start-up in the order asked, then watch until the stop criteria hold.
       const signalled = new Set<number>();
       let runningSinceMs: number | null = null;
+      // Job events that arrive while the mayStart signals are being delivered must wake the loop
+      // again (else a job that started and ended meanwhile would leave the next ones unstarted).
+      const wakeOnEventsDuringSends = patched(EVENTS_DURING_SENDS_WAKE);
       for (;;) {
+        const seen = version;
         if (usesDependencies(plan)) {
           dependencyWaits(plan, state.jobs).forEach((waiting, g) => {
             const group = state.groups[g];
@@ -227,7 +232,7 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
         const maxDurationLeft =
           plan.max_duration_s !== null && runningSinceMs !== null ? runningSinceMs + plan.max_duration_s * 1000 - Date.now() : null;
         if (maxDurationLeft !== null && maxDurationLeft <= 0) return maxDurationExceeded();
-        const before = version;
+        const before = wakeOnEventsDuringSends ? seen : version;
         await condition(
           () => version !== before || ended() !== null,
           maxDurationLeft !== null ? Math.max(1, maxDurationLeft) : undefined,

@@ -48,6 +48,21 @@ export async function startBenchTemporal(label: string): Promise<BenchTemporal> 
   const stateDir = mkdtempSync(join(tmpdir(), `troupe-bench-${label}-`));
   const opts = defaultDevServerOptions({ stateDir, port: await freePort(), uiPort: await freePort(), dbFile: null });
   const server = await startDevServer(opts);
+  // A bench stopped with Ctrl-C or SIGTERM must not leave its dev server behind.
+  const killServer = () => {
+    try {
+      process.kill(server.pid, 'SIGKILL');
+    } catch {
+      // already gone
+    }
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    killServer();
+    process.kill(process.pid, signal);
+  };
+  process.once('exit', killServer);
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
   const connection = await Connection.connect({ address: server.address });
   const { code } = await bundleWorkflowCode({ workflowsPath, logger: quietBundler });
   const bundlePath = join(stateDir, 'workflow-bundle.js');
@@ -60,6 +75,9 @@ export async function startBenchTemporal(label: string): Promise<BenchTemporal> 
     bundlePath,
     stateDir,
     close: async () => {
+      process.off('exit', killServer);
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
       await connection.close();
       await stopDevServer(opts);
       rmSync(stateDir, { recursive: true, force: true });

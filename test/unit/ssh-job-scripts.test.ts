@@ -8,6 +8,7 @@ import {
   renderContainerLaunchScript,
   resultOf,
   spawnWrapperScript,
+  startJobScript,
   stopJobScript,
 } from '../../src/backends/ssh/job-scripts';
 import { bashCommandLine, shQuote } from '../../src/backends/ssh/shell-quote';
@@ -67,6 +68,7 @@ describe('remote scripts', () => {
     ['state', jobStateScript(dir)],
     ['stop', stopJobScript(dir, id, 5)],
     ['cleanup', cleanupRunScript(dir)],
+    ['start in one round trip', startJobScript(dir, id, 'abc123')],
     ['container launch', renderContainerLaunchScript({ jobDir: dir, image: "img'x:1", runtime: 'podman', containerName: 'troupe-0' })],
   ])('%s is valid bash with hostile names', (_name, script) => {
     expect(() => execFileSync('bash', ['-n'], { input: script })).not.toThrow();

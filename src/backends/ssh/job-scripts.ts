@@ -139,6 +139,43 @@ export function spawnWrapperScript(jobDir: string, instanceId: string): string {
   ].join('\n');
 }
 
+/** A file for startJobScript(): written from stdin as `<name> <mode> <bytes>\n` followed by its bytes. */
+export interface JobFileUpload {
+  name: string;
+  /** Octal, e.g. 0o600. */
+  mode: number;
+  content: Buffer;
+}
+
+/** stdin of startJobScript(): the files framed one after the other. */
+export function frameUploads(files: readonly JobFileUpload[]): Buffer {
+  return Buffer.concat(files.flatMap((f) => [Buffer.from(`${f.name} ${f.mode.toString(8)} ${f.content.length}\n`), f.content]));
+}
+
+/**
+ * A whole start in one round trip (one shell, so a heavy login .bashrc is paid once): unless the
+ * start is claimed already, writes the files framed on stdin (each to a temporary name, then
+ * renamed over the old one, so a wrapper already running keeps what it started with), then spawns
+ * the wrapper as spawnWrapperScript() does. Only for jobs without an image (no runtime to detect).
+ */
+export function startJobScript(jobDir: string, instanceId: string, nonce: string): string {
+  return [
+    `d=${shQuote(jobDir)}`,
+    'if [ ! -d "$d/' + L.started + '" ]; then',
+    '  mkdir -p "$d" || exit 97',
+    '  umask 077',
+    '  while IFS=" " read -r name mode len; do',
+    '    case "$name" in ""|*/*|.*) break ;; esac',
+    `    tmp="$d/.$name.${nonce}"`,
+    '    head -c "$len" > "$tmp" && [ "$(stat -c %s "$tmp")" = "$len" ] || { echo "short upload of $name" >&2; exit 96; }',
+    '    chmod "$mode" "$tmp" && mv -f "$tmp" "$d/$name" || exit 96',
+    '  done',
+    '  umask 022',
+    'fi',
+    spawnWrapperScript(jobDir, instanceId),
+  ].join('\n');
+}
+
 export function jobStateScript(jobDir: string): string {
   return [
     procHelpers,

@@ -28,6 +28,8 @@ import {
   renderContainerLaunchScript,
   resultOf,
   spawnWrapperScript,
+  startJobScript,
+  frameUploads,
   stopJobScript,
 } from './job-scripts';
 import type { CommandResult, SshSession } from './session';
@@ -106,7 +108,19 @@ export class SshRunner {
     return this.reachable(async (session) => {
       const dir = this.jobDirectory(job);
       const image = options.image ?? null;
-      const prepared = await this.script(session, 'prepare the job directory', prepareStartScript(dir, image !== null));
+      if (image === null) {
+        const uploads = this.jobUploads(job, files, null).map(([name, content, mode]) => ({ name, mode, content: Buffer.from(content, 'utf8') }));
+        const result = await session.exec(startJobScript(dir, job.instance.instance_id, randomBytes(6).toString('hex')), {
+          stdin: frameUploads(uploads),
+          timeoutMs: (CLAIM_WAIT_SECONDS + 30) * 1000,
+        });
+        const words = resultOf(result.stdout);
+        if (result.exitCode !== 0 || words === null) {
+          throw new SshCommandError(this.host, 'start the job', result.exitCode, `${result.stderr}${result.stdout}`);
+        }
+        return this.startOutcome(job, dir, words);
+      }
+      const prepared = await this.script(session, 'prepare the job directory', prepareStartScript(dir, true));
       const [state, runtime] = prepared;
       if (state === 'no-runtime') {
         throw new NoContainerRuntimeError(
@@ -115,13 +129,8 @@ export class SshRunner {
         );
       }
       if (state === 'ready') {
-        const uploads: Array<[string, string, number]> = [
-          [L.env, renderEnvFile(files.env), 0o600],
-          [L.hostfile, files.hostfile, 0o644],
-          [L.wrapper, renderJobWrapper(), 0o755],
-          [INSTANCE_FILE, `${job.instance.instance_id}\n`, 0o644],
-        ];
-        if (image !== null && (runtime === 'docker' || runtime === 'podman')) {
+        const uploads = this.jobUploads(job, files, image);
+        if (runtime === 'docker' || runtime === 'podman') {
           uploads.push([CONTAINER_COMMANDS_FILE, files.script, 0o755]);
           uploads.push([L.launchScript, renderContainerLaunchScript({ jobDir: dir, image, runtime, containerName: containerName(dir) }), 0o755]);
         } else {
@@ -129,18 +138,29 @@ export class SshRunner {
         }
         await this.upload(session, dir, uploads);
       }
-      const [outcome, pid, ...rest] = await this.script(
-        session,
-        'start the job',
-        spawnWrapperScript(dir, job.instance.instance_id),
-        (CLAIM_WAIT_SECONDS + 20) * 1000,
-      );
-      if (outcome === 'started' && Number(pid) > 0) return { pid: Number(pid) };
-      if (outcome === 'stopped') {
-        throw new SubmissionClosedError(`${job.job_name} was stopped before it started; it will not start any more`);
-      }
-      throw new SshCommandError(this.host, `start ${job.job_name}`, 0, `no process recorded in ${dir} after ${CLAIM_WAIT_SECONDS}s ${rest.join(' ')}`);
+      const words = await this.script(session, 'start the job', spawnWrapperScript(dir, job.instance.instance_id), (CLAIM_WAIT_SECONDS + 20) * 1000);
+      return this.startOutcome(job, dir, words);
     });
+  }
+
+  /** The job's files (without an image, its launch script too): env (0600: it may hold secrets), hostfile, wrapper, instance id. */
+  private jobUploads(job: JobRef, files: JobFiles, image: string | null): Array<[string, string, number]> {
+    const uploads: Array<[string, string, number]> = [
+      [L.env, renderEnvFile(files.env), 0o600],
+      [L.hostfile, files.hostfile, 0o644],
+      [L.wrapper, renderJobWrapper(), 0o755],
+      [INSTANCE_FILE, `${job.instance.instance_id}\n`, 0o644],
+    ];
+    return image !== null ? uploads : [...uploads, [L.launchScript, files.script, 0o755]];
+  }
+
+  /** What the spawn step answered: the pid of whichever start won, or why there is none. */
+  private startOutcome(job: JobRef, dir: string, [outcome, pid, ...rest]: string[]): { pid: number } {
+    if (outcome === 'started' && Number(pid) > 0) return { pid: Number(pid) };
+    if (outcome === 'stopped') {
+      throw new SubmissionClosedError(`${job.job_name} was stopped before it started; it will not start any more`);
+    }
+    throw new SshCommandError(this.host, `start ${job.job_name}`, 0, `no process recorded in ${dir} after ${CLAIM_WAIT_SECONDS}s ${rest.join(' ')}`);
   }
 
   async jobState(job: JobRef): Promise<JobProcessState> {
