@@ -1,7 +1,7 @@
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { createFileExclusive, isErrno, pathExists, readJsonFile, removeFile, writeFileAtomic } from './state-files';
+import { createFileExclusive, isErrno, pathExists, readJsonFile, removeFile, removeOrphanedTemps, writeFileAtomic } from './state-files';
 import { pathSegment } from './local-names';
 
 /**
@@ -129,6 +129,11 @@ export class InstanceStore {
   async releaseAddress(ip: string, instanceId: string): Promise<void> {
     const lease = await this.readLease(ip);
     if (lease?.instance_id === instanceId) await removeFile(this.leasePath(ip));
+  }
+
+  /** Temporary files of writers that were killed mid-write (they never count as leases or records, but must not pile up). */
+  async removeOrphanedTemps(): Promise<void> {
+    await Promise.all(['leases', 'instances'].map((sub) => removeOrphanedTemps(join(this.stateDir, sub))));
   }
 
   /** Leases of a submission whose instance record was never written (a provision() that died). */

@@ -315,6 +315,7 @@ export class LocalBackend implements Backend {
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
     }
+    await this.store.removeOrphanedTemps();
   }
 
   /** Removes an instance: its namespace and links, its address lease, its record. */

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { link, mkdir, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import type { z } from 'zod';
 
 /**
@@ -41,6 +41,30 @@ export async function createFileExclusive(path: string, content: string): Promis
   } finally {
     await unlink(tmp).catch(() => undefined);
   }
+}
+
+/** A temporary file whose writer (by the pid in its name) is gone: left by a process killed mid-write. */
+function isOrphanedTemp(name: string): boolean {
+  const pid = /\.tmp-(\d+)-[0-9a-f]{8}$/.exec(name)?.[1];
+  if (pid === undefined || Number(pid) === process.pid) return false;
+  try {
+    process.kill(Number(pid), 0);
+    return false;
+  } catch (err) {
+    return isErrno(err, 'ESRCH');
+  }
+}
+
+/** Removes the temporary files in `dir` whose writers died before renaming or linking them. */
+export async function removeOrphanedTemps(dir: string): Promise<void> {
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch (err) {
+    if (isErrno(err, 'ENOENT')) return;
+    throw err;
+  }
+  await Promise.all(names.filter(isOrphanedTemp).map((name) => removeFile(join(dir, name))));
 }
 
 /** Parsed content of `path`, or null when it does not exist. */
