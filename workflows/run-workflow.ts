@@ -29,6 +29,7 @@ import {
   runStateQuery,
   stopRunSignal,
   unlockGroupSignal,
+  type AddressBook,
   type JobEvent,
   type RunInput,
   type RunInputArg,
@@ -189,7 +190,7 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
         gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? 0),
       };
       // The first jobs' mayStart goes out in the same workflow task as the address book.
-      let delivered: Promise<unknown> | null = Promise.all(children.map((child) => child.signal(clusterReadySignal, book)));
+      let delivered: Promise<unknown> | null = deliverAddressBook(children, book);
       if (!patched(START_WITH_ADDRESSES)) {
         await delivered;
         delivered = null;
@@ -350,6 +351,21 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
     state.termination_reason = reason;
     setStatus(outcome.kind === 'done' ? 'DONE' : outcome.kind === 'stopped' ? 'TERMINATED' : 'FAILED');
   }
+}
+
+/**
+ * The book to every group. Each signal carries all of it, so many big groups would make one
+ * workflow task larger than gRPC's 4 MB, and the server terminates a workflow whose task is; past
+ * that size the signals go out in several tasks (smaller runs send them all in one, as always).
+ */
+const ADDRESS_BOOK_BYTES_PER_TASK = 3.5 * 1024 * 1024;
+function deliverAddressBook(children: ChildWorkflowHandle<typeof NodeGroupWorkflow>[], book: AddressBook): Promise<unknown> {
+  const perTask = Math.max(1, Math.floor(ADDRESS_BOOK_BYTES_PER_TASK / (JSON.stringify(book).length + 256)));
+  const send = (some: typeof children) => Promise.all(some.map((child) => child.signal(clusterReadySignal, book)));
+  if (perTask >= children.length) return send(children);
+  return (async () => {
+    for (let i = 0; i < children.length; i += perTask) await send(children.slice(i, i + perTask));
+  })();
 }
 
 function parseInput(arg: RunInputArg): RunInput {
