@@ -1,14 +1,12 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import { InstanceUnreachableError, SubmissionClosedError, type Backend, type JobRef } from '../src/backends/backend';
-import { buildClusterInfo } from '../src/runner/cluster-info';
-import { renderJobFiles } from '../src/runner/job-files';
-import { describeProbe, renderProbeScript } from '../src/runner/ready-probe';
+import { InstanceUnreachableError, SubmissionClosedError, type Backend, type JobFiles, type JobRef } from '../src/backends/backend';
+import { describeProbeAnswer, renderProbeScript } from '../src/runner/ready-probe';
 import { classifyBatchFailure, FailureType, type BatchJobFailure } from '../workflows/failure-types';
 import { jobEventsSignal, type JobEvent } from '../workflows/messages';
 import { backendFor } from './backend-lookup';
-import { addressesByGroup, openSecrets, UNREACHABLE_LIMIT_MS } from './jobs';
+import { addressesByGroup, openSecrets, renderFilesFor, UNREACHABLE_LIMIT_MS } from './jobs';
 import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './index';
 
 /**
@@ -157,21 +155,20 @@ async function startBatch(target: Backend, input: RunJobsInput): Promise<{ event
     }
     throw err;
   }
-  const addresses = addressesByGroup(input.addresses.job_ips, input.group_sizes);
+  const ctx = {
+    target,
+    run: input.run,
+    runUid: input.run_uid,
+    env,
+    addresses: input.addresses,
+    byGroup: addressesByGroup(input.addresses.job_ips, input.group_sizes),
+  };
   const outcomes = await mapLimit(input.jobs, CONCURRENCY, async ({ ref, plan_job }): Promise<JobEvent> => {
-    let files;
+    let files: JobFiles;
     try {
-      files = renderJobFiles({
-        run: { ...input.run, env },
-        runUid: input.run_uid,
-        job: plan_job,
-        cluster: buildClusterInfo(input.addresses.job_ips, input.addresses.gpus_per_node, ref.job_num),
-        addresses,
-        jobDirectory: target.jobDirectory(ref),
-      });
+      files = renderFilesFor(ctx, ref, plan_job);
     } catch (err) {
-      // The same input renders the same way every time: retrying cannot help.
-      return failed(ref, { type: FailureType.InvalidJobFiles, message: `${ref.job_name}: ${messageOf(err)}` });
+      return failed(ref, { type: FailureType.InvalidJobFiles, message: messageOf(err) });
     }
     for (let attempt = 1; ; attempt++) {
       try {
@@ -236,12 +233,11 @@ async function supervise(
       .then(
         (result) => {
           if (result.exit_code === 0) return true;
-          job.lastAnswer = result.output.trim() || `${describeProbe(probe, job.ref.instance.internal_ip)} → exit code ${result.exit_code}`;
-          if (result.exit_code === 124) job.lastAnswer = `${describeProbe(probe, job.ref.instance.internal_ip)} → timed out`;
+          job.lastAnswer = describeProbeAnswer(probe, job.ref.instance.internal_ip, result);
           return false;
         },
         (err: unknown) => {
-          job.lastAnswer = `${describeProbe(probe, job.ref.instance.internal_ip)} → ${messageOf(err)}`;
+          job.lastAnswer = describeProbeAnswer(probe, job.ref.instance.internal_ip, { error: err });
           return false;
         },
       )

@@ -1,9 +1,11 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { InstanceUnreachableError, SubmissionClosedError } from '../src/backends/backend';
+import { InstanceUnreachableError, SubmissionClosedError, type Backend, type JobFiles, type JobRef } from '../src/backends/backend';
+import type { JobPlan } from '../src/plan/plan-schema';
+import type { AddressBook } from '../workflows/messages';
 import { buildClusterInfo } from '../src/runner/cluster-info';
 import { renderJobFiles } from '../src/runner/job-files';
-import { describeProbe, renderProbeScript } from '../src/runner/ready-probe';
+import { describeProbeAnswer, renderProbeScript } from '../src/runner/ready-probe';
 import { loadSecretKey, openEnv, SecretKeyError } from '../src/secrets/sealed-env';
 import { FailureType } from '../workflows/failure-types';
 import { backendFor } from './backend-lookup';
@@ -33,6 +35,34 @@ export function openSecrets(env: Readonly<Record<string, string>>): Record<strin
   }
 }
 
+/** What rendering a job's files needs from the run (once per start call or batch). */
+export interface JobFilesContext {
+  target: Backend;
+  run: StartJobInput['run'];
+  runUid: string;
+  /** The run's env with its sealed values opened. */
+  env: Record<string, string>;
+  addresses: AddressBook;
+  /** addressesByGroup() of the book. */
+  byGroup: string[][];
+}
+
+/** A job's env, hostfile and launch script; throws with the job's name when no shell can carry them (retrying cannot help). */
+export function renderFilesFor(ctx: JobFilesContext, ref: JobRef, planJob: JobPlan): JobFiles {
+  try {
+    return renderJobFiles({
+      run: { ...ctx.run, env: ctx.env },
+      runUid: ctx.runUid,
+      job: planJob,
+      cluster: buildClusterInfo(ctx.addresses.job_ips, ctx.addresses.gpus_per_node, ref.job_num),
+      addresses: ctx.byGroup,
+      jobDirectory: ctx.target.jobDirectory(ref),
+    });
+  } catch (err) {
+    throw new Error(`${ref.job_name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+}
+
 export function createJobActivities(backends: BackendRegistry) {
   return {
     /** Throws a retryable RunnerNotReady until the node can run commands; the workflow's retry policy bounds the wait. */
@@ -49,21 +79,19 @@ export function createJobActivities(backends: BackendRegistry) {
     /** Writes the job's files and starts its commands; at most once per job, however often retried. */
     async startJob(input: StartJobInput): Promise<{ pid: number }> {
       const target = backendFor(backends, input.backend);
-      const cluster = buildClusterInfo(input.addresses.job_ips, input.addresses.gpus_per_node, input.job.job_num);
-      const env = openSecrets(input.run.env);
-      let files;
+      const ctx = {
+        target,
+        run: input.run,
+        runUid: input.run_uid,
+        env: openSecrets(input.run.env),
+        addresses: input.addresses,
+        byGroup: addressesByGroup(input.addresses.job_ips, input.group_sizes),
+      };
+      let files: JobFiles;
       try {
-        files = renderJobFiles({
-          run: { ...input.run, env },
-          runUid: input.run_uid,
-          job: input.plan_job,
-          cluster,
-          addresses: addressesByGroup(input.addresses.job_ips, input.group_sizes),
-          jobDirectory: target.jobDirectory(input.job),
-        });
+        files = renderFilesFor(ctx, input.job, input.plan_job);
       } catch (err) {
-        // The same input renders the same way every time: retrying cannot help.
-        throw ApplicationFailure.nonRetryable(`${input.job.job_name}: ${err instanceof Error ? err.message : String(err)}`, FailureType.InvalidJobFiles);
+        throw ApplicationFailure.nonRetryable((err as Error).message, FailureType.InvalidJobFiles);
       }
       try {
         return await whileHeartbeating(() => target.startJob(input.job, files));
@@ -125,11 +153,10 @@ export function createJobActivities(backends: BackendRegistry) {
         try {
           const result = await Promise.race([target.exec(job, script, attemptMs), ctx.cancelled]);
           if (result.exit_code === 0) return;
-          last = result.output.trim() || `${describeProbe(probe, job.instance.internal_ip)} → exit code ${result.exit_code}`;
-          if (result.exit_code === 124) last = `${describeProbe(probe, job.instance.internal_ip)} → timed out`;
+          last = describeProbeAnswer(probe, job.instance.internal_ip, result);
         } catch (err) {
           if (ctx.cancellationSignal.aborted) throw err;
-          last = `${describeProbe(probe, job.instance.internal_ip)} → ${err instanceof Error ? err.message : String(err)}`;
+          last = describeProbeAnswer(probe, job.instance.internal_ip, { error: err });
         }
         if (Date.now() + probe.interval_s * 1000 >= deadline_ms) break;
         await ctx.sleep(probe.interval_s * 1000);

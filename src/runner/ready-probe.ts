@@ -31,3 +31,11 @@ export function describeProbe(probe: ReadyProbe, address: string): string {
   if (check.kind === 'tcp') return `tcp://${address}:${check.port}`;
   return `\`${check.command}\``;
 }
+
+/** What a failed probe attempt answered, for "not ready after …: <answer>" (exit code 124 is a probe that timed out). */
+export function describeProbeAnswer(probe: ReadyProbe, address: string, outcome: { exit_code: number; output: string } | { error: unknown }): string {
+  const what = describeProbe(probe, address);
+  if ('error' in outcome) return `${what} → ${outcome.error instanceof Error ? outcome.error.message : String(outcome.error)}`;
+  if (outcome.exit_code === 124) return `${what} → timed out`;
+  return outcome.output.trim() || `${what} → exit code ${outcome.exit_code}`;
+}

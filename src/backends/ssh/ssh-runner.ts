@@ -110,14 +110,8 @@ export class SshRunner {
       const image = options.image ?? null;
       if (image === null) {
         const uploads = this.jobUploads(job, files, null).map(([name, content, mode]) => ({ name, mode, content: Buffer.from(content, 'utf8') }));
-        const result = await session.exec(startJobScript(dir, job.instance.instance_id, randomBytes(6).toString('hex')), {
-          stdin: frameUploads(uploads),
-          timeoutMs: (CLAIM_WAIT_SECONDS + 30) * 1000,
-        });
-        const words = resultOf(result.stdout);
-        if (result.exitCode !== 0 || words === null) {
-          throw new SshCommandError(this.host, 'start the job', result.exitCode, `${result.stderr}${result.stdout}`);
-        }
+        const script = startJobScript(dir, job.instance.instance_id, randomBytes(6).toString('hex'));
+        const words = await this.script(session, 'start the job', script, (CLAIM_WAIT_SECONDS + 30) * 1000, frameUploads(uploads));
         return this.startOutcome(job, dir, words);
       }
       const prepared = await this.script(session, 'prepare the job directory', prepareStartScript(dir, true));
@@ -253,8 +247,8 @@ export class SshRunner {
     }
   }
 
-  private async script(session: SshSession, what: string, script: string, timeoutMs?: number): Promise<string[]> {
-    const result: CommandResult = await session.exec(script, { timeoutMs });
+  private async script(session: SshSession, what: string, script: string, timeoutMs?: number, stdin?: Buffer): Promise<string[]> {
+    const result: CommandResult = await session.exec(script, { timeoutMs, ...(stdin ? { stdin } : {}) });
     const words = resultOf(result.stdout);
     if (result.exitCode !== 0 || words === null) {
       throw new SshCommandError(this.host, what, result.exitCode, `${result.stderr}${result.stdout}`);
