@@ -73,6 +73,10 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
   const [master, ...others] = input.jobs;
   if (master === undefined) return;
   const instances = new Map<number, Instance>();
+  // Newer runs go on (the next provisioning, the runner wait) in the same workflow task that
+  // reports the addresses, instead of one task later; the reports are awaited at the end.
+  const reportsInFlight = patched(REPORTS_IN_FLIGHT_PATCH);
+  const inFlight: Array<Promise<void>> = [];
 
   const provision = async (jobs: JobPlan[]): Promise<boolean> => {
     try {
@@ -93,10 +97,17 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
         const job = jobs[i];
         if (job) instances.set(job.job_num, instance);
       });
-      await report(jobs.flatMap((job) => {
+      const reported = report(jobs.flatMap((job) => {
         const instance = instances.get(job.job_num);
         return instance ? [{ kind: 'provisioned' as const, job_num: job.job_num, instance }] : [];
       }));
+      if (reportsInFlight) {
+        // Handled now, rethrown where the workflow awaits it (an unhandled rejection fails the task).
+        reported.catch(() => undefined);
+        inFlight.push(reported);
+      } else {
+        await reported;
+      }
       return true;
     } catch (err) {
       if (isCancellation(err)) throw err;
@@ -119,7 +130,7 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
     await condition(() => addresses !== null);
     const book = addresses as AddressBook | null;
     if (book === null) return;
-    await Promise.all(input.jobs.map((job) => runJobOneByOne(input, job, instances.get(job.job_num), book, mayStart, report)));
+    await Promise.all([...inFlight, ...input.jobs.map((job) => runJobOneByOne(input, job, instances.get(job.job_num), book, mayStart, report))]);
     return;
   }
 
@@ -153,11 +164,13 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
     batch.forEach((job) => settled.add(job.job_num));
     batches.push(runBatch(input, batch.map((job) => ({ ref: refOf(job), plan_job: job })), addresses as AddressBook | null, report));
   }
-  await Promise.all([runners, ...batches]);
+  await Promise.all([runners, ...batches, ...inFlight]);
 }
 
 /** Marks histories whose groups run jobs in batches (runs begun before it run one job at a time). */
 export const GROUP_BATCHES_PATCH = 'group-batches';
+/** Marks histories whose groups do not wait for the run to take a report of addresses before going on. */
+export const REPORTS_IN_FLIGHT_PATCH = 'reports-in-flight';
 
 /** Waits for the runners of all the group's placed jobs; returns the ones that never answered. */
 async function waitForRunners(input: NodeGroupInput, jobs: JobRef[], label: string): Promise<Array<BatchJobFailure & { job_num: number }>> {

@@ -59,6 +59,7 @@ const DESCRIBE_BACKEND_LOCALLY = 'describe-backend-locally';
 const START_WITH_ADDRESSES = 'may-start-with-addresses';
 const EVENTS_CLOSED_AT_TEARDOWN = 'events-closed-at-teardown';
 const EVENTS_DURING_SENDS_WAKE = 'events-during-sends-wake';
+const DESCRIBE_ONLY_FOR_MULTI_NODE_GROUPS = 'describe-only-for-multi-node-groups';
 
 /** Teardown must finish: retried with back-off for a long while, never cancelled. */
 const teardownActivities = proxyActivities<TroupeActivities>({
@@ -109,8 +110,12 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   };
 
   try {
-    const describe = patched(DESCRIBE_BACKEND_LOCALLY) ? describeBackendHere : describeBackend;
-    groupProvisioning = (await describe({ backend: input.backend })).group_provisioning;
+    // Whether the backend provisions a group in one call only matters to groups of several nodes.
+    const describeNeeded = !(plan.groups.every((g) => g.nodes === 1) && patched(DESCRIBE_ONLY_FOR_MULTI_NODE_GROUPS));
+    if (describeNeeded) {
+      const describe = patched(DESCRIBE_BACKEND_LOCALLY) ? describeBackendHere : describeBackend;
+      groupProvisioning = (await describe({ backend: input.backend })).group_provisioning;
+    }
     let backoffS = input.options.retry_backoff_s;
     for (;;) {
       const outcome = await runSubmission();

@@ -19,6 +19,16 @@ export const searchAttributes: Record<string, string> = {
   TroupeGroups: 'KeywordList',
 };
 
+/**
+ * Dynamic config for latency. The history service's transfer queue (the tasks that hand a workflow
+ * task to a poller and deliver a signal to another workflow) reads new tasks at most 20 times a
+ * second by default: past a short burst every hop of a run then waits for the next read, ~50 ms.
+ * A run's launch is a chain of such hops (bench/hop-latency.ts: 50 ms a hop by default, 8-10 ms
+ * with this); reads of the dev server's SQLite are cheap. deploy/temporal/dynamicconfig.yaml sets
+ * the same for the PostgreSQL service.
+ */
+export const serverTuning = ['history.transferProcessorMaxPollRPS=1000', 'history.cacheNonUserContextLockTimeout="50ms"'];
+
 export interface DevServerOptions {
   /** Folder for the pid file, log and (optionally) database. */
   stateDir: string;
@@ -125,6 +135,7 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
     '--ui-port', String(opts.uiPort),
     '--ui-disable-news-fetch',
     '--dynamic-config-value', 'frontend.enableServerVersionCheck=false',
+    ...serverTuning.flatMap((setting) => ['--dynamic-config-value', setting]),
     '--log-level', 'warn',
     ...Object.entries(searchAttributes).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
     ...(opts.dbFile ? ['--db-filename', opts.dbFile] : []),

@@ -260,6 +260,9 @@ export class LocalBackend implements Backend {
       exitCode = code;
     });
     const deadline = Date.now() + CLAIM_WAIT_MS;
+    // The wrapper records its pid a few ms after the spawn: looked for every few ms at first, then every 20 ms.
+    const often = Date.now() + 200;
+    let pause = 1;
     for (;;) {
       const claim = await readClaim(dir);
       if (claim.kind === 'started') return { pid: claim.leader.pid };
@@ -271,7 +274,8 @@ export class LocalBackend implements Backend {
         throw new Error(`${job.job_name}: the job wrapper exited with ${exitCode} before starting; see ${join(dir, L.wrapperLog)}`);
       }
       if (Date.now() > deadline) throw new Error(`${job.job_name}: no process recorded in ${dir} after ${CLAIM_WAIT_MS / 1000}s`);
-      await sleep(20);
+      await sleep(pause);
+      pause = Date.now() < often ? Math.min(pause * 2, 4) : 20;
     }
   }
 

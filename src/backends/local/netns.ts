@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { stat } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import type { NodeLinkNames } from './local-names';
 import { pathExists } from './state-files';
 
@@ -22,13 +22,17 @@ interface IpResult {
   stderr: string;
 }
 
-function ip(args: readonly string[], stdin?: string): Promise<IpResult> {
+function ip(args: readonly string[]): Promise<IpResult> {
+  return run('ip', args);
+}
+
+function run(command: string, args: readonly string[]): Promise<IpResult> {
   return new Promise((resolve) => {
-    const child = execFile('ip', args, { encoding: 'utf8' }, (err, stdout, stderr) => {
+    const child = execFile(command, args, { encoding: 'utf8' }, (err, stdout, stderr) => {
       const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
       resolve({ code, stdout, stderr });
     });
-    if (stdin !== undefined) child.stdin?.end(stdin);
+    child.stdin?.end();
   });
 }
 
@@ -89,27 +93,23 @@ export async function ensureNodeNetwork(names: NodeLinkNames, address: string): 
 }
 
 /**
- * The common case, a node whose namespace and links do not exist yet: two `ip -batch` calls (in
- * the root namespace, then in the node's) instead of a dozen `ip` processes. False when anything
- * was there already or a step failed: the step-by-step path then checks and completes each one.
+ * The common case, a node whose namespace and links do not exist yet: two `ip -batch` runs (in the
+ * root namespace, then in the node's) from one small shell, instead of a dozen `ip` processes each
+ * forked from this (large) process. False when anything was there already or a step failed: the
+ * step-by-step path then checks and completes each one.
  */
 async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string): Promise<boolean> {
   await ensureBridgeOnce();
   if ((await netnsExists(names.netns)) || (await linkExists(names.hostLink))) return false;
-  const outside = await ip(['-batch', '-'], [
+  const outside = [
     `netns add ${names.netns}`,
     `link add ${names.hostLink} type veth peer name ${names.nodeLink} netns ${names.netns}`,
     `link set ${names.hostLink} master ${BRIDGE} up`,
-    '',
-  ].join('\n'));
-  if (outside.code !== 0) return false;
-  const inside = await ip(['-n', names.netns, '-batch', '-'], [
-    `addr replace ${address}/${PREFIX} dev ${names.nodeLink}`,
-    `link set ${names.nodeLink} up`,
-    'link set lo up',
-    '',
-  ].join('\n'));
-  return inside.code === 0;
+  ];
+  const inside = [`addr replace ${address}/${PREFIX} dev ${names.nodeLink}`, `link set ${names.nodeLink} up`, 'link set lo up'];
+  // Names and addresses are ours (hex and dotted digits): nothing here needs quoting.
+  const script = [`ip -batch - <<'OUT' || exit 1`, ...outside, 'OUT', `exec ip -n ${names.netns} -batch - <<'IN'`, ...inside, 'IN', ''].join('\n');
+  return (await run('sh', ['-c', script])).code === 0;
 }
 
 async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Promise<void> {
@@ -132,9 +132,18 @@ async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Pro
 /** True when the node's namespace holds its address on an up link and the bridge end is up. */
 export async function nodeNetworkReady(names: NodeLinkNames, address: string): Promise<boolean> {
   if (!(await netnsExists(names.netns)) || !(await linkExists(names.hostLink))) return false;
+  if (!(await linkIsUp(names.hostLink))) return false;
   const inside = await ip(['-n', names.netns, '-o', '-4', 'addr', 'show', 'dev', names.nodeLink, 'up']);
-  const host = await ip(['-o', 'link', 'show', 'dev', names.hostLink, 'up']);
-  return inside.code === 0 && inside.stdout.includes(` ${address}/`) && host.code === 0 && host.stdout.includes(names.hostLink);
+  return inside.code === 0 && inside.stdout.includes(` ${address}/`);
+}
+
+/** IFF_UP in the link's flags (what `ip link show … up` filters on), read without a process. */
+async function linkIsUp(name: string): Promise<boolean> {
+  try {
+    return (Number.parseInt((await readFile(`/sys/class/net/${name}/flags`, 'utf8')).trim(), 16) & 1) === 1;
+  } catch {
+    return false;
+  }
 }
 
 /** Inode of the namespace, to recognise the processes that live in it (/proc/PID/ns/net). */

@@ -1,0 +1,94 @@
+/**
+ * Where the launch time goes: runs the PD sample on the LOCAL fleet (loopback addresses, or network
+ * namespaces with `netns` as argument) a few times and prints the last run's events of the run and
+ * its three groups merged in time order, in ms from submit, with the step from the event before, and
+ * every call into the local backend when it returned, with its duration.
+ *
+ *   npx tsx bench/timeline.ts [loopback|netns]      (BENCH_RUNS=5 by default; the last one is printed,
+ *                                                    and with BENCH_SHOW=slowest every run slower than all before it)
+ *
+ * A diagnostic beside bench/launch-latency.ts: it asserts nothing and writes nothing.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { LocalBackend } from '../src/backends/local/local-backend';
+import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
+import type { RunState } from '../workflows/run-state';
+import { workflowCost } from './harness/history';
+import { pdPlan } from './harness/plans';
+import { startBenchTemporal, startInProcessWorker } from './harness/temporal-env';
+
+const mode = process.argv[2] === 'netns' ? 'netns' : 'loopback';
+const RUNS = Number(process.env.BENCH_RUNS ?? 5);
+
+const env = await startBenchTemporal('timeline');
+const fleetDir = mkdtempSync(join(tmpdir(), 'troupe-bench-timeline-'));
+const backend = new LocalBackend({
+  stateDir: fleetDir,
+  network: mode,
+  subnet: mode === 'netns' ? '10.213.202.0/24' : '127.213.202.0/24',
+  gpus: 1,
+  releaseGraceSeconds: 1,
+});
+/** Every call of these into the backend, with its start and end, shown in the timeline beside the events. */
+const TRACED = new Set(['provision', 'runnerReady', 'startJob', 'stopJob', 'releaseRun', 'exec']);
+const calls: Array<{ name: string; what: string; start: number; end: number }> = [];
+const traced = new Proxy(backend, {
+  get(target, key, receiver) {
+    const value: unknown = Reflect.get(target, key, receiver);
+    if (typeof value !== 'function' || typeof key !== 'string' || !TRACED.has(key)) return value;
+    return async (...args: unknown[]) => {
+      const start = Date.now();
+      try {
+        return await (value as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+      } finally {
+        calls.push({ name: key, what: describeCall(args), start, end: Date.now() });
+      }
+    };
+  },
+});
+function describeCall(args: unknown[]): string {
+  const first = args[0] as { job_name?: string; jobs?: Array<{ job_name: string }> } | undefined;
+  return first?.job_name ?? first?.jobs?.map((j) => j.job_name).join(',') ?? '';
+}
+const taskQueue = `bench-timeline-${process.pid}`;
+const worker = await startInProcessWorker(env, taskQueue, { local: traced });
+let worst = 0;
+try {
+  for (let i = 1; i <= RUNS; i++) {
+    const runName = `bench-timeline-${process.pid}-${i}`;
+    const plan = pdPlan(runName, 'sleep 1');
+    const runId = runWorkflowId(runName);
+    calls.length = 0;
+    const t0 = Date.now();
+    const handle = await env.client.workflow.start('RunWorkflow', {
+      taskQueue,
+      workflowId: runId,
+      args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
+    });
+    const state = (await handle.result()) as RunState;
+    const allRunning = Math.max(...state.jobs.map((j) => Date.parse(j.running_at ?? ''))) - t0;
+    console.log(`run ${i}: ${state.status}, all running after ${allRunning} ms`);
+    const slowest = allRunning > worst;
+    worst = Math.max(worst, allRunning);
+    if (i < RUNS && !(process.env.BENCH_SHOW === 'slowest' && slowest)) continue;
+    const costs = await Promise.all([runId, ...plan.groups.map((g) => nodeGroupWorkflowId(runId, g.name, 0))].map((id) => workflowCost(env.client, id)));
+    const rows = costs.flatMap((cost, k) =>
+      cost.timeline.map((e) => ({ who: k === 0 ? 'run' : (plan.groups[k - 1]?.name ?? '?'), what: e.name ? `${e.kind} ${e.name}` : e.kind, at: e.timeMs - t0 })),
+    );
+    rows.push(...state.jobs.map((j) => ({ who: 'state', what: `job ${j.job_num} RUNNING`, at: Date.parse(j.running_at ?? '') - t0 })));
+    rows.push(...calls.map((c) => ({ who: 'backend', what: `${c.name} ${c.what} (${c.end - c.start} ms, began at ${c.start - t0})`, at: c.end - t0 })));
+    rows.sort((a, b) => a.at - b.at);
+    let previous = 0;
+    for (const row of rows) {
+      if (row.at > allRunning + 50) break;
+      console.log(`${String(row.at).padStart(6)} ms  +${String(row.at - previous).padStart(4)}  ${row.who.padEnd(8)} ${row.what}`);
+      previous = row.at;
+    }
+  }
+} finally {
+  await worker.stop();
+  await env.close();
+  rmSync(fleetDir, { recursive: true, force: true });
+}
