@@ -15,7 +15,9 @@ import { DEFAULT_MAX_ACTIVITIES } from '../src/worker/create-worker';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
-import { runStateQuery } from '../workflows/messages';
+import type { WorkflowHandle } from '@temporalio/client';
+import { withAllJobs } from '../src/client/run-jobs';
+import { runJobsQuery, runStateQuery } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
 import { cpuSeconds, loadAverage } from './harness/cpu';
 import { lastEvent, workflowCost, type WorkflowCost } from './harness/history';
@@ -25,6 +27,11 @@ import { bytes, fmt } from './harness/stats';
 import { startBenchTemporal, type BenchTemporal } from './harness/temporal-env';
 import { startWorkerProcess } from './harness/worker-process';
 import { lineChart, stackedBarChart, stackVertically, writePng, type Series } from './plot/charts';
+
+/** The run's state with its jobs (a large run gives them a page at a time). */
+function allJobs(handle: WorkflowHandle, state: RunState): Promise<RunState> {
+  return withAllJobs(state, (offset, limit) => handle.query(runJobsQuery, { offset, limit }));
+}
 
 const TAG = '[SIMULATED]';
 /** Temporal's per-workflow warning limits (the hard limits are 51,200 events and 50 MiB). */
@@ -164,7 +171,7 @@ async function runHoldCase(env: BenchTemporal, slots: number | undefined): Promi
     });
   const allRunning = async (handle: Awaited<ReturnType<typeof start>>, t0: number, capMs: number) => {
     for (;;) {
-      const state = await handle.query(runStateQuery);
+      const state = await allJobs(handle, await handle.query(runStateQuery));
       const running = state.jobs.filter((j) => j.running_at !== null);
       if (running.length === state.jobs.length) return { ms: Math.max(...running.map((j) => Date.parse(j.running_at ?? ''))) - t0, running: running.length };
       if (Date.now() - t0 > capMs) return { ms: Number.NaN, running: running.length };
@@ -220,13 +227,19 @@ async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
       args: [{ plan, backend: 'simulated', options: { stop_grace_s: 0 } }],
     });
     const outcome = await Promise.race([
-      handle.result().then((s) => ({ state: s as RunState, at: Date.now() })),
+      handle.result().then(async (s) => {
+        const at = Date.now();
+        return { state: await allJobs(handle, s as RunState), at };
+      }),
       sleep(timeoutS * 1000, null, { ref: false }),
     ]);
     let state: RunState | null = outcome?.state ?? null;
     if (!outcome) {
       // Past the cap: take what the run knows (if it still answers queries), then end it.
-      state = await Promise.race([handle.query(runStateQuery).catch(() => null), sleep(10_000, null, { ref: false })]);
+      state = await Promise.race([
+        handle.query(runStateQuery).then((s) => allJobs(handle, s)).catch(() => null),
+        sleep(10_000, null, { ref: false }),
+      ]);
       await handle.terminate(`bench: over the ${timeoutS}s cap`).catch(() => undefined);
     }
     const workerPeakRssMiB = worker.peakRssMiB();

@@ -2,7 +2,7 @@ import { defineQuery, defineSignal } from '@temporalio/workflow';
 import { z } from 'zod';
 import { InstanceSchema } from '../src/backends/backend';
 import { PlanSchema, RetryPolicySchema } from '../src/plan/plan-schema';
-import type { RunState } from './run-state';
+import type { JobState, RunState } from './run-state';
 import { JobTerminationReasonSchema } from './run-state';
 
 /**
@@ -43,6 +43,8 @@ export type RunInputArg = z.input<typeof RunInputSchema>;
 /** User → run. */
 export const stopRunSignal = defineSignal<[{ abort: boolean }]>('stopRun');
 export const runStateQuery = defineQuery<RunState>('runState');
+/** The jobs of a run whose state answers come without them (`jobs_paged`), a page at a time. */
+export const runJobsQuery = defineQuery<JobState[], [{ offset: number; limit: number }]>('runJobs');
 
 /** Group child → run: what happened to one job. */
 export const JobEventSchema = z.discriminatedUnion('kind', [

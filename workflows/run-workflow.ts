@@ -26,6 +26,7 @@ import {
   clusterReadySignal,
   jobEventsSignal,
   mayStartSignal,
+  runJobsQuery,
   runStateQuery,
   stopRunSignal,
   unlockGroupSignal,
@@ -35,7 +36,7 @@ import {
   type RunInputArg,
 } from './messages';
 import { NodeGroupWorkflow, type NodeGroupInput } from './node-group-workflow';
-import type { JobState, JobTerminationReason, RunState, RunStatus, RunTerminationReason } from './run-state';
+import { answerOf, jobsPage, type JobState, type JobTerminationReason, type RunState, type RunStatus, type RunTerminationReason } from './run-state';
 import { dependencyWaits, isJobReady, jobsAllowedToStart, usesDependencies } from './startup-order';
 
 /** How a submission ended, before teardown. */
@@ -90,7 +91,8 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   /** Groups that another group waits for: one of their jobs ending before it is ready fails the run. */
   const dependedOn = new Set(plan.groups.flatMap((g) => g.depends_on ?? []));
 
-  setHandler(runStateQuery, () => state);
+  setHandler(runStateQuery, () => answerOf(state));
+  setHandler(runJobsQuery, ({ offset, limit }) => jobsPage(state, offset, limit));
   setHandler(stopRunSignal, ({ abort }) => {
     stopRequest = { abort: abort || stopRequest?.abort === true };
   });
@@ -139,7 +141,7 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
     });
   }
   await condition(allHandlersFinished);
-  return state;
+  return answerOf(state);
 
   function mayRetry(outcome: Extract<Outcome, { kind: 'failed' }>): boolean {
     if (!retry || !outcome.retry_event || !retry.on_events.includes(outcome.retry_event)) return false;
@@ -402,6 +404,7 @@ function initialState(input: RunInput): RunState {
     finished_at: null,
     groups: input.plan.groups.map((g) => ({ index: g.index, name: g.name, nodes: g.nodes, waiting_for: null })),
     jobs: input.plan.jobs.map((job) => freshJob(job.job_num, job.job_name, job.node_group_index, job.node_group_name, job.node_group_job_index, now)),
+    jobs_paged: false,
   };
 }
 

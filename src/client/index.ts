@@ -19,5 +19,7 @@ export type { RunMemo } from './run-memo';
 export type { LogChunk } from '../backends/backend';
 export type { Plan } from '../plan/plan-schema';
 export type { RunOptionsInput } from '../../workflows/messages';
-export { isFinished } from '../../workflows/run-state';
+export { isFinished, JOBS_PAGE_MAX } from '../../workflows/run-state';
+export { runJobsQuery, runStateQuery } from '../../workflows/messages';
+export { withAllJobs } from './run-jobs';
 export type { JobState, JobStatus, RunState, RunStatus } from '../../workflows/run-state';

@@ -15,7 +15,7 @@ import {
 import type { JobRef, LogChunk } from '../backends/backend';
 import type { ReadLogInput } from '../../activities';
 import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
-import { runStateQuery, stopRunSignal, type RunInputArg } from '../../workflows/messages';
+import { runJobsQuery, runStateQuery, stopRunSignal, type RunInputArg } from '../../workflows/messages';
 import { isFinished, RunStateSchema, type JobState, type RunState, type RunStatus } from '../../workflows/run-state';
 import {
   isRunUnavailable,
@@ -28,6 +28,7 @@ import {
   type TaskQueueLocation,
 } from './errors';
 import { readRunMemo } from './run-memo';
+import { withAllJobs } from './run-jobs';
 import { missingPollers } from './worker-presence';
 
 export type RunWorkflowFn = (input: RunInputArg) => Promise<RunState>;
@@ -141,7 +142,7 @@ export class RunHandle {
   /** Waits for the run to end and returns its final state (DONE, FAILED or TERMINATED). */
   async wait(): Promise<RunState> {
     try {
-      return parseRunState(await this.handle().result(), this.name);
+      return await this.withJobs(parseRunState(await this.handle().result(), this.name));
     } catch (err) {
       if (err instanceof WorkflowFailedError) return await this.closedState(await this.describe());
       throw this.notFound(err);
@@ -300,16 +301,24 @@ export class RunHandle {
   }
 
   private async queryState(timeoutMs = this.ctx.queryTimeoutMs): Promise<RunState> {
+    const state = await this.ask(() => this.handle().query(runStateQuery), 'state', timeoutMs);
+    return await this.withJobs(parseRunState(state, this.name), timeoutMs);
+  }
+
+  /** The state with its jobs, read a page at a time when the run answered without them. */
+  private async withJobs(state: RunState, timeoutMs = this.ctx.queryTimeoutMs): Promise<RunState> {
+    return await withAllJobs(state, (offset, limit) => this.ask(() => this.handle().query(runJobsQuery, { offset, limit }), 'jobs', timeoutMs));
+  }
+
+  /** A query of the run, with its deadline, and the errors that say why it got no answer. */
+  private async ask<T>(query: () => Promise<T>, what: string, timeoutMs: number): Promise<T> {
     try {
-      const state = await this.ctx.client.connection.withDeadline(Date.now() + timeoutMs, () =>
-        this.handle().query(runStateQuery),
-      );
-      return parseRunState(state, this.name);
+      return await this.ctx.client.connection.withDeadline(Date.now() + timeoutMs, query);
     } catch (err) {
       if (isQueryTimeout(err)) {
         const missing = await missingPollers(this.ctx.client, this.ctx);
-        if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `read the state of run ${this.name}`);
-        throw new RunUnreachableError(this.name, `no answer to its state query within ${timeoutMs / 1000}s`, { cause: err });
+        if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `read the ${what} of run ${this.name}`);
+        throw new RunUnreachableError(this.name, `no answer to its ${what} query within ${timeoutMs / 1000}s`, { cause: err });
       }
       throw this.notFound(err);
     }
@@ -322,12 +331,14 @@ export class RunHandle {
    */
   async closedState(info: WorkflowExecutionInfo | WorkflowExecutionDescription): Promise<RunState> {
     let failure: unknown;
+    let result: RunState | null = null;
     try {
-      return parseRunState(await this.handle().result(), this.name);
+      result = parseRunState(await this.handle().result(), this.name);
     } catch (err) {
       if (!(err instanceof WorkflowFailedError)) throw this.notFound(err);
       failure = err;
     }
+    if (result) return await this.withJobs(result);
     const status: RunStatus = info.status.name === 'FAILED' || info.status.name === 'TIMED_OUT' ? 'FAILED' : 'TERMINATED';
     const message = `workflow ${info.status.name.toLowerCase()}: ${rootCauseMessage(failure)}`;
     const finishedAt = (info.closeTime ?? new Date()).toISOString();
@@ -356,6 +367,7 @@ export class RunHandle {
       finished_at: finishedAt,
       groups: (memo?.groups ?? []).map((g, index) => ({ index, name: g.name, nodes: g.nodes, waiting_for: null })),
       jobs: [],
+      jobs_paged: false,
     };
   }
 }

@@ -49,6 +49,7 @@ export function pdRun(patch: Partial<RunState> = {}, jobs?: JobState[]): RunStat
       { index: 2, name: 'decode', nodes: 1, waiting_for: null },
     ],
     jobs: jobs ?? [job(0, 0, 'router', 0), job(1, 1, 'prefill', 0), job(2, 1, 'prefill', 1), job(3, 2, 'decode', 0)],
+    jobs_paged: false,
     ...patch,
   };
 }
