@@ -45,13 +45,19 @@ export interface RunJobsInput extends BackendCall {
   submission: number;
   run: StartJobInput['run'];
   run_uid: string;
-  /** Sent once per batch, not per job. */
-  addresses: AddressBook;
+  /** Sent once per batch by runs begun before `addressesReady`; null: read from the run (runAddressBook). */
+  addresses: AddressBook | null;
   group_sizes: number[];
   jobs: Array<{ ref: JobRef; plan_job: JobPlan }>;
   /** The group's readiness probe, if it has one. */
   probe: ReadyProbe | null;
   interval_ms: number;
+}
+
+/** Where a run's address book is read from. */
+export interface AddressBookInput {
+  run_workflow_id: string;
+  submission: number;
 }
 
 export interface WatchJobInput extends JobCall {
@@ -89,6 +95,8 @@ export interface TroupeActivities {
   provisionJobs(input: ProvisionInput): Promise<Instance[]>;
   waitRunnersReady(input: WaitRunnersInput): Promise<{ failed: Array<BatchJobFailure & { job_num: number }> }>;
   runJobs(input: RunJobsInput): Promise<void>;
+  /** The run's address book (its `runAddressBook` query), for a group that needs it in its own code. */
+  readAddressBook(input: AddressBookInput): Promise<AddressBook>;
   /** Per-job activities of runs started before batches (kept so their histories go on). */
   waitRunnerReady(input: JobCall): Promise<void>;
   startJob(input: StartJobInput): Promise<{ pid: number }>;

@@ -4,10 +4,10 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import { InstanceUnreachableError, SubmissionClosedError, type Backend, type JobFiles, type JobRef } from '../src/backends/backend';
 import { describeProbeAnswer, renderProbeScript } from '../src/runner/ready-probe';
 import { classifyBatchFailure, FailureType, type BatchJobFailure } from '../workflows/failure-types';
-import { jobEventsSignal, type JobEvent } from '../workflows/messages';
+import { AddressBookSchema, jobEventsSignal, runAddressBookQuery, type AddressBook, type JobEvent } from '../workflows/messages';
 import { backendFor } from './backend-lookup';
 import { addressesByGroup, openSecrets, renderFilesFor, UNREACHABLE_LIMIT_MS } from './jobs';
-import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './index';
+import type { AddressBookInput, BackendRegistry, RunJobsInput, WaitRunnersInput } from './index';
 
 /**
  * A group's jobs handled in batches: one activity waits for all of a group's runners, one starts
@@ -72,6 +72,34 @@ async function sendEvents(ctx: Context, runWorkflowId: string, submission: numbe
 
 const failed = (job: JobRef, failure: BatchJobFailure): JobEvent => ({ kind: 'failed', job_num: job.job_num, ...classifyBatchFailure(failure) });
 
+async function askAddressBook(ctx: Context, runWorkflowId: string, submission: number): Promise<AddressBook> {
+  const answer = await ctx.client.workflow.getHandle(runWorkflowId).query(runAddressBookQuery, { submission });
+  if (answer === null) {
+    throw ApplicationFailure.nonRetryable(
+      `${runWorkflowId} has no address book for submission ${submission} (it has moved on to another)`,
+      FailureType.SubmissionClosed,
+    );
+  }
+  return AddressBookSchema.parse(answer);
+}
+
+/** Address books this worker read lately, by run (its first execution's id) and submission: its batches of one run ask once. */
+const books = new Map<string, Promise<AddressBook>>();
+const BOOKS_KEPT = 64;
+
+/** The run's address book, from its `runAddressBook` query (once per run and submission in this worker). */
+function addressBookOf(ctx: Context, runWorkflowId: string, runUid: string, submission: number): Promise<AddressBook> {
+  const key = `${runUid}#${submission}`;
+  const known = books.get(key);
+  if (known) return known;
+  const asked = askAddressBook(ctx, runWorkflowId, submission);
+  books.set(key, asked);
+  asked.catch(() => books.delete(key));
+  const oldest = books.keys().next().value;
+  if (books.size > BOOKS_KEPT && oldest !== undefined) books.delete(oldest);
+  return asked;
+}
+
 export function createJobBatchActivities(backends: BackendRegistry) {
   return {
     /**
@@ -121,6 +149,11 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       }
     },
 
+    /** The run's address book, for a group of a run begun before batches that is told only that it is ready. */
+    async readAddressBook({ run_workflow_id, submission }: AddressBookInput): Promise<AddressBook> {
+      return await askAddressBook(Context.current(), run_workflow_id, submission);
+    },
+
     /**
      * Starts a batch of jobs (files written, commands started, at most once each) and supervises
      * them until the last one ends: `running`, `ready`, `exited` and `failed` go to the run as
@@ -134,7 +167,8 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       const stop = heartbeatEvery(ctx, details);
       const send = (events: JobEvent[]) => sendEvents(ctx, input.run_workflow_id, input.submission, events);
       try {
-        const started = await Promise.race([startBatch(target, input), ctx.cancelled]);
+        const addresses = input.addresses ?? (await Promise.race([addressBookOf(ctx, input.run_workflow_id, input.run_uid, input.submission), ctx.cancelled]));
+        const started = await Promise.race([startBatch(target, input, addresses), ctx.cancelled]);
         if (!(await send(started.events))) return;
         await supervise(ctx, target, input, started.running, details.started_ms, send);
       } finally {
@@ -145,7 +179,7 @@ export function createJobBatchActivities(backends: BackendRegistry) {
 }
 
 /** Starts every job of the batch; `running` and `failed` events for all of them, and the refs that run. */
-async function startBatch(target: Backend, input: RunJobsInput): Promise<{ events: JobEvent[]; running: JobRef[] }> {
+async function startBatch(target: Backend, input: RunJobsInput, addresses: AddressBook): Promise<{ events: JobEvent[]; running: JobRef[] }> {
   let env: Record<string, string>;
   try {
     env = openSecrets(input.run.env);
@@ -160,8 +194,8 @@ async function startBatch(target: Backend, input: RunJobsInput): Promise<{ event
     run: input.run,
     runUid: input.run_uid,
     env,
-    addresses: input.addresses,
-    byGroup: addressesByGroup(input.addresses.job_ips, input.group_sizes),
+    addresses,
+    byGroup: addressesByGroup(addresses.job_ips, input.group_sizes),
   };
   const outcomes = await mapLimit(input.jobs, CONCURRENCY, async ({ ref, plan_job }): Promise<JobEvent> => {
     let files: JobFiles;

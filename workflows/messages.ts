@@ -73,5 +73,14 @@ export const AddressBookSchema = z.object({
   gpus_per_node: z.array(z.number().int().nonnegative()),
 });
 export type AddressBook = z.infer<typeof AddressBookSchema>;
+/** The whole book to every group: how runs begun before `addressesReady` deliver it. */
 export const clusterReadySignal = defineSignal<[AddressBook]>('clusterReady');
+/**
+ * Every job has its address, and these of the group's jobs may start now. The book is read from
+ * the run (`runAddressBook`) by the activities that start jobs, so it is in the run's history once
+ * rather than once per group.
+ */
+export const addressesReadySignal = defineSignal<[{ job_nums: number[] }]>('addressesReady');
+/** The current submission's address book (null before it is complete, or for another submission). */
+export const runAddressBookQuery = defineQuery<AddressBook | null, [{ submission: number }]>('runAddressBook');
 export const mayStartSignal = defineSignal<[{ job_nums: number[] }]>('mayStart');

@@ -13,6 +13,7 @@ import type { GroupPlan, JobPlan, Plan, RetryPolicy } from '../src/plan/plan-sch
 import { classifyBatchFailure, FailureType, type BatchJobFailure } from './failure-types';
 import { classifyProvisioningFailure, classifyRunningFailure, type ClassifiedFailure } from './failures';
 import {
+  addressesReadySignal,
   clusterReadySignal,
   jobEventsSignal,
   mayStartSignal,
@@ -61,6 +62,13 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
   setHandler(clusterReadySignal, (book) => {
     addresses = book;
   });
+  /** Every job has its address; the activities read the book from the run (newer runs). */
+  let addressesReady = false;
+  setHandler(addressesReadySignal, ({ job_nums }) => {
+    addressesReady = true;
+    for (const n of job_nums) mayStart.add(n);
+  });
+  const haveAddresses = () => addresses !== null || addressesReady;
   setHandler(mayStartSignal, ({ job_nums }) => {
     for (const n of job_nums) mayStart.add(n);
   });
@@ -127,9 +135,9 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
   }
 
   if (!patched(GROUP_BATCHES_PATCH)) {
-    await condition(() => addresses !== null);
-    const book = addresses as AddressBook | null;
-    if (book === null) return;
+    await condition(haveAddresses);
+    // A run upgraded mid-way may say only that the book is ready: these jobs need it here.
+    const book = addresses ?? (await batchActivities.readAddressBook({ run_workflow_id: input.run_workflow_id, submission: input.submission }));
     await Promise.all([...inFlight, ...input.jobs.map((job) => runJobOneByOne(input, job, instances.get(job.job_num), book, mayStart, report))]);
     return;
   }
@@ -151,24 +159,29 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
     const failedNums = new Set(failures.map((f) => f.job_num));
     for (const job of placed) (failedNums.has(job.job_num) ? settled : runnerReady).add(job.job_num);
     runnersAnswered = true;
-    await report(failures.map(({ job_num, ...failure }) => ({ kind: 'failed' as const, job_num, ...classifyBatchFailure(failure) })));
+    // Runs begun before the patch were told of every group's runners, failures or none.
+    if (failures.length > 0 || !patched(NO_EMPTY_REPORTS_PATCH)) {
+      await report(failures.map(({ job_num, ...failure }) => ({ kind: 'failed' as const, job_num, ...classifyBatchFailure(failure) })));
+    }
   });
 
   // Then the jobs the run lets start, a batch at a time: started and supervised by one activity.
   const batches: Array<Promise<void>> = [];
-  const startable = () => placed.filter((job) => addresses !== null && runnerReady.has(job.job_num) && mayStart.has(job.job_num) && !settled.has(job.job_num));
+  const startable = () => placed.filter((job) => haveAddresses() && runnerReady.has(job.job_num) && mayStart.has(job.job_num) && !settled.has(job.job_num));
   for (;;) {
     await condition(() => startable().length > 0 || (runnersAnswered && placed.every((job) => settled.has(job.job_num))));
     const batch = startable();
     if (batch.length === 0) break;
     batch.forEach((job) => settled.add(job.job_num));
-    batches.push(runBatch(input, batch.map((job) => ({ ref: refOf(job), plan_job: job })), addresses as AddressBook | null, report));
+    batches.push(runBatch(input, batch.map((job) => ({ ref: refOf(job), plan_job: job })), addresses, report));
   }
   await Promise.all([runners, ...batches, ...inFlight]);
 }
 
 /** Marks histories whose groups run jobs in batches (runs begun before it run one job at a time). */
 export const GROUP_BATCHES_PATCH = 'group-batches';
+/** Marks histories whose groups tell the run of runners only when some never came. */
+export const NO_EMPTY_REPORTS_PATCH = 'no-empty-runner-reports';
 /** Marks histories whose groups do not wait for the run to take a report of addresses before going on. */
 export const REPORTS_IN_FLIGHT_PATCH = 'reports-in-flight';
 
@@ -187,14 +200,16 @@ async function waitForRunners(input: NodeGroupInput, jobs: JobRef[], label: stri
   }
 }
 
-/** One activity starts the batch and supervises it until its last job ends; it reports to the run itself. */
+/**
+ * One activity starts the batch and supervises it until its last job ends; it reports to the run
+ * itself. `addresses` null: the activity reads the book from the run.
+ */
 async function runBatch(
   input: NodeGroupInput,
   jobs: Array<{ ref: JobRef; plan_job: JobPlan }>,
   addresses: AddressBook | null,
   report: (events: JobEvent[]) => Promise<void>,
 ): Promise<void> {
-  if (addresses === null) return;
   const refs = jobs.map((j) => j.ref);
   try {
     await supervisedActivities.runJobs.executeWithOptions(

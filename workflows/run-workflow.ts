@@ -23,9 +23,11 @@ import { rootMessage } from './failures';
 import { nodeGroupWorkflowId } from './ids';
 import {
   RunInputSchema,
+  addressesReadySignal,
   clusterReadySignal,
   jobEventsSignal,
   mayStartSignal,
+  runAddressBookQuery,
   runJobsQuery,
   runStateQuery,
   stopRunSignal,
@@ -61,6 +63,7 @@ const START_WITH_ADDRESSES = 'may-start-with-addresses';
 const EVENTS_CLOSED_AT_TEARDOWN = 'events-closed-at-teardown';
 const EVENTS_DURING_SENDS_WAKE = 'events-during-sends-wake';
 const DESCRIBE_ONLY_FOR_MULTI_NODE_GROUPS = 'describe-only-for-multi-node-groups';
+const ADDRESSES_BY_QUERY = 'addresses-by-query';
 
 /** Teardown must finish: retried with back-off for a long while, never cancelled. */
 const teardownActivities = proxyActivities<TroupeActivities>({
@@ -93,6 +96,9 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
 
   setHandler(runStateQuery, () => answerOf(state));
   setHandler(runJobsQuery, ({ offset, limit }) => jobsPage(state, offset, limit));
+  /** The current submission's address book, once every job has an address. */
+  let addressBook: AddressBook | null = null;
+  setHandler(runAddressBookQuery, ({ submission }) => (submission === state.submission ? addressBook : null));
   setHandler(stopRunSignal, ({ abort }) => {
     stopRequest = { abort: abort || stopRequest?.abort === true };
   });
@@ -154,6 +160,7 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
 
   async function runSubmission(): Promise<Outcome> {
     setStatus('PROVISIONING');
+    addressBook = null;
     const scope = new CancellationScope();
     const children = await scope.run(() => Promise.all(plan.groups.map((group) => startGroup(group.index))));
     let childFailure: string | null = null;
@@ -196,15 +203,26 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
         job_ips: state.jobs.map((job) => job.instance?.internal_ip ?? ''),
         gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? 0),
       };
-      // The first jobs' mayStart goes out in the same workflow task as the address book.
-      let delivered: Promise<unknown> | null = deliverAddressBook(children, book);
-      if (!patched(START_WITH_ADDRESSES)) {
-        await delivered;
-        delivered = null;
+      addressBook = book;
+      const signalled = new Set<number>();
+      let delivered: Promise<unknown> | null;
+      if (patched(ADDRESSES_BY_QUERY)) {
+        // One signal per group: the book is ready (to read from this run), and which of its jobs may start now.
+        const first = jobsAllowedToStart(plan, state.jobs);
+        first.forEach((n) => signalled.add(n));
+        delivered = Promise.all(
+          children.map((child, g) => child.signal(addressesReadySignal, { job_nums: first.filter((n) => state.jobs[n]?.group_index === g) })),
+        );
+      } else {
+        // The first jobs' mayStart goes out in the same workflow task as the address book.
+        delivered = deliverAddressBook(children, book);
+        if (!patched(START_WITH_ADDRESSES)) {
+          await delivered;
+          delivered = null;
+        }
       }
 
       // Start-up in the order asked, then watch until the stop criteria hold.
-      const signalled = new Set<number>();
       let runningSinceMs: number | null = null;
       // Job events that arrive while the mayStart signals are being delivered must wake the loop
       // again (else a job that started and ended meanwhile would leave the next ones unstarted).
