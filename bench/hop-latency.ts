@@ -1,7 +1,9 @@
 /**
  * The bare cost of one Temporal hop on this machine, without Troupe: a signal from one workflow to
- * another (ping-pong between two workflows) and a trivial activity awaited by its workflow, each
- * `BENCH_HOPS` times in a row (50 by default), on the benches' own dev server and an in-process worker.
+ * another (ping-pong between two workflows), a trivial activity awaited by its workflow, and two
+ * workflows signalling each other at the same moment, each `BENCH_HOPS` times in a row (50 by
+ * default), on the benches' own dev server (Troupe's settings, src/devserver/dev-server.ts) and an
+ * in-process worker. BENCH_SERVER_DEFAULTS=1: the dev server without Troupe's settings, to compare.
  *
  *   npx tsx bench/hop-latency.ts
  *
@@ -34,10 +36,22 @@ try {
     const signalStamps = (await pinger.result()) as number[];
     const chain = await env.client.workflow.start('ActivityChainWorkflow', { taskQueue, workflowId: `hops-chain-${process.pid}-${round}`, args: [HOPS] });
     const activityStamps = (await chain.result()) as number[];
+    const crossing = await Promise.all(
+      ['a', 'b'].map((side) =>
+        env.client.workflow.start('CrossWorkflow', {
+          taskQueue,
+          workflowId: `hops-cross-${side}-${process.pid}-${round}`,
+          args: [`hops-cross-${side === 'a' ? 'b' : 'a'}-${process.pid}-${round}`, HOPS],
+        }),
+      ),
+    );
+    const crossStamps = (await Promise.all(crossing.map((h) => h.result()))) as number[][];
     if (round === 1) continue; // warm-up
     console.log(`hop-latency: ${HOPS} hops in a row each, one in-process worker`);
     console.log(line('signal, workflow → workflow (and its task)', steps(signalStamps, 2)));
     console.log(line('activity, scheduled → result in the workflow', steps(activityStamps, 1)));
+    const rounds = steps(crossStamps[0] ?? [], 1);
+    console.log(`${line('two workflows signalling each other at once', rounds)}   slowest ${fmt(Math.max(...rounds))} ms`);
   }
 } finally {
   worker.shutdown();

