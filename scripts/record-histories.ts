@@ -65,6 +65,16 @@ const pd = (runName: string) => makePlan(runName, [
 ], { startup_order: 'workers-first' });
 
 try {
+  // The seed's sample as written: one node per group.
+  await record('pd-single-nodes', {
+    plan: makePlan('rec-pd-single', [
+      { name: 'router', nodes: 1, commands: ['echo router ${{ groups[1].nodes[0].IP_ADDRESS }}'] },
+      { name: 'prefill', nodes: 1, commands: ['sleep 0.2'] },
+      { name: 'decode', nodes: 1, commands: ['sleep 0.2'] },
+    ], { startup_order: 'workers-first' }),
+    backend: 'local',
+    options: { stop_grace_s: 1 },
+  });
   await record('pd-one-job-per-call', { plan: pd('rec-pd-simulated'), backend: 'simulated', options: {} });
   await record('pd-local-master-done', {
     plan: { ...pd('rec-pd-local'), stop_criteria: 'master-done', groups: pd('rec-pd-local').groups.map((g, i) => ({ ...g, commands: [i === 0 ? 'sleep 0.3' : 'sleep 30'] })), jobs: pd('rec-pd-local').jobs.map((j) => ({ ...j, commands: [j.job_num === 0 ? 'sleep 0.3' : 'sleep 30'] })) },
