@@ -117,7 +117,10 @@ async function main(): Promise<void> {
     for (const make of targets) {
       const target = await make();
       try {
-        results.push(await measureTarget(env, target));
+        const result = await measureTarget(env, target);
+        results.push(result);
+        // Printed as each fleet is done: a later one that fails does not take these figures with it.
+        report(result);
       } finally {
         await target.cleanup();
       }
@@ -125,7 +128,6 @@ async function main(): Promise<void> {
   } finally {
     await env.close();
   }
-  for (const result of results) report(result);
   writeFileSync(join(resultsDir(), 'launch-latency.json'), `${JSON.stringify({ runs: RUNS, work: WORK, results }, null, 2)}\n`);
   plot(results);
 }
@@ -345,8 +347,9 @@ async function measureTroupe(env: BenchTemporal, taskQueue: string, target: Flee
   if (state.status !== 'DONE') throw new Error(`run ${runName} ended ${state.status}: ${state.message}`);
   const parent = await workflowCost(env.client, runId);
   const children = await Promise.all(plan.groups.map((g) => workflowCost(env.client, nodeGroupWorkflowId(runId, g.name, 0))));
-  const lastOf = (costs: WorkflowCost[], kind: string, name: string | null = null) =>
-    Math.max(...costs.map((c) => lastEvent(c, kind, name))) - t0;
+  /** The last such event over the workflows that have one. */
+  const lastOf = (costs: WorkflowCost[], kind: string, ...names: string[]) =>
+    Math.max(...costs.flatMap((c) => names.map((name) => lastEvent(c, kind, name))).filter((t) => !Number.isNaN(t))) - t0;
   const latest = (field: 'provisioned_at' | 'running_at') => Math.max(...state.jobs.map((j) => Date.parse(j[field] ?? ''))) - t0;
   const all = [parent, ...children];
   return {
@@ -354,9 +357,11 @@ async function measureTroupe(env: BenchTemporal, taskQueue: string, target: Flee
     childrenStarted: lastEvent(parent, 'childWorkflowExecutionStarted') - t0,
     provisionDone: lastOf(children, 'activityTaskCompleted', 'provisionJobs'),
     lastProvisioned: latest('provisioned_at'),
-    addressesDelivered: lastOf(children, 'workflowExecutionSignaled', 'clusterReady'),
+    // `addressesReady` (the book is read from the run); runs before it got `clusterReady` with the book.
+    addressesDelivered: lastOf(children, 'workflowExecutionSignaled', 'addressesReady', 'clusterReady'),
     runnersReady: lastOf(children, 'activityTaskCompleted', 'waitRunnersReady'),
-    lastMayStart: lastOf(children, 'workflowExecutionSignaled', 'mayStart'),
+    // The first jobs' permission rides on `addressesReady`; the router's (workers-first) is a `mayStart`.
+    lastMayStart: lastOf(children, 'workflowExecutionSignaled', 'mayStart', 'addressesReady'),
     lastBatchScheduled: lastOf(children, 'activityTaskScheduled', 'runJobs'),
     allRunning: latest('running_at'),
     lastExitedReported: lastEvent(parent, 'workflowExecutionSignaled', 'jobEvents') - t0,
@@ -404,7 +409,7 @@ function report(result: TargetResult): void {
       ['PROVISION: last job provisioned (run saw it)', (s) => s.lastProvisioned],
       ['ADDRESS EXCHANGE: book at the last child', (s) => s.addressesDelivered],
       ['waitRunnersReady done (last group)', (s) => s.runnersReady],
-      ['mayStart signal at the last child', (s) => s.lastMayStart],
+      ['last start permission at a child (mayStart)', (s) => s.lastMayStart],
       ['runJobs scheduled (last batch)', (s) => s.lastBatchScheduled],
       ['START-UP: all jobs RUNNING (run saw it)', (s) => s.allRunning],
       ['last job event (exit) at the run', (s) => s.lastExitedReported],

@@ -258,7 +258,9 @@ async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
     const running = state?.jobs.filter((j) => j.running_at !== null) ?? [];
     const all = [parent, ...present];
     const pick = (w: WorkflowCost) => ({ events: w.events, bytes: w.bytes, workflowTasks: w.workflowTasks, signalsIn: w.signalsIn, signalsOut: w.signalsOut });
-    const lastInChildren = (kind: string, name: string) => Math.max(...present.map((w) => lastEvent(w, kind, name))) - t0;
+    /** The last such event over the children that have one. */
+    const lastInChildren = (kind: string, ...names: string[]) =>
+      Math.max(...present.flatMap((w) => names.map((name) => lastEvent(w, kind, name))).filter((t) => !Number.isNaN(t))) - t0;
     const lastAt = (field: 'provisioned_at') => Math.max(...(state?.jobs ?? []).map((j) => Date.parse(j[field] ?? ''))) - t0;
     const firstFailure = all.map((w) => w.firstWorkflowTaskFailure).find((m) => m !== null) ?? null;
     return {
@@ -284,7 +286,8 @@ async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
       workerPeakRssMiB,
       milestones: {
         provisioned: lastAt('provisioned_at'),
-        addresses: lastInChildren('workflowExecutionSignaled', 'clusterReady'),
+        // `addressesReady` (the book is read from the run); runs before it got `clusterReady` with the book.
+        addresses: lastInChildren('workflowExecutionSignaled', 'addressesReady', 'clusterReady'),
         runnersReady: lastInChildren('activityTaskCompleted', 'waitRunnersReady'),
         started: lastInChildren('activityTaskScheduled', 'runJobs'),
       },

@@ -20,18 +20,17 @@ export const searchAttributes: Record<string, string> = {
 };
 
 /**
- * Dynamic config for latency (deploy/temporal/dynamicconfig.yaml sets the same for PostgreSQL):
- * - The history service's transfer queue (the tasks that hand a workflow task to a poller and
- *   deliver a signal to another workflow) reads new tasks at most 20 times a second by default:
- *   past a short burst every hop of a run then waits for the next read, ~50 ms. A run's launch is
- *   a chain of such hops (bench/hop-latency.ts: 50 ms a hop by default, 8-10 ms with this).
- * - A signal from workflow A to B holds A's lock while it takes B's; when B signals A at the same
- *   moment (a group reporting to its run while the run signals it), both wait until one gives up:
- *   500 ms by default (the slowest of 50 such crossings in bench/hop-latency.ts: 1,020 ms; with
- *   10 ms, 70-79 ms). A task that gives up is retried at once; the SQLite writes that hold a lock
- *   take a few ms. (PostgreSQL's take longer: deploy/temporal/dynamicconfig.yaml has 50 ms.)
+ * Dynamic config for latency (deploy/temporal/dynamicconfig.yaml sets the same for PostgreSQL).
+ * The history service's transfer queue (the tasks that hand a workflow task to a poller and
+ * deliver a signal to another workflow) reads new tasks at most 20 times a second by default: past
+ * a short burst every hop of a run then waits for the next read, ~50 ms. A run's launch is a chain
+ * of such hops (bench/hop-latency.ts: 50 ms an activity and 100 ms a signal by default, 8 and 11 ms
+ * with this). Not changed, after measuring: `history.cacheNonUserContextLockTimeout` (500 ms). Two
+ * workflows signalling each other at the same moment wait for each other's lock until it runs out;
+ * 10 ms ends that stall sooner but makes a 2,048-node run 4x slower (tasks give up on busy
+ * workflows and queue again), and Troupe's groups no longer signal their run while it signals them.
  */
-export const serverTuning = ['history.transferProcessorMaxPollRPS=1000', 'history.cacheNonUserContextLockTimeout="10ms"'];
+export const serverTuning = ['history.transferProcessorMaxPollRPS=1000'];
 
 export interface DevServerOptions {
   /** Folder for the pid file, log and (optionally) database. */
