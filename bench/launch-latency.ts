@@ -26,7 +26,7 @@ import { createTestHosts, type TestHosts } from '../test/e2e/hosts';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import type { RunOptionsInput } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
-import { firstEvent, lastEvent, workflowCost, type WorkflowCost } from './harness/history';
+import { firstEvent, lastEvent, lastEventOf, workflowCost, type WorkflowCost } from './harness/history';
 import type { BackendRegistry } from '../activities';
 import { cpuSeconds, loadAverage } from './harness/cpu';
 import { DECODE_IP, PREFILL_IP, pdCommands, pdPlan } from './harness/plans';
@@ -347,9 +347,7 @@ async function measureTroupe(env: BenchTemporal, taskQueue: string, target: Flee
   if (state.status !== 'DONE') throw new Error(`run ${runName} ended ${state.status}: ${state.message}`);
   const parent = await workflowCost(env.client, runId);
   const children = await Promise.all(plan.groups.map((g) => workflowCost(env.client, nodeGroupWorkflowId(runId, g.name, 0))));
-  /** The last such event over the workflows that have one. */
-  const lastOf = (costs: WorkflowCost[], kind: string, ...names: string[]) =>
-    Math.max(...costs.flatMap((c) => names.map((name) => lastEvent(c, kind, name))).filter((t) => !Number.isNaN(t))) - t0;
+  const lastOf = (costs: WorkflowCost[], kind: string, ...names: string[]) => lastEventOf(costs, kind, ...names) - t0;
   const latest = (field: 'provisioned_at' | 'running_at') => Math.max(...state.jobs.map((j) => Date.parse(j[field] ?? ''))) - t0;
   const all = [parent, ...children];
   return {

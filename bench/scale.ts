@@ -20,7 +20,7 @@ import { withAllJobs } from '../src/client/run-jobs';
 import { runJobsQuery, runStateQuery } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
 import { cpuSeconds, loadAverage } from './harness/cpu';
-import { lastEvent, workflowCost, type WorkflowCost } from './harness/history';
+import { lastEventOf, workflowCost, type WorkflowCost } from './harness/history';
 import { pdPlan, spreadPlan } from './harness/plans';
 import { resultsDir } from './harness/results';
 import { bytes, fmt } from './harness/stats';
@@ -258,9 +258,7 @@ async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
     const running = state?.jobs.filter((j) => j.running_at !== null) ?? [];
     const all = [parent, ...present];
     const pick = (w: WorkflowCost) => ({ events: w.events, bytes: w.bytes, workflowTasks: w.workflowTasks, signalsIn: w.signalsIn, signalsOut: w.signalsOut });
-    /** The last such event over the children that have one. */
-    const lastInChildren = (kind: string, ...names: string[]) =>
-      Math.max(...present.flatMap((w) => names.map((name) => lastEvent(w, kind, name))).filter((t) => !Number.isNaN(t))) - t0;
+    const lastInChildren = (kind: string, ...names: string[]) => lastEventOf(present, kind, ...names) - t0;
     const lastAt = (field: 'provisioned_at') => Math.max(...(state?.jobs ?? []).map((j) => Date.parse(j[field] ?? ''))) - t0;
     const firstFailure = all.map((w) => w.firstWorkflowTaskFailure).find((m) => m !== null) ?? null;
     return {

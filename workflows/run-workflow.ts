@@ -96,9 +96,7 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
 
   setHandler(runStateQuery, () => answerOf(state));
   setHandler(runJobsQuery, ({ offset, limit }) => jobsPage(state, offset, limit));
-  /** The current submission's address book, once every job has an address. */
-  let addressBook: AddressBook | null = null;
-  setHandler(runAddressBookQuery, ({ submission }) => (submission === state.submission ? addressBook : null));
+  setHandler(runAddressBookQuery, ({ submission }) => (submission === state.submission ? addressBookOf(state) : null));
   setHandler(stopRunSignal, ({ abort }) => {
     stopRequest = { abort: abort || stopRequest?.abort === true };
   });
@@ -160,7 +158,6 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
 
   async function runSubmission(): Promise<Outcome> {
     setStatus('PROVISIONING');
-    addressBook = null;
     const scope = new CancellationScope();
     const children = await scope.run(() => Promise.all(plan.groups.map((group) => startGroup(group.index))));
     let childFailure: string | null = null;
@@ -198,12 +195,8 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
       );
       const afterAddresses = ended();
       if (afterAddresses) return afterAddresses;
-      if (!haveAll) return addressesTimedOut();
-      const book = {
-        job_ips: state.jobs.map((job) => job.instance?.internal_ip ?? ''),
-        gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? 0),
-      };
-      addressBook = book;
+      const book = addressBookOf(state);
+      if (!haveAll || !book) return addressesTimedOut();
       const signalled = new Set<number>();
       let delivered: Promise<unknown> | null;
       if (patched(ADDRESSES_BY_QUERY)) {
@@ -376,6 +369,15 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
     state.termination_reason = reason;
     setStatus(outcome.kind === 'done' ? 'DONE' : outcome.kind === 'stopped' ? 'TERMINATED' : 'FAILED');
   }
+}
+
+/** The submission's address book, once every job has an address (null before). */
+function addressBookOf(state: RunState): AddressBook | null {
+  if (!state.jobs.every((job) => job.instance !== null)) return null;
+  return {
+    job_ips: state.jobs.map((job) => job.instance?.internal_ip ?? ''),
+    gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? 0),
+  };
 }
 
 /**

@@ -131,3 +131,9 @@ export function firstEvent(cost: WorkflowCost, kind: string, name: string | null
   const times = cost.timeline.filter((e) => e.kind === kind && (name === null || e.name === name)).map((e) => e.timeMs);
   return times.length > 0 ? Math.min(...times) : Number.NaN;
 }
+
+/** Time of the last event of `kind` with one of `names`, over the workflows that have one, or NaN. */
+export function lastEventOf(costs: WorkflowCost[], kind: string, ...names: string[]): number {
+  const times = costs.flatMap((c) => names.map((name) => lastEvent(c, kind, name))).filter((t) => !Number.isNaN(t));
+  return times.length > 0 ? Math.max(...times) : Number.NaN;
+}
