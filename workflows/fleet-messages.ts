@@ -1,91 +1,23 @@
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import { z } from 'zod';
-import { ResourcesSchema } from '../src/config/resources-schema';
-import { SshTargetSchema } from '../src/backends/ssh/target';
-import { HostFactsSchema } from '../src/backends/ssh/detect';
+import type { AllocateRequest, FleetHostSpec, FleetSpec, FleetState } from './fleet-schemas';
 
-/** A fleet as FleetWorkflow holds it: hosts over SSH, what each has, and which run/job holds it. */
-
-export const FleetHostSpecSchema = z.object({
-  target: SshTargetSchema,
-  /** `internal_ip` from the config: the address peers use. */
-  internal_ip: z.string().nullable(),
-  /** `network` (CIDR) from the config: the internal address is the host's address in it. */
-  network: z.string().nullable(),
-});
-export type FleetHostSpec = z.infer<typeof FleetHostSpecSchema>;
-
-export const FleetSpecSchema = z.object({
-  name: z.string(),
-  placement: z.enum(['any', 'cluster']),
-  hosts: z.array(FleetHostSpecSchema).min(1),
-});
-export type FleetSpec = z.infer<typeof FleetSpecSchema>;
-
-export const HolderSchema = z.object({
-  run_id: z.string(),
-  run_name: z.string(),
-  submission: z.number().int(),
-  job_num: z.number().int(),
-  job_name: z.string(),
-});
-export type Holder = z.infer<typeof HolderSchema>;
-
-export const HostKeySourceSchema = z.enum(['known_hosts', 'fingerprint', 'pinned']);
-export type HostKeySource = z.infer<typeof HostKeySourceSchema>;
-
-export const HostKeySchema = z.object({
-  fingerprint: z.string(),
-  /** How it was verified: a known_hosts entry, a fingerprint in the config, or pinned at first contact. */
-  source: HostKeySourceSchema,
-  /** Key type, `ssh-ed25519`…: which of the host's key files to compare the fingerprint with. */
-  algorithm: z.string().nullable().default(null),
-  /** When it was first verified (pinned keys: the moment of first contact). */
-  since: z.string().nullable().default(null),
-});
-export type HostKey = z.infer<typeof HostKeySchema>;
-
-export const FleetHostStateSchema = z.object({
-  index: z.number().int(),
-  spec: FleetHostSpecSchema,
-  /** `probing`: never answered yet; `ready`: usable; `unreachable`: see `reason` (re-apply the fleet to probe again). */
-  status: z.enum(['probing', 'ready', 'unreachable']),
-  reason: z.string().nullable(),
-  facts: HostFactsSchema.nullable(),
-  internal_ip: z.string().nullable(),
-  host_key: HostKeySchema.nullable(),
-  /** The key of the host's proxy_jump host, verified the same way (null without a jump host). */
-  jump_host_key: HostKeySchema.nullable().default(null),
-  holder: HolderSchema.nullable(),
-  probed_at: z.string().nullable(),
-});
-export type FleetHostState = z.infer<typeof FleetHostStateSchema>;
-
-export const FleetStateSchema = z.object({
-  name: z.string(),
-  placement: z.enum(['any', 'cluster']),
-  hosts: z.array(FleetHostStateSchema),
-  /** `run_id/submission` already released: a late allocation for them is refused. Bounded. */
-  closed_submissions: z.array(z.string()),
-  deleted: z.boolean(),
-});
-export type FleetState = z.infer<typeof FleetStateSchema>;
+/** What a fleet's workflow is asked and answers (the shapes' schemas: workflows/fleet-schemas.ts). */
+export type {
+  AllocateRequest,
+  FleetHostSpec,
+  FleetHostState,
+  FleetSpec,
+  FleetState,
+  Holder,
+  HostKey,
+  HostKeySource,
+} from './fleet-schemas';
 
 export interface FleetInput {
   spec: FleetSpec;
   /** Carried over by continue-as-new. */
   state?: FleetState;
 }
-
-export const AllocateRequestSchema = z.object({
-  run_id: z.string(),
-  run_name: z.string(),
-  submission: z.number().int(),
-  group_name: z.string(),
-  resources: ResourcesSchema,
-  jobs: z.array(z.object({ job_num: z.number().int(), job_name: z.string() })).min(1),
-});
-export type AllocateRequest = z.infer<typeof AllocateRequestSchema>;
 
 /** A host as a job of a run holds it: what the backend needs to reach it with its verified key. */
 export interface HeldHost {

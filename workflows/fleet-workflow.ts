@@ -12,8 +12,6 @@ import { describeResources, hostShortfalls, pickHosts } from '../src/fleet/host-
 import type { Resources } from '../src/config/resources-schema';
 import { FailureType } from './failure-types';
 import {
-  AllocateRequestSchema,
-  FleetSpecSchema,
   allocateHostsUpdate,
   applyFleetUpdate,
   closeSubmissionUpdate,
@@ -47,6 +45,9 @@ const FORCED_DELETE_GRACE = '2 minutes';
  * verified before, resources detected); hosts stay usable while they are re-probed.
  */
 export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
+  // Loaded here, not with the module: every new workflow of a worker evaluates the workflow modules
+  // again, and zod's are most of that time. `eager` keeps it in the bundle: a microtask, on every replay.
+  const { AllocateRequestSchema, FleetSpecSchema } = await import(/* webpackMode: "eager" */ './fleet-schemas');
   const state: FleetState = input.state ?? {
     name: input.spec.name,
     placement: input.spec.placement,
@@ -72,9 +73,9 @@ export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
       await condition(() => completedRound >= round || state.deleted);
       return state;
     },
-    { validator: (spec) => validateSpec(state, spec) },
+    { validator: (spec) => validateSpec(state, FleetSpecSchema.parse(spec)) },
   );
-  setHandler(allocateHostsUpdate, (request) => allocate(state, request), {
+  setHandler(allocateHostsUpdate, (request) => allocate(state, AllocateRequestSchema.parse(request)), {
     validator: (request) => void AllocateRequestSchema.parse(request),
   });
   setHandler(closeSubmissionUpdate, ({ run_id, submission }) => {
@@ -127,8 +128,8 @@ function hostKey(spec: FleetHostSpec): string {
   return `${spec.target.user}@${spec.target.hostname}:${spec.target.port}`;
 }
 
+/** `spec` has passed its schema already. */
 function validateSpec(state: FleetState, spec: FleetSpec): void {
-  FleetSpecSchema.parse(spec);
   if (spec.name !== state.name) throw new Error(`fleet name ${spec.name} does not match ${state.name}`);
   if (state.deleted) throw new Error(`fleet ${state.name} is being deleted`);
   const kept = new Set(spec.hosts.map(hostKey));
@@ -203,8 +204,8 @@ async function probeHosts(state: FleetState, batch: FleetHostState[]): Promise<v
   );
 }
 
-function allocate(state: FleetState, request: AllocateRequest): HeldHost[] {
-  const req = AllocateRequestSchema.parse(request);
+/** `req` has passed its schema already (its defaults filled in). */
+function allocate(state: FleetState, req: AllocateRequest): HeldHost[] {
   const submissionKey = `${req.run_id}/${req.submission}`;
   if (state.closed_submissions.includes(submissionKey)) {
     throw ApplicationFailure.nonRetryable(`submission ${submissionKey} was already released`, FailureType.SubmissionClosed);

@@ -62,10 +62,11 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
   setHandler(clusterReadySignal, (book) => {
     addresses = book;
   });
-  /** Every job has its address; the activities read the book from the run (newer runs). */
+  /** Every job has its address; the book comes with it (small runs) or the activities read it from the run. */
   let addressesReady = false;
-  setHandler(addressesReadySignal, ({ job_nums }) => {
+  setHandler(addressesReadySignal, ({ job_nums, book }) => {
     addressesReady = true;
+    if (book) addresses = book;
     for (const n of job_nums) mayStart.add(n);
   });
   const haveAddresses = () => addresses !== null || addressesReady;

@@ -22,7 +22,6 @@ import type { RetryEvent, RetryPolicy } from '../src/plan/plan-schema';
 import { rootMessage } from './failures';
 import { nodeGroupWorkflowId } from './ids';
 import {
-  RunInputSchema,
   addressesReadySignal,
   clusterReadySignal,
   jobEventsSignal,
@@ -79,7 +78,7 @@ const teardownActivities = proxyActivities<TroupeActivities>({
  * runs. Resubmits the whole run while `retry` allows.
  */
 export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
-  const input = parseInput(arg);
+  const input = await parseInput(arg);
   const { plan } = input;
   const state = initialState(input);
   const retry = effectiveRetry(input);
@@ -200,11 +199,13 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
       const signalled = new Set<number>();
       let delivered: Promise<unknown> | null;
       if (patched(ADDRESSES_BY_QUERY)) {
-        // One signal per group: the book is ready (to read from this run), and which of its jobs may start now.
+        // One signal per group: the book is ready (in it when small, else to read from this run), and
+        // which of the group's jobs may start now.
         const first = jobsAllowedToStart(plan, state.jobs);
         first.forEach((n) => signalled.add(n));
+        const inline = JSON.stringify(book).length * children.length <= ADDRESS_BOOK_INLINE_MAX_BYTES ? { book } : {};
         delivered = Promise.all(
-          children.map((child, g) => child.signal(addressesReadySignal, { job_nums: first.filter((n) => state.jobs[n]?.group_index === g) })),
+          children.map((child, g) => child.signal(addressesReadySignal, { job_nums: first.filter((n) => state.jobs[n]?.group_index === g), ...inline })),
         );
       } else {
         // The first jobs' mayStart goes out in the same workflow task as the address book.
@@ -381,6 +382,13 @@ function addressBookOf(state: RunState): AddressBook | null {
 }
 
 /**
+ * Up to this much in all (the book's size times the groups), the book goes to the groups with
+ * `addressesReady`: their first jobs then start without a query to the run, which waits for the
+ * run's workflow task in flight. Past it, the run's history would grow as nodes × groups.
+ */
+const ADDRESS_BOOK_INLINE_MAX_BYTES = 64 * 1024;
+
+/**
  * The book to every group. Each signal carries all of it, so many big groups would make one
  * workflow task larger than gRPC's 4 MB, and the server terminates a workflow whose task is; past
  * that size the signals go out in several tasks (smaller runs send them all in one, as always).
@@ -395,7 +403,14 @@ function deliverAddressBook(children: ChildWorkflowHandle<typeof NodeGroupWorkfl
   })();
 }
 
-function parseInput(arg: RunInputArg): RunInput {
+/**
+ * The input, checked and with its defaults. The schemas are loaded here rather than with the
+ * module: every new workflow of the worker (a run's groups too) evaluates the workflow modules
+ * again, and zod's are most of that time (bench/launch-latency.ts). `eager` keeps the module in
+ * the one bundle: the load is a microtask, the same on every replay.
+ */
+async function parseInput(arg: RunInputArg): Promise<RunInput> {
+  const { RunInputSchema } = await import(/* webpackMode: "eager" */ './message-schemas');
   const parsed = RunInputSchema.safeParse(arg);
   if (!parsed.success) {
     // A plain error would fail the workflow task forever; a bad input is the caller's to fix.

@@ -16,7 +16,8 @@ import type { JobRef, LogChunk } from '../backends/backend';
 import type { ReadLogInput } from '../../activities';
 import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { runJobsQuery, runStateQuery, stopRunSignal, type RunInputArg } from '../../workflows/messages';
-import { isFinished, RunStateSchema, type JobState, type RunState, type RunStatus } from '../../workflows/run-state';
+import { isFinished, type JobState, type RunState, type RunStatus } from '../../workflows/run-state';
+import { RunStateSchema } from '../../workflows/run-state-schema';
 import {
   isRunUnavailable,
   JobNotFoundError,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { JOBS_PAGE_MAX, JobStateSchema, type JobState, type RunState } from '../../workflows/run-state';
+import { JOBS_PAGE_MAX, type JobState, type RunState } from '../../workflows/run-state';
+import { JobStateSchema } from '../../workflows/run-state-schema';
 import { TroupeClientError } from './errors';
 
 /**

@@ -21,16 +21,28 @@ export const searchAttributes: Record<string, string> = {
 
 /**
  * Dynamic config for latency (deploy/temporal/dynamicconfig.yaml sets the same for PostgreSQL).
- * The history service's transfer queue (the tasks that hand a workflow task to a poller and
- * deliver a signal to another workflow) reads new tasks at most 20 times a second by default: past
- * a short burst every hop of a run then waits for the next read, ~50 ms. A run's launch is a chain
- * of such hops (bench/hop-latency.ts: 50 ms an activity and 100 ms a signal by default, 8 and 11 ms
- * with this). Not changed, after measuring: `history.cacheNonUserContextLockTimeout` (500 ms). Two
- * workflows signalling each other at the same moment wait for each other's lock until it runs out;
- * 10 ms ends that stall sooner but makes a 2,048-node run 4x slower (tasks give up on busy
- * workflows and queue again), and Troupe's groups no longer signal their run while it signals them.
+ *
+ * - The history service's transfer queue (the tasks that hand a workflow task to a poller and
+ *   deliver a signal to another workflow) reads new tasks at most 20 times a second by default:
+ *   past a short burst every hop of a run then waits for the next read, ~50 ms. A run's launch is
+ *   a chain of such hops (bench/hop-latency.ts: 50 ms an activity and 100 ms a signal by default,
+ *   8 and 11 ms with this).
+ * - One partition per task queue instead of four: a task written to a partition whose poller is
+ *   elsewhere waits to be forwarded. A group's first workflow task and every activity go through
+ *   the task queue (not the worker's sticky queue): one partition took the PD launch from ~306 to
+ *   ~288 ms (bench/timeline.ts). Partitions spread a busy queue over matching hosts; the dev
+ *   server has one host.
+ *
+ * Not changed, after measuring: `history.cacheNonUserContextLockTimeout` (500 ms). Two workflows
+ * signalling each other at the same moment wait for each other's lock until it runs out; 10 ms
+ * ends that stall sooner but makes a 2,048-node run 4x slower (tasks give up on busy workflows and
+ * queue again), and Troupe's groups no longer signal their run while it signals them.
  */
-export const serverTuning = ['history.transferProcessorMaxPollRPS=1000'];
+export const serverTuning = [
+  'history.transferProcessorMaxPollRPS=1000',
+  'matching.numTaskqueueReadPartitions=1',
+  'matching.numTaskqueueWritePartitions=1',
+];
 
 export interface DevServerOptions {
   /** Folder for the pid file, log and (optionally) database. */

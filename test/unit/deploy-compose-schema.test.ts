@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { z } from 'zod';
-import { projectRoot, searchAttributes } from '../../src/devserver/dev-server';
+import { projectRoot, searchAttributes, serverTuning } from '../../src/devserver/dev-server';
 
 /**
  * The deployment files checked without Docker: docker-compose.yml against a schema of the compose
@@ -298,6 +298,12 @@ describe('docker-compose.yml', () => {
     const parsed = dynamicConfig.safeParse(parse(read('deploy/temporal/dynamicconfig.yaml')));
     expect(parsed.success, parsed.error?.message).toBe(true);
     expect(parsed.data?.['frontend.enableServerVersionCheck']?.[0]?.value).toBe(false);
+  });
+
+  it("sets the dev server's latency settings", () => {
+    const config = parse(read('deploy/temporal/dynamicconfig.yaml')) as Record<string, Array<{ value: unknown }>>;
+    const settings = Object.fromEntries(serverTuning.map((s) => s.split('=') as [string, string]));
+    expect(Object.fromEntries(Object.keys(settings).map((key) => [key, String(config[key]?.[0]?.value)]))).toEqual(settings);
   });
 
   it('names the worker image after the package version', () => {

@@ -1,10 +1,9 @@
-import { spawn } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { JobLayout as L } from '../../runner/job-layout';
 import { environHas, isAlive, listPids, netnsInodeOf, readProcStat, type ProcessIdentity, type ProcStat } from './proc';
+import { spawner, type Detached } from './spawner';
 import { isErrno, pathExists, writeFileAtomic } from './state-files';
 
 /**
@@ -81,25 +80,14 @@ export interface SpawnOptions {
 
 /**
  * Starts the wrapper detached (a new session: it outlives this worker and leads the job's
- * process group). Resolves with its exit code if it ends within `watchMs` (a wrapper that lost
- * the claim ends at once; one that could not start ends non-zero), else null.
+ * process group). `exited` tells its exit code when it ends: a wrapper that lost the claim ends at
+ * once; one that could not start ends non-zero.
  */
-export function spawnWrapper(jobDir: string, opts: SpawnOptions): { exited: Promise<number | null> } {
+export function spawnWrapper(jobDir: string, opts: SpawnOptions): Detached {
   const wrapper = join(jobDir, L.wrapper);
   const [command, args] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, 'bash', wrapper]] : ['bash', [wrapper]];
-  const out = openSync(join(jobDir, L.wrapperLog), 'a');
-  try {
-    // stdin from /dev/null also keeps bash from reading ~/.bashrc (it does when stdin is a socket).
-    const child = spawn(command, args, { cwd: jobDir, detached: true, stdio: ['ignore', out, out], env: opts.env });
-    const exited = new Promise<number | null>((resolve) => {
-      child.once('error', () => resolve(-1));
-      child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 : -1)));
-    });
-    child.unref();
-    return { exited };
-  } finally {
-    closeSync(out);
-  }
+  // stdin from /dev/null also keeps bash from reading ~/.bashrc (it does when stdin is a socket).
+  return spawner.startDetached(command, args, { cwd: jobDir, env: opts.env, log: join(jobDir, L.wrapperLog) });
 }
 
 /** How to recognise a job's processes, including ones that left its process group. */

@@ -232,10 +232,12 @@ export class LocalBackend implements Backend {
       if (!record) throw new Error(`${job.job_name}: instance ${job.instance.instance_id} is not provisioned on the local fleet`);
       await mkdir(dir, { recursive: true });
       // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
-      await writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), 0o600);
-      await writeFileAtomic(join(dir, L.hostfile), files.hostfile);
-      await writeFileAtomic(join(dir, L.launchScript), files.script, 0o755);
-      await writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(), 0o755);
+      await Promise.all([
+        writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), 0o600),
+        writeFileAtomic(join(dir, L.hostfile), files.hostfile),
+        writeFileAtomic(join(dir, L.launchScript), files.script, 0o755),
+        writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(), 0o755),
+      ]);
       const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record) });
       return await this.waitForStart(job, dir, spawned.exited);
     }
@@ -260,8 +262,9 @@ export class LocalBackend implements Backend {
       exitCode = code;
     });
     const deadline = Date.now() + CLAIM_WAIT_MS;
-    // The wrapper records its pid a few ms after the spawn: looked for every few ms at first, then every 20 ms.
-    const often = Date.now() + 200;
+    // The wrapper records its pid 5–10 ms after the spawn: looked for every ms at first, then every
+    // few ms, then every 20 ms.
+    const started = Date.now();
     let pause = 1;
     for (;;) {
       const claim = await readClaim(dir);
@@ -275,7 +278,8 @@ export class LocalBackend implements Backend {
       }
       if (Date.now() > deadline) throw new Error(`${job.job_name}: no process recorded in ${dir} after ${CLAIM_WAIT_MS / 1000}s`);
       await sleep(pause);
-      pause = Date.now() < often ? Math.min(pause * 2, 4) : 20;
+      const waited = Date.now() - started;
+      pause = waited < 50 ? 1 : waited < 200 ? 4 : 20;
     }
   }
 

@@ -1,6 +1,6 @@
-import { execFile } from 'node:child_process';
 import { readFile, stat } from 'node:fs/promises';
 import type { NodeLinkNames } from './local-names';
+import { spawner, type CommandResult } from './spawner';
 import { pathExists } from './state-files';
 
 /**
@@ -16,24 +16,8 @@ export const BRIDGE_ADDRESS = '10.213.0.1';
 export const BRIDGE_SUBNET = '10.213.0.0/16';
 const PREFIX = 16;
 
-interface IpResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-}
-
-function ip(args: readonly string[]): Promise<IpResult> {
-  return run('ip', args);
-}
-
-function run(command: string, args: readonly string[]): Promise<IpResult> {
-  return new Promise((resolve) => {
-    const child = execFile(command, args, { encoding: 'utf8' }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
-      resolve({ code, stdout, stderr });
-    });
-    child.stdin?.end();
-  });
+function ip(args: readonly string[]): Promise<CommandResult> {
+  return spawner.run('ip', args);
 }
 
 async function ipOrThrow(args: readonly string[]): Promise<string> {
@@ -109,7 +93,7 @@ async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string): P
   const inside = [`addr replace ${address}/${PREFIX} dev ${names.nodeLink}`, `link set ${names.nodeLink} up`, 'link set lo up'];
   // Names and addresses are ours (hex and dotted digits): nothing here needs quoting.
   const script = [`ip -batch - <<'OUT' || exit 1`, ...outside, 'OUT', `exec ip -n ${names.netns} -batch - <<'IN'`, ...inside, 'IN', ''].join('\n');
-  return (await run('sh', ['-c', script])).code === 0;
+  return (await spawner.run('sh', ['-c', script])).code === 0;
 }
 
 async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Promise<void> {
