@@ -5,7 +5,9 @@ import {
   isCancellation,
   patched,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
+  type LocalActivityOptions,
 } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities';
 import type { Instance, JobRef } from '../src/backends/backend';
@@ -89,19 +91,21 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
 
   const provision = async (jobs: JobPlan[]): Promise<boolean> => {
     try {
-      const placed = await provisionActivities(input).provisionJobs.executeWithOptions({ summary: `provision ${labelOf(jobs)}` }, [
-        {
-          backend: input.backend,
-          request: {
-            run_id: input.run_uid,
-            run_name: input.run.run_name,
-            submission: input.submission,
-            group: input.group,
-            jobs,
-            fleets: input.run.fleets,
-          },
+      const provisionInput = {
+        backend: input.backend,
+        request: {
+          run_id: input.run_uid,
+          run_name: input.run.run_name,
+          submission: input.submission,
+          group: input.group,
+          jobs,
+          fleets: input.run.fleets,
         },
-      ]);
+      };
+      const placed =
+        input.backend === LOCAL_BACKEND && patched(LOCAL_PROVISIONING_HERE_PATCH)
+          ? await localProvisionActivities(input).provisionJobs(provisionInput)
+          : await provisionActivities(input).provisionJobs.executeWithOptions({ summary: `provision ${labelOf(jobs)}` }, [provisionInput]);
       placed.forEach((instance, i) => {
         const job = jobs[i];
         if (job) instances.set(job.job_num, instance);
@@ -256,12 +260,11 @@ function labelOf(jobs: JobPlan[]): string {
 }
 
 /** No capacity is retried while the run's retry covers it and its duration lasts; other errors a few times. */
-function provisionActivities(input: NodeGroupInput) {
+function provisionOptions(input: NodeGroupInput): LocalActivityOptions {
   const retriesNoCapacity = input.retry?.on_events.includes('no-capacity') === true && input.retry_deadline_ms !== null;
   const remainingMs = retriesNoCapacity ? Math.max(1_000, (input.retry_deadline_ms ?? 0) - Date.now()) : null;
-  return proxyActivities<TroupeActivities>({
+  return {
     startToCloseTimeout: `${input.options.provision_attempt_timeout_s}s`,
-    heartbeatTimeout: HEARTBEAT_TIMEOUT,
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     ...(remainingMs !== null ? { scheduleToCloseTimeout: remainingMs } : {}),
     retry: {
@@ -275,8 +278,25 @@ function provisionActivities(input: NodeGroupInput) {
         ...(retriesNoCapacity ? [] : [FailureType.NoCapacity]),
       ],
     },
-  });
+  };
 }
+
+function provisionActivities(input: NodeGroupInput) {
+  return proxyActivities<TroupeActivities>({ ...provisionOptions(input), heartbeatTimeout: HEARTBEAT_TIMEOUT });
+}
+
+/**
+ * The local fleet is the machine of the worker that runs the group's workflow task, and it
+ * provisions in milliseconds: provisioned as a local activity, inside that task, without the two
+ * round trips through the server an activity takes (schedule, then its result in a new task).
+ */
+function localProvisionActivities(input: NodeGroupInput) {
+  return proxyLocalActivities<TroupeActivities>(provisionOptions(input));
+}
+
+const LOCAL_BACKEND = 'local';
+/** Marks histories whose local-fleet groups provision with a local activity. */
+export const LOCAL_PROVISIONING_HERE_PATCH = 'local-provisioning-here';
 
 
 const batchActivities = proxyActivities<TroupeActivities>({
