@@ -61,7 +61,6 @@ try {
     const plan = pdPlan(runName, 'sleep 1');
     const runId = runWorkflowId(runName);
     calls.length = 0;
-    if (process.env.XP_GAP) await new Promise((r) => setTimeout(r, Number(process.env.XP_GAP)));
     const t0 = Date.now();
     const handle = await env.client.workflow.start('RunWorkflow', {
       taskQueue,
