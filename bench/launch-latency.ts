@@ -327,6 +327,12 @@ async function measureFloor(nodes: FloorNode[] | null, createNets = false): Prom
   return { allRunning, end };
 }
 
+/** The latest of these times that happened (NaN when none did). */
+function latestOf(...times: number[]): number {
+  const happened = times.filter((t) => !Number.isNaN(t));
+  return happened.length > 0 ? Math.max(...happened) : Number.NaN;
+}
+
 async function measureTroupe(env: BenchTemporal, taskQueue: string, target: FleetTarget, variant: Variant, runName: string): Promise<TroupeSample> {
   const backend = target.backend;
   const pd = pdPlan(runName, WORK, variant.startupOrder);
@@ -353,7 +359,8 @@ async function measureTroupe(env: BenchTemporal, taskQueue: string, target: Flee
   return {
     workflowStarted: firstEvent(parent, 'workflowExecutionStarted') - t0,
     childrenStarted: lastEvent(parent, 'childWorkflowExecutionStarted') - t0,
-    provisionDone: lastOf(children, 'activityTaskCompleted', 'provisionJobs'),
+    // Local-fleet groups provision with a local activity (recorded as a marker), others with an activity.
+    provisionDone: latestOf(lastOf(children, 'activityTaskCompleted', 'provisionJobs'), lastOf(children, 'markerRecorded', 'provisionJobs')),
     lastProvisioned: latest('provisioned_at'),
     // `addressesReady` (the book is read from the run); runs before it got `clusterReady` with the book.
     addressesDelivered: lastOf(children, 'workflowExecutionSignaled', 'addressesReady', 'clusterReady'),

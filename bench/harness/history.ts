@@ -53,6 +53,20 @@ function field(obj: unknown, ...path: string[]): unknown {
   return current;
 }
 
+/** The activity type a local activity's marker records (`core_local_activity`), or null for other markers. */
+function localActivityType(attrs: Record<string, unknown>): string | null {
+  if (field(attrs, 'markerName') !== 'core_local_activity') return null;
+  const payloads = field(attrs, 'details', 'data', 'payloads');
+  const data = Array.isArray(payloads) ? field(payloads[0], 'data') : undefined;
+  if (!(data instanceof Uint8Array)) return '?';
+  try {
+    const marker = JSON.parse(Buffer.from(data).toString('utf8')) as { activity_type?: unknown };
+    return typeof marker.activity_type === 'string' ? marker.activity_type : '?';
+  } catch {
+    return '?';
+  }
+}
+
 /** Bytes of every payload's `data` inside an event's attributes. */
 function payloadBytes(value: unknown, depth = 0): number {
   if (depth > 8 || value === null || typeof value !== 'object') return 0;
@@ -94,6 +108,9 @@ export async function workflowCost(client: Client, workflowId: string): Promise<
       cost.activities += 1;
     } else if (kind.startsWith('activityTask')) {
       name = activityNames.get(String(field(attrs, 'scheduledEventId'))) ?? null;
+    } else if (kind === 'markerRecorded') {
+      // A local activity's result: its type as the name (`markerRecorded:provisionJobs` in the counts).
+      name = localActivityType(attrs);
     } else if (kind === 'workflowExecutionSignaled' || kind === 'signalExternalWorkflowExecutionInitiated') {
       name = String(field(attrs, 'signalName') ?? '?');
     } else if (kind === 'startChildWorkflowExecutionInitiated' || kind === 'childWorkflowExecutionStarted') {
