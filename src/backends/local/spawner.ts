@@ -88,7 +88,11 @@ class SpawnHelper {
       this.disabled = true;
       this.lost(child);
     });
-    child.once('exit', () => this.lost(child));
+    child.once('exit', () => {
+      // One that never answered will not (a broken install): no new helper for every process.
+      if (!this.ready && this.child === child) this.disabled = true;
+      this.lost(child);
+    });
     child.unref();
     this.holdWhileWaiting();
   }
