@@ -102,10 +102,11 @@ export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
           fleets: input.run.fleets,
         },
       };
+      const summary = { summary: `provision ${labelOf(jobs)}` };
       const placed =
         input.backend === LOCAL_BACKEND && patched(LOCAL_PROVISIONING_HERE_PATCH)
-          ? await localProvisionActivities(input).provisionJobs(provisionInput)
-          : await provisionActivities(input).provisionJobs.executeWithOptions({ summary: `provision ${labelOf(jobs)}` }, [provisionInput]);
+          ? await localProvisionActivities(input).provisionJobs.executeWithOptions(summary, [provisionInput])
+          : await provisionActivities(input).provisionJobs.executeWithOptions(summary, [provisionInput]);
       placed.forEach((instance, i) => {
         const job = jobs[i];
         if (job) instances.set(job.job_num, instance);
