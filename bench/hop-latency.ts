@@ -11,6 +11,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { NativeConnection, Worker, bundleWorkflowCode } from '@temporalio/worker';
+import { quietBundler } from '../src/worker/create-worker';
 import { fmt, median, percentile } from './harness/stats';
 import { startBenchTemporal } from './harness/temporal-env';
 
@@ -18,7 +19,7 @@ const HOPS = Number(process.env.BENCH_HOPS ?? 50);
 const env = await startBenchTemporal('hops');
 const { code } = await bundleWorkflowCode({
   workflowsPath: fileURLToPath(new URL('./harness/hop-workflows.ts', import.meta.url)),
-  logger: { log() {}, trace() {}, debug() {}, info() {}, warn: console.warn, error: console.error },
+  logger: quietBundler,
 });
 const taskQueue = `bench-hops-${process.pid}`;
 const connection = await NativeConnection.connect({ address: env.address });

@@ -11,6 +11,7 @@ import {
 } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities';
 import type { Instance, JobRef } from '../src/backends/backend';
+import { LOCAL_BACKEND } from '../src/backends/backend-names';
 import type { GroupPlan, JobPlan, Plan, RetryPolicy } from '../src/plan/plan-schema';
 import { classifyBatchFailure, FailureType, type BatchJobFailure } from './failure-types';
 import { classifyProvisioningFailure, classifyRunningFailure, type ClassifiedFailure } from './failures';
@@ -295,7 +296,6 @@ function localProvisionActivities(input: NodeGroupInput) {
   return proxyLocalActivities<TroupeActivities>(provisionOptions(input));
 }
 
-const LOCAL_BACKEND = 'local';
 /** Marks histories whose local-fleet groups provision with a local activity. */
 export const LOCAL_PROVISIONING_HERE_PATCH = 'local-provisioning-here';
 

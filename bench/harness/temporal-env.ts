@@ -6,7 +6,7 @@ import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode, type WorkerOptions } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
 import { defaultDevServerOptions, startDevServer, stopDevServer } from '../../src/devserver/dev-server';
-import { workflowsPath } from '../../src/worker/create-worker';
+import { quietBundler, workflowsPath } from '../../src/worker/create-worker';
 
 /** A bench's own Temporal: a dev server on free ports (in-memory), a client, bundled workflows, workers. */
 
@@ -87,15 +87,6 @@ export async function startBenchTemporal(label: string): Promise<BenchTemporal> 
     },
   };
 }
-
-const quietBundler = {
-  log: () => undefined,
-  trace: () => undefined,
-  debug: () => undefined,
-  info: () => undefined,
-  warn: (message: string) => console.warn(message),
-  error: (message: string) => console.error(message),
-};
 
 export type ExtraWorkerOptions = Pick<
   WorkerOptions,

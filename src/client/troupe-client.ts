@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { defaultBackendFor } from '../backends/backend-names';
 import { decodeConfigFile } from '../config/config-file';
 import {
   Client,
@@ -142,8 +143,7 @@ export class TroupeClient {
   async submit(request: SubmitRequest): Promise<RunHandle> {
     const plan = sealSecrets(await planOf(request));
     if (request.fleets) plan.fleets = request.fleets;
-    // A run that names a fleet runs on SSH fleets unless told otherwise.
-    const backend = request.backend ?? (plan.fleets?.length ? 'ssh' : 'local');
+    const backend = request.backend ?? defaultBackendFor(plan);
     const options = parseRunOptions(request.options ?? {});
     if (request.checkWorkers ?? true) await this.checkWorkers(`start run ${plan.run_name}`);
     const withAttributes = await this.searchAttributesRegistered();

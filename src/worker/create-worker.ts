@@ -4,6 +4,7 @@ import type { NativeConnection, WorkflowBundle } from '@temporalio/worker';
 import { Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { Client, type ConnectionLike } from '@temporalio/client';
 import { createActivities, type BackendRegistry } from '../../activities';
+import { LOCAL_BACKEND, SSH_BACKEND } from '../backends/backend-names';
 import type { Backend } from '../backends/backend';
 import { LocalBackend } from '../backends/local/local-backend';
 import { SshBackend } from '../backends/ssh/ssh-backend';
@@ -54,7 +55,7 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
 }
 
 /** The backends defaultBackends() makes (`ssh` needs the Temporal connection), so a CLI can check names before connecting. */
-export const DEFAULT_BACKEND_NAMES = ['local', 'ssh'] as const;
+export const DEFAULT_BACKEND_NAMES = [LOCAL_BACKEND, SSH_BACKEND] as const;
 
 export interface DefaultBackendsOptions {
   stateDir: string;
@@ -65,11 +66,11 @@ export interface DefaultBackendsOptions {
 /** The backends a worker has: the local fleet (processes on this machine), and SSH fleets when it can reach their workflows. */
 export function defaultBackends(opts: DefaultBackendsOptions): BackendRegistry {
   const backends: Record<string, Backend> = {
-    local: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto' }),
+    [LOCAL_BACKEND]: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto' }),
   };
   if (opts.temporal) {
     const client = new Client({ connection: opts.temporal.connection, namespace: opts.temporal.namespace });
-    backends.ssh = new SshBackend({ fleets: new FleetClient(client, { taskQueue: opts.temporal.taskQueue }) });
+    backends[SSH_BACKEND] = new SshBackend({ fleets: new FleetClient(client, { taskQueue: opts.temporal.taskQueue }) });
   }
   return backends;
 }

@@ -3,6 +3,7 @@ import { decodeConfigFile } from '../../config/config-file';
 import { parseArgs } from 'node:util';
 import type { RunHandle, RunState } from '../../client';
 import { isFinished } from '../../client';
+import { defaultBackendFor, SSH_BACKEND } from '../../backends/backend-names';
 import { loadPlan, type Plan } from '../../plan';
 import { CliError, type Command } from '../command';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings, describeConnection, workflowUrl } from '../connection';
@@ -61,9 +62,9 @@ export const command: Command = async (args) => {
   const troupe = await connectClient(settings);
   try {
     await troupe.checkWorkers(`start run ${plan.run_name}`);
-    const backend = values.backend ?? (plan.fleets?.length ? 'ssh' : 'local');
+    const backend = values.backend ?? defaultBackendFor(plan);
     process.stderr.write(`${renderPlan(plan, style, { backend }).join('\n')}\n\n`);
-    if (backend === 'ssh') process.stderr.write(`${(await fleetPlacementLines(troupe, plan, style)).join('\n')}\n\n`);
+    if (backend === SSH_BACKEND) process.stderr.write(`${(await fleetPlacementLines(troupe, plan, style)).join('\n')}\n\n`);
     if (!values.yes && !(await confirm(`Submit the run ${plan.run_name}?`))) {
       process.stderr.write('Not submitted.\n');
       return 0;
