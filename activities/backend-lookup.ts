@@ -1,6 +1,6 @@
 import { ApplicationFailure } from '@temporalio/common';
 import type { Backend } from '../src/backends/backend';
-import type { BackendRegistry } from './index';
+import type { BackendRegistry } from './types';
 
 export function backendFor(backends: BackendRegistry, name: string): Backend {
   const backend = backends[name];

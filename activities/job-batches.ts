@@ -8,7 +8,7 @@ import { AddressBookSchema } from '../workflows/message-schemas';
 import { jobEventsSignal, runAddressBookQuery, type AddressBook, type JobEvent } from '../workflows/messages';
 import { backendFor } from './backend-lookup';
 import { addressesByGroup, openSecrets, renderFilesFor, UNREACHABLE_LIMIT_MS } from './jobs';
-import type { AddressBookInput, BackendRegistry, RunJobsInput, WaitRunnersInput } from './index';
+import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './types';
 
 /**
  * A group's jobs handled in batches: one activity waits for all of a group's runners, one starts
@@ -148,11 +148,6 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       } finally {
         stop();
       }
-    },
-
-    /** The run's address book, for a group of a run begun before batches that is told only that it is ready. */
-    async readAddressBook({ run_workflow_id, submission }: AddressBookInput): Promise<AddressBook> {
-      return await askAddressBook(Context.current(), run_workflow_id, submission);
     },
 
     /**

@@ -3,7 +3,7 @@ import { NoCapacityError, SubmissionClosedError, type Instance } from '../src/ba
 import { FailureType } from '../workflows/failure-types';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
-import type { BackendCall, BackendRegistry, ProvisionInput } from './index';
+import type { BackendCall, BackendRegistry, ProvisionInput } from './types';
 
 export function createProvisioningActivities(backends: BackendRegistry) {
   return {

@@ -1,6 +1,6 @@
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
-import type { BackendRegistry, ReleaseRunInput, StopJobsInput } from './index';
+import type { BackendRegistry, ReleaseRunInput, StopJobsInput } from './types';
 
 export function createTeardownActivities(backends: BackendRegistry) {
   return {

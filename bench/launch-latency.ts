@@ -27,7 +27,7 @@ import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import type { RunOptionsInput } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
 import { firstEvent, lastEvent, lastEventOf, workflowCost, type WorkflowCost } from './harness/history';
-import type { BackendRegistry } from '../activities';
+import type { BackendRegistry } from '../activities/types';
 import { cpuSeconds, loadAverage } from './harness/cpu';
 import { DECODE_IP, PREFILL_IP, pdCommands, pdPlan } from './harness/plans';
 import { fmt, median, percentile } from './harness/stats';
@@ -362,8 +362,7 @@ async function measureTroupe(env: BenchTemporal, taskQueue: string, target: Flee
     // Local-fleet groups provision with a local activity (recorded as a marker), others with an activity.
     provisionDone: latestOf(lastOf(children, 'activityTaskCompleted', 'provisionJobs'), lastOf(children, 'markerRecorded', 'provisionJobs')),
     lastProvisioned: latest('provisioned_at'),
-    // `addressesReady` (the book is read from the run); runs before it got `clusterReady` with the book.
-    addressesDelivered: lastOf(children, 'workflowExecutionSignaled', 'addressesReady', 'clusterReady'),
+    addressesDelivered: lastOf(children, 'workflowExecutionSignaled', 'addressesReady'),
     runnersReady: lastOf(children, 'activityTaskCompleted', 'waitRunnersReady'),
     // The first jobs' permission rides on `addressesReady`; the router's (workers-first) is a `mayStart`.
     lastMayStart: lastOf(children, 'workflowExecutionSignaled', 'mayStart', 'addressesReady'),

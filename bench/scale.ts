@@ -284,8 +284,7 @@ async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
       workerPeakRssMiB,
       milestones: {
         provisioned: lastAt('provisioned_at'),
-        // `addressesReady` (the book is read from the run); runs before it got `clusterReady` with the book.
-        addresses: lastInChildren('workflowExecutionSignaled', 'addressesReady', 'clusterReady'),
+        addresses: lastInChildren('workflowExecutionSignaled', 'addressesReady'),
         runnersReady: lastInChildren('activityTaskCompleted', 'waitRunnersReady'),
         started: lastInChildren('activityTaskScheduled', 'runJobs'),
       },

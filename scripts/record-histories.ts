@@ -1,7 +1,9 @@
 /**
- * Records the histories that test/workflow/replay.test.ts replays, so that a workflow change which
- * would break running executions fails CI. Run by hand (`npx tsx scripts/record-histories.ts`)
- * only when a change is deliberately versioned with patched(); commit the new files beside the old.
+ * Records the histories that test/workflow/replay.test.ts replays: one run per behaviour whose
+ * command sequence replay must protect. Run by hand (`npx tsx scripts/record-histories.ts`).
+ * Before the first release it replaces the set whenever the workflows change; from the first
+ * tagged release a change to a workflow's command sequence is a patch, and the histories of the
+ * runs it changes are recorded beside the old ones (README, Development).
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,23 +18,27 @@ import { createTroupeWorker } from '../src/worker/create-worker';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import { runStateQuery, stopRunSignal, type RunInputArg } from '../workflows/messages';
 import { makePlan } from '../test/helpers/plans';
+import type { Plan } from '../src/plan/plan-schema';
 
 const outDir = join(projectRoot, 'test', 'histories');
-/** `RECORD_TAG=batches` → `2026-12-02-batches-…`: files of a later recording on the same day sit beside the earlier ones. */
+/** `RECORD_TAG=heal` → `2026-12-02-heal-…`: files of a later recording on the same day sit beside the earlier ones. */
 const stamp = [new Date().toISOString().slice(0, 10), process.env.RECORD_TAG].filter(Boolean).join('-');
+/** Another port than the dev server's default: recording must not disturb one already running. */
+const port = Number(process.env.RECORD_PORT ?? 27233);
 const stateDir = mkdtempSync(join(tmpdir(), 'troupe-record-'));
-const serverOpts = defaultDevServerOptions({ stateDir: join(stateDir, 'server'), port: 27233, uiPort: 28233, dbFile: null });
+const serverOpts = defaultDevServerOptions({ stateDir: join(stateDir, 'server'), port, uiPort: port + 1000, dbFile: null });
 await startDevServer(serverOpts);
-const connection = await Connection.connect({ address: '127.0.0.1:27233' });
+const connection = await Connection.connect({ address: `127.0.0.1:${port}` });
 const client = new Client({ connection });
-const workerConnection = await NativeConnection.connect({ address: '127.0.0.1:27233' });
+const workerConnection = await NativeConnection.connect({ address: `127.0.0.1:${port}` });
 const taskQueue = 'record-histories';
 const worker = await createTroupeWorker({
   connection: workerConnection,
   namespace: 'default',
   taskQueue,
   backends: {
-    simulated: new SimulatedBackend({ groupProvisioning: false }),
+    simulated: new SimulatedBackend({ groupProvisioning: true }),
+    'simulated-one-by-one': new SimulatedBackend({ groupProvisioning: false }),
     local: new LocalBackend({ stateDir: join(stateDir, 'local'), network: 'auto' }),
   },
 });
@@ -58,26 +64,29 @@ async function record(name: string, input: RunInputArg, during?: (h: Awaited<Ret
   console.log(`recorded ${name}`);
 }
 
-const pd = (runName: string) => makePlan(runName, [
+const pd = (runName: string, overrides: Partial<Plan> = {}) => makePlan(runName, [
   { name: 'router', nodes: 1, commands: ['echo router ${{ groups[1].nodes[0].IP_ADDRESS }}'] },
-  { name: 'prefill', nodes: 2, commands: ['echo prefill'] },
-  { name: 'decode', nodes: 2, commands: ['echo decode'] },
-], { startup_order: 'workers-first' });
+  { name: 'prefill', nodes: 2, commands: ['sleep 0.2'] },
+  { name: 'decode', nodes: 2, commands: ['sleep 0.2'] },
+], overrides);
 
 try {
-  // The seed's sample as written: one node per group.
-  await record('pd-single-nodes', {
-    plan: makePlan('rec-pd-single', [
-      { name: 'router', nodes: 1, commands: ['echo router ${{ groups[1].nodes[0].IP_ADDRESS }}'] },
-      { name: 'prefill', nodes: 1, commands: ['sleep 0.2'] },
-      { name: 'decode', nodes: 1, commands: ['sleep 0.2'] },
-    ], { startup_order: 'workers-first' }),
+  // Staged unlock with group provisioning (the local fleet provisions a group in one call), workers-first.
+  await record('unlock-group-provisioning-workers-first', {
+    plan: pd('rec-pd-local', { startup_order: 'workers-first' }),
     backend: 'local',
     options: { stop_grace_s: 1 },
   });
-  await record('pd-one-job-per-call', { plan: pd('rec-pd-simulated'), backend: 'simulated', options: {} });
-  await record('pd-local-master-done', {
-    plan: { ...pd('rec-pd-local'), stop_criteria: 'master-done', groups: pd('rec-pd-local').groups.map((g, i) => ({ ...g, commands: [i === 0 ? 'sleep 0.3' : 'sleep 30'] })), jobs: pd('rec-pd-local').jobs.map((j) => ({ ...j, commands: [j.job_num === 0 ? 'sleep 0.3' : 'sleep 30'] })) },
+  // Staged unlock one job per call, master-first, master-done: the others are stopped by teardown.
+  await record('unlock-one-by-one-master-first', {
+    plan: pd('rec-pd-one-by-one', { startup_order: 'master-first', stop_criteria: 'master-done' }),
+    backend: 'simulated-one-by-one',
+    options: {},
+  });
+  // depends_on: decode waits for prefill, the router for decode.
+  const chained = pd('rec-depends-on');
+  await record('depends-on', {
+    plan: { ...chained, groups: chained.groups.map((g) => ({ ...g, depends_on: g.index === 0 ? [2] : g.index === 2 ? [1] : [] })) },
     backend: 'local',
     options: { stop_grace_s: 1 },
   });
@@ -93,6 +102,12 @@ try {
       await new Promise((r) => setTimeout(r, 100));
     }
     await h.signal(stopRunSignal, { abort: false });
+  });
+  // Large enough that the state is paged and the groups read the address book from the run.
+  await record('large-paged', {
+    plan: makePlan('rec-large', ['head', 'a', 'b', 'c'].map((name) => ({ name, nodes: 300 }))),
+    backend: 'simulated',
+    options: {},
   });
 } finally {
   worker.shutdown();

@@ -1,4 +1,4 @@
-import { ActivityFailure, ApplicationFailure, TemporalFailure, TimeoutFailure } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, TemporalFailure } from '@temporalio/workflow';
 import type { RetryEvent } from '../src/plan/plan-schema';
 import { FailureType } from './failure-types';
 import type { JobTerminationReason } from './run-state';
@@ -43,28 +43,9 @@ export function classifyProvisioningFailure(err: unknown): ClassifiedFailure {
   return { reason: 'EXECUTOR_ERROR', retry_event: 'error', message: `provisioning failed: ${rootMessage(err)}` };
 }
 
-export function classifyRunnerWaitFailure(err: unknown, limitSeconds: number): ClassifiedFailure {
-  const timedOut = err instanceof ActivityFailure && err.cause instanceof TimeoutFailure;
-  if (timedOut || failureTypes(err).includes(FailureType.RunnerNotReady)) {
-    return {
-      reason: 'WAITING_RUNNER_LIMIT_EXCEEDED',
-      retry_event: 'error',
-      message: `runner not ready after ${limitSeconds}s: ${rootMessage(err)}`,
-    };
-  }
-  return classifyRunningFailure(err);
-}
-
 export function classifyRunningFailure(err: unknown): ClassifiedFailure {
   if (failureTypes(err).includes(FailureType.InstanceUnreachable)) {
     return { reason: 'INSTANCE_UNREACHABLE', retry_event: 'interruption', message: rootMessage(err) };
   }
   return { reason: 'EXECUTOR_ERROR', retry_event: 'error', message: rootMessage(err) };
-}
-
-export function classifyReadyFailure(err: unknown): ClassifiedFailure {
-  if (failureTypes(err).includes(FailureType.NotReady)) {
-    return { reason: 'WAITING_READY_LIMIT_EXCEEDED', retry_event: 'error', message: rootMessage(err) };
-  }
-  return classifyRunningFailure(err);
 }

@@ -7,7 +7,7 @@ import {
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { TroupeActivities } from '../activities';
+import type { TroupeActivities } from '../activities/types';
 import { describeResources, hostShortfalls, pickHosts } from '../src/fleet/host-match';
 import type { Resources } from '../src/config/resources-schema';
 import { FailureType } from './failure-types';

@@ -16,8 +16,6 @@ export const jobEventsSignal = defineSignal<[{ submission: number; events: JobEv
 
 /** Run → group child. */
 export const unlockGroupSignal = defineSignal('unlockGroup');
-/** The whole book to every group: how runs begun before `addressesReady` deliver it. */
-export const clusterReadySignal = defineSignal<[AddressBook]>('clusterReady');
 /**
  * Every job has its address, and these of the group's jobs may start now. Small runs carry the book
  * here; larger ones leave it out, and the activities that start jobs read it from the run

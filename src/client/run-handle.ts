@@ -13,7 +13,7 @@ import {
   type WorkflowHandle,
 } from '@temporalio/client';
 import type { JobRef, LogChunk } from '../backends/backend';
-import type { ReadLogInput } from '../../activities';
+import type { ReadLogInput } from '../../activities/types';
 import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { runJobsQuery, runStateQuery, stopRunSignal, type RunInputArg } from '../../workflows/messages';
 import { isFinished, type JobState, type RunState, type RunStatus } from '../../workflows/run-state';

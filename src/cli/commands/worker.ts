@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import type { BackendRegistry } from '../../../activities';
+import type { BackendRegistry } from '../../../activities/types';
 import type { Backend } from '../../backends/backend';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';

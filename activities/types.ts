@@ -1,0 +1,73 @@
+/** What the activities take and give: a module of types alone, so that every activity file and the workflows can import it without a circle. */
+import type { Backend, Instance, JobRef, LogChunk, ProvisionRequest } from '../src/backends/backend';
+import type { AddressBook } from '../workflows/messages';
+import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
+import type { BatchJobFailure } from '../workflows/failure-types';
+
+/** The backends a worker can drive, by the name a run asks for (`local`, `ssh`, …). */
+export type BackendRegistry = Readonly<Record<string, Backend>>;
+
+export interface BackendCall {
+  backend: string;
+}
+
+export interface ProvisionInput extends BackendCall {
+  request: ProvisionRequest;
+}
+
+export interface JobCall extends BackendCall {
+  job: JobRef;
+}
+
+/** What the runner needs of the run to write a job's files. */
+export type RunOfJob = Pick<Plan, 'run_name' | 'nodes_num' | 'env' | 'image' | 'working_dir'>;
+
+/** A group's provisioned jobs, whose runners must all answer within `timeout_s`. */
+export interface WaitRunnersInput extends BackendCall {
+  jobs: JobRef[];
+  timeout_s: number;
+}
+
+/** A batch of one group's jobs to start and supervise; events go to the run's workflow. */
+export interface RunJobsInput extends BackendCall {
+  run_workflow_id: string;
+  submission: number;
+  run: RunOfJob;
+  run_uid: string;
+  /** The book when the run sent it to the group (small runs); null: read from the run (runAddressBook). */
+  addresses: AddressBook | null;
+  group_sizes: number[];
+  jobs: Array<{ ref: JobRef; plan_job: JobPlan }>;
+  /** The group's readiness probe, if it has one. */
+  probe: ReadyProbe | null;
+  interval_ms: number;
+}
+
+export interface StopJobsInput extends BackendCall {
+  jobs: JobRef[];
+  grace_s: number;
+}
+
+export interface ReleaseRunInput extends BackendCall {
+  run_id: string;
+  submission: number;
+}
+
+export interface ReadLogInput extends JobCall {
+  offset: number;
+  limit_bytes: number;
+}
+
+import type { ProbeHostInput, ProbeHostResult } from './fleet';
+export type { ProbeHostInput, ProbeHostResult };
+
+export interface TroupeActivities {
+  probeFleetHost(input: ProbeHostInput): Promise<ProbeHostResult>;
+  describeBackend(input: BackendCall): Promise<{ group_provisioning: boolean }>;
+  provisionJobs(input: ProvisionInput): Promise<Instance[]>;
+  waitRunnersReady(input: WaitRunnersInput): Promise<{ failed: Array<BatchJobFailure & { job_num: number }> }>;
+  runJobs(input: RunJobsInput): Promise<void>;
+  stopJobs(input: StopJobsInput): Promise<void>;
+  releaseRun(input: ReleaseRunInput): Promise<void>;
+  readJobLog(input: ReadLogInput): Promise<LogChunk>;
+}

@@ -1,0 +1,56 @@
+import { ActivityCancellationType, proxyActivities, proxyLocalActivities, type LocalActivityOptions } from '@temporalio/workflow';
+import type { TroupeActivities } from '../activities/types';
+import { LOCAL_BACKEND } from '../src/backends/backend-names';
+import { FailureType } from './failure-types';
+import type { NodeGroupInput } from './node-group-input';
+
+/** How a group's activities are retried and timed out. */
+
+const HEARTBEAT_TIMEOUT = '10s';
+
+/** No capacity is retried while the run's retry covers it and its duration lasts; other errors a few times. */
+function provisionOptions(input: NodeGroupInput): LocalActivityOptions {
+  const retriesNoCapacity = input.retry?.on_events.includes('no-capacity') === true && input.retry_deadline_ms !== null;
+  const remainingMs = retriesNoCapacity ? Math.max(1_000, (input.retry_deadline_ms ?? 0) - Date.now()) : null;
+  return {
+    startToCloseTimeout: `${input.options.provision_attempt_timeout_s}s`,
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    ...(remainingMs !== null ? { scheduleToCloseTimeout: remainingMs } : {}),
+    retry: {
+      initialInterval: '1s',
+      backoffCoefficient: 2,
+      maximumInterval: '30s',
+      ...(retriesNoCapacity ? {} : { maximumAttempts: 5 }),
+      nonRetryableErrorTypes: [
+        FailureType.SubmissionClosed,
+        FailureType.UnknownBackend,
+        ...(retriesNoCapacity ? [] : [FailureType.NoCapacity]),
+      ],
+    },
+  };
+}
+
+/**
+ * The local fleet is the machine of the worker that runs the group's workflow task, and it
+ * provisions in milliseconds: provisioned as a local activity, inside that task, without the two
+ * round trips through the server an activity takes (schedule, then its result in a new task).
+ */
+export function provisionJobsActivity(input: NodeGroupInput) {
+  return input.backend === LOCAL_BACKEND
+    ? proxyLocalActivities<TroupeActivities>(provisionOptions(input)).provisionJobs
+    : proxyActivities<TroupeActivities>({ ...provisionOptions(input), heartbeatTimeout: HEARTBEAT_TIMEOUT }).provisionJobs;
+}
+
+export const batchActivities = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '3650 days',
+  heartbeatTimeout: HEARTBEAT_TIMEOUT,
+  retry: { initialInterval: '500ms', maximumInterval: '10s', nonRetryableErrorTypes: [FailureType.UnknownBackend] },
+});
+
+/** Lasts as long as the batch's jobs; a crashed worker's activity is picked up again by the next one. */
+export const supervisedActivities = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '3650 days',
+  heartbeatTimeout: HEARTBEAT_TIMEOUT,
+  cancellationType: ActivityCancellationType.TRY_CANCEL,
+  retry: { initialInterval: '500ms', maximumInterval: '10s', nonRetryableErrorTypes: [FailureType.UnknownBackend] },
+});

@@ -1,0 +1,22 @@
+import type { GroupPlan, JobPlan, Plan, RetryPolicy } from '../src/plan/plan-schema';
+import type { RunOptions } from './messages';
+
+/** What a run gives each of its group children. */
+export interface NodeGroupInput {
+  run_workflow_id: string;
+  run_uid: string;
+  submission: number;
+  backend: string;
+  group_provisioning: boolean;
+  group: GroupPlan;
+  /** This group's jobs, master first. */
+  jobs: JobPlan[];
+  run: Pick<Plan, 'run_name' | 'nodes_num' | 'env' | 'image' | 'working_dir' | 'fleets'>;
+  group_sizes: number[];
+  options: RunOptions;
+  /** The run's effective retry policy and when it runs out (epoch ms), for no-capacity retries. */
+  retry: RetryPolicy | null;
+  retry_deadline_ms: number | null;
+  /** Group 0 starts unlocked; every other group waits for the run to unlock it after job 0's attempt. */
+  unlocked: boolean;
+}

@@ -1,0 +1,55 @@
+import { upsertSearchAttributes } from '@temporalio/workflow';
+import type { RetryEvent, RetryPolicy } from '../src/plan/plan-schema';
+import type { RunInput } from './messages';
+import { initialState } from './job-transitions';
+import type { RunState, RunStatus } from './run-state';
+
+/** How a submission ended, before teardown. */
+export type Outcome =
+  | { kind: 'done' }
+  | { kind: 'failed'; job_num: number | null; retry_event: RetryEvent | null; message: string }
+  | { kind: 'stopped'; abort: boolean };
+
+/**
+ * One run as plain data: its state (what queries answer) and what its handlers learnt. The run's
+ * steps read and change it; the handlers (run-handlers.ts) only record into it.
+ */
+export interface Run {
+  input: RunInput;
+  state: RunState;
+  retry: RetryPolicy | null;
+  /** Epoch ms when `retry.duration` runs out (null: no retry). */
+  retryDeadlineMs: number | null;
+  stopRequest: { abort: boolean } | null;
+  /** The backend provisions a group's batch in one call. */
+  groupProvisioning: boolean;
+  /** Bumped on every job event: what the main loop waits on. */
+  version: number;
+  /** The retry event each failed job counts as (exits with an error count as `error`). */
+  failureEvents: Map<number, RetryEvent | null>;
+  /** The submission whose outcome is decided: what its jobs do from then on is teardown's. */
+  eventsClosedFor: number | null;
+  /** Groups that another group waits for: one of their jobs ending before it is ready fails the run. */
+  dependedOn: Set<number>;
+}
+
+export function newRun(input: RunInput): Run {
+  const retry = input.options.retry === undefined ? input.plan.retry : input.options.retry;
+  return {
+    input,
+    state: initialState(input),
+    retry,
+    retryDeadlineMs: retry ? Date.now() + retry.duration_s * 1000 : null,
+    stopRequest: null,
+    groupProvisioning: false,
+    version: 0,
+    failureEvents: new Map(),
+    eventsClosedFor: null,
+    dependedOn: new Set(input.plan.groups.flatMap((g) => g.depends_on ?? [])),
+  };
+}
+
+export function setStatus(run: Run, status: RunStatus): void {
+  run.state.status = status;
+  if (run.input.search_attributes) upsertSearchAttributes({ TroupeRunStatus: [status] });
+}
