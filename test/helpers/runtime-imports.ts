@@ -29,7 +29,7 @@ export function runtimeImports(file: string): string[] {
   return specs;
 }
 
-function resolveRelative(from: string, spec: string): string {
+export function resolveRelative(from: string, spec: string): string {
   const base = join(dirname(from), spec);
   for (const candidate of [base, `${base}.ts`, join(base, 'index.ts')]) {
     if (candidate.endsWith('.ts') && existsSync(candidate)) return candidate;
