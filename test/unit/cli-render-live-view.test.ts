@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { describeStateChanges, LiveView, type Terminal } from '../../src/cli/render/live-view';
 import { LogLines } from '../../src/cli/render/log-lines';
 import { plain } from '../../src/cli/render/style';
-import type { RunState } from '../../workflows/run-state';
+import type { JobState, RunState } from '../../workflows/run-state';
 import { instance, job, pdRun, pdRunning, t0 } from './cli-render-fixtures';
 
 class Screen implements Terminal {
@@ -59,10 +59,10 @@ describe('live view', () => {
       '  job 2 prefill/1: RUNNING on local (127.0.0.4), pid 1002',
       '  job 3 decode/0: RUNNING on local (127.0.0.5), pid 1003',
       '  job 3 decode/0: DONE exit 0',
-      'pd: DONE (ALL_JOBS_DONE)',
       '  job 0 router/0: DONE exit 0',
       '  job 1 prefill/0: DONE exit 0',
       '  job 2 prefill/1: DONE exit 0',
+      'pd: DONE (ALL_JOBS_DONE)',
       '',
     ]);
     expect(screen.text).not.toContain('\x1b');
@@ -172,4 +172,45 @@ describe('log lines', () => {
     lines.flush();
     expect(out.join('')).toBe('a\n\nb\n');
   });
+
+  it('prints changes in the order they happened: workers READY before the router that waited for them', () => {
+    const at = (s: number) => `2025-01-01T12:00:${String(s).padStart(2, '0')}.000Z`;
+    const before = pdRunning();
+    before.status = 'PROVISIONING';
+    before.jobs = before.jobs.map((j) => ({ ...j, status: 'PULLING', pid: null, running_at: null }));
+    // One poll saw all of it: the workers ran and became READY (3 s, 4 s), then the router ran (6 s).
+    const after = pdRunning();
+    after.jobs = after.jobs.map((j) =>
+      j.job_num === 0
+        ? { ...j, running_at: at(6) }
+        : { ...j, status: 'READY', running_at: at(j.job_num), ready_at: at(j.job_num + 2) },
+    );
+    expect(describeStateChanges(before, after, plain)).toEqual([
+      'pd: RUNNING',
+      '  job 1 prefill/0: READY',
+      '  job 2 prefill/1: READY',
+      '  job 3 decode/0: READY',
+      '  job 0 router/0: RUNNING pid 1000',
+    ]);
+  });
+
+  it('prints a long reason once in full, then abbreviated, across updates and in the run line', () => {
+    const why = 'no capacity in fleet gpu for group decode (1 more host(s) with cpu 2.., gpu 1..): h1: held by other/job 0; h2: unreachable; h3: cpu 1 < 2; h4: no gpu';
+    const running = pdRunning();
+    const oneFailed = pdRunning();
+    oneFailed.jobs[2] = { ...(oneFailed.jobs[2] as JobState), status: 'FAILED', termination_reason: 'FAILED_TO_START_DUE_TO_NO_CAPACITY', message: why, finished_at: t0 };
+    const failed = pdRun(
+      { status: 'FAILED', termination_reason: 'JOB_FAILED', message: `job 2 (prefill/1) failed: FAILED_TO_START_DUE_TO_NO_CAPACITY: ${why}`, finished_at: t0 },
+      oneFailed.jobs.map((j) => (j.job_num === 3 ? { ...j, status: 'FAILED', termination_reason: 'FAILED_TO_START_DUE_TO_NO_CAPACITY', message: why, finished_at: t0 } : j)),
+    );
+    const screen = new Screen(false);
+    const view = new LiveView(screen, plain);
+    for (const state of [running, oneFailed, failed]) view.update(state);
+    expect(screen.text.split(why).length - 1).toBe(1);
+    const lines = screen.text.split('\n');
+    expect(lines.find((l) => l.startsWith('  job 2 prefill/1: FAILED'))).toContain(why);
+    expect(lines.find((l) => l.startsWith('  job 3 decode/0: FAILED'))).toMatch(/— FAILED_TO_START_DUE_TO_NO_CAPACITY: no capacity in fleet g.{0,30}… \(in full above\)$/);
+    expect(lines.find((l) => l.startsWith('pd: FAILED'))).toContain('(in full above)');
+  });
 });
+

@@ -7,6 +7,7 @@ import { formatAge, formatDuration } from '../../src/cli/render/time-text';
 import type { RunSummary } from '../../src/client';
 import { makePlan } from '../helpers/plans';
 import { instance, job, pdRun, pdRunning, t0 } from './cli-render-fixtures';
+import type { JobState } from '../../workflows/run-state';
 
 const color = { color: true };
 
@@ -162,5 +163,20 @@ describe('tables', () => {
       'now', '12s ago', '1 min ago', '59 min ago', '2 h ago', '3 days ago',
     ]);
     expect([500, 42_000, 185_000, 7_260_000].map(formatDuration)).toEqual(['500ms', '42s', '3m 05s', '2h 01m']);
+  });
+});
+
+describe('tables on a narrow terminal', () => {
+  it('cut the reason column to the width, ending in …, and leave the other columns whole', () => {
+    const why = 'no capacity in fleet gpu for group decode: h1: held by other/job 0; h2: unreachable; h3: cpu 1 < 2; h4: no gpu';
+    const state = pdRunning();
+    state.jobs[3] = { ...(state.jobs[3] as JobState), status: 'FAILED', termination_reason: 'FAILED_TO_START_DUE_TO_NO_CAPACITY', message: why };
+    const wide = renderJobsTable(state, plain);
+    const narrow = renderJobsTable(state, plain, 80);
+    expect(wide.some((line) => line.includes(why))).toBe(true);
+    expect(narrow.every((line) => line.length <= 80)).toBe(true);
+    const cut = narrow.find((line) => line.includes('decode')) ?? '';
+    expect(cut).toMatch(/FAILED_TO_START.*…$/);
+    expect(cut.slice(0, cut.indexOf('FAILED_TO'))).toBe((wide.find((line) => line.includes('decode')) ?? '').slice(0, cut.indexOf('FAILED_TO')));
   });
 });

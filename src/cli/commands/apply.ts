@@ -156,9 +156,10 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
     const lines = new LogLines((text) => process.stdout.write(text));
     const changes = (async () => {
       let prev: RunState | null = last;
+      const printed = new Set<string>();
       for await (const state of handle.watch({ signal, onUnavailable })) {
         answered();
-        const notes = describeStateChanges(prev, state, style);
+        const notes = describeStateChanges(prev, state, style, printed);
         if (notes.length > 0) process.stderr.write(`${notes.join('\n')}\n`);
         prev = state;
       }
@@ -188,7 +189,7 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
       return 130;
     }
     const final = isFinished(outcome.status) ? outcome : await handle.wait();
-    process.stderr.write(`\n${renderJobsTable(final, style).join('\n')}\n${renderRunOutcome(final, style).join('\n')}\n`);
+    process.stderr.write(`\n${renderJobsTable(final, style, process.stderr.columns).join('\n')}\n${renderRunOutcome(final, style).join('\n')}\n`);
     return final.status === 'DONE' ? 0 : 1;
   } finally {
     interrupt.dispose();

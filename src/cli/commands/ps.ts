@@ -44,7 +44,7 @@ export const command: Command = async (args) => {
         `No ${values.all ? '' : 'active '}runs on ${describeConnection(settings)}.${values.all ? '' : ' (`troupe ps -a` shows finished ones too.)'}\n`,
       );
     } else {
-      process.stdout.write(`${renderPsTable(runs, styleFor(process.stdout), new Date()).join('\n')}\n`);
+      process.stdout.write(`${renderPsTable(runs, styleFor(process.stdout), new Date(), process.stdout.columns).join('\n')}\n`);
     }
     return 0;
   } catch (err) {

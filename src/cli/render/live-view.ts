@@ -1,5 +1,6 @@
 import type { JobState, RunState } from '../../../workflows/run-state';
 import { jobReason, nodeName, renderJobsTable, renderRunHeadline } from './run-table';
+import { onceInFull } from './reason-text';
 import { paint, paintStatus, visibleLength, type Style } from './style';
 
 /** Where the live view writes: a terminal (redrawn in place) or a pipe or file (lines appended). */
@@ -22,30 +23,53 @@ function jobChange(before: JobState | undefined, job: JobState, style: Style): s
   return `  job ${job.job_num} ${nodeName(job)}: ${paintStatus(style, job.status)}${detailText}${reason ? ` — ${reason}` : ''}`;
 }
 
-/**
- * What changed between two states of a run, a line each: the run's status, then every job whose
- * status or address changed. The first state (prev null) lists everything.
- */
-export function describeStateChanges(prev: RunState | null, next: RunState, style: Style): string[] {
-  const lines: string[] = [];
-  const resubmitted = prev !== null && prev.submission !== next.submission;
-  if (resubmitted) lines.push(`${paint(style, 'bold', next.run_name)}: resubmitted (attempt ${next.submission + 1})`);
-  if (prev === null || prev.status !== next.status || resubmitted) {
-    const reason = next.termination_reason ? ` (${next.termination_reason}${next.message ? `: ${next.message}` : ''})` : '';
-    lines.push(`${paint(style, 'bold', next.run_name)}: ${paintStatus(style, next.status)}${reason}`);
+/** When a job reached its status, by the run's own clock (what orders the lines of one update). */
+function reachedAt(job: JobState): string {
+  switch (job.status) {
+    case 'PROVISIONING':
+      return job.submitted_at;
+    case 'PULLING':
+      return job.provisioned_at ?? job.submitted_at;
+    case 'RUNNING':
+      return job.running_at ?? job.submitted_at;
+    case 'READY':
+      return job.ready_at ?? job.running_at ?? job.submitted_at;
+    default:
+      return job.finished_at ?? job.submitted_at;
   }
+}
+
+/**
+ * What changed between two states of a run, a line each, in the order it happened by the run's
+ * timestamps (a router that waited for its workers' READY comes after them, whatever its job
+ * number): the run's status first while it goes on, last once it has ended. The first state
+ * (prev null) lists everything.
+ */
+export function describeStateChanges(prev: RunState | null, next: RunState, style: Style, printed: Set<string> = new Set()): string[] {
+  const lines: Array<{ line: string; reason: string }> = [];
+  const resubmitted = prev !== null && prev.submission !== next.submission;
+  if (resubmitted) lines.push({ line: `${paint(style, 'bold', next.run_name)}: resubmitted (attempt ${next.submission + 1})`, reason: '' });
+  let runLine: { line: string; reason: string } | null = null;
+  if (prev === null || prev.status !== next.status || resubmitted) {
+    const reason = next.termination_reason ? `${next.termination_reason}${next.message ? `: ${next.message}` : ''}` : '';
+    runLine = { line: `${paint(style, 'bold', next.run_name)}: ${paintStatus(style, next.status)}${reason ? ` (${reason})` : ''}`, reason };
+  }
+  if (runLine && next.finished_at === null) lines.push(runLine);
   for (const group of next.groups) {
     const before = prev && !resubmitted ? prev.groups.find((g) => g.index === group.index) : undefined;
     if (group.waiting_for !== null && group.waiting_for !== before?.waiting_for) {
-      lines.push(`  group ${group.name}: waiting for ${group.waiting_for}`);
+      lines.push({ line: `  group ${group.name}: waiting for ${group.waiting_for}`, reason: '' });
     }
   }
-  for (const job of next.jobs) {
+  const changed = next.jobs.flatMap((job) => {
     const before = prev && !resubmitted ? prev.jobs.find((j) => j.job_num === job.job_num) : undefined;
     const line = jobChange(before, job, style);
-    if (line) lines.push(line);
-  }
-  return lines;
+    return line ? [{ at: Date.parse(reachedAt(job)), line, reason: jobReason(job) }] : [];
+  });
+  // A stable sort: jobs that changed at the same moment keep their job order.
+  lines.push(...changed.sort((a, b) => a.at - b.at));
+  if (runLine && next.finished_at !== null) lines.push(runLine);
+  return onceInFull(lines, printed);
 }
 
 /** `group decode waits for prefill (ready 0/1)`, for each group held back by another. */
@@ -63,6 +87,8 @@ export class LiveView {
   private last: RunState | null = null;
   private frameRows = 0;
   private isClosed = false;
+  /** Long reasons already printed in full. */
+  private readonly printed = new Set<string>();
 
   constructor(
     private readonly out: Terminal,
@@ -84,13 +110,13 @@ export class LiveView {
       this.clearFrame();
       const frame = [
         renderRunHeadline(state, this.style, this.now()),
-        ...renderJobsTable(state, this.style),
+        ...renderJobsTable(state, this.style, this.out.columns),
         ...renderGroupWaits(state, this.style),
       ];
       this.out.write(`${frame.join('\n')}\n`);
       this.frameRows = this.rowsOf(frame);
     } else {
-      const lines = describeStateChanges(this.last, state, this.style);
+      const lines = describeStateChanges(this.last, state, this.style, this.printed);
       if (lines.length > 0) this.out.write(`${lines.join('\n')}\n`);
     }
     this.last = state;

@@ -1,5 +1,6 @@
 import type { RunSummary } from '../../client';
 import type { JobState, RunState } from '../../../workflows/run-state';
+import { onceInFull } from './reason-text';
 import { paint, paintStatus, type Style } from './style';
 import { renderTable } from './table';
 import { formatAge, formatDuration } from './time-text';
@@ -35,8 +36,8 @@ export function renderRunHeadline(state: RunState, style: Style, now: Date): str
   return `${paint(style, 'bold', state.run_name)}  ${paintStatus(style, state.status)}  ${state.backend}: ${shape}  (${when}${retry})`;
 }
 
-/** A row per job of one run: what `apply` redraws while the run starts. */
-export function renderJobsTable(state: RunState, style: Style): string[] {
+/** A row per job of one run: what `apply` redraws while the run starts. Reasons are cut to `width` (the terminal's). */
+export function renderJobsTable(state: RunState, style: Style, width?: number): string[] {
   const rows = state.jobs.map((job) => [
     String(job.job_num),
     job.group_name,
@@ -49,11 +50,12 @@ export function renderJobsTable(state: RunState, style: Style): string[] {
   ]);
   return renderTable(['JOB', 'GROUP', 'NODE', 'STATUS', 'HOST', 'ADDRESS', 'EXIT', 'REASON'], rows, style, {
     alignRight: new Set([0, 2]),
+    ...(width ? { width } : {}),
   });
 }
 
 /** `ps`: a row per run, then a row per job under it (indented), so one glance shows where every node is. */
-export function renderPsTable(runs: RunSummary[], style: Style, now: Date): string[] {
+export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width?: number): string[] {
   const rows: string[][] = [];
   for (const run of runs) {
     const state = run.state;
@@ -86,6 +88,7 @@ export function renderPsTable(runs: RunSummary[], style: Style, now: Date): stri
   }
   return renderTable(['RUN', 'JOB', 'GROUP', 'NODE', 'STATUS', 'HOST', 'ADDRESS', 'SUBMITTED', 'REASON'], rows, style, {
     alignRight: new Set([1, 3]),
+    ...(width ? { width } : {}),
   });
 }
 
@@ -94,13 +97,14 @@ export function renderRunOutcome(state: RunState, style: Style): string[] {
   const took = state.finished_at
     ? ` after ${formatDuration(Date.parse(state.finished_at) - Date.parse(state.submitted_at))}`
     : '';
-  const lines = [`Run ${paint(style, 'bold', state.run_name)} ${paintStatus(style, state.status)}${took}: ${runReason(state) || 'no reason given'}`];
+  const run = runReason(state) || 'no reason given';
+  const entries = [{ line: `Run ${paint(style, 'bold', state.run_name)} ${paintStatus(style, state.status)}${took}: ${run}`, reason: run }];
   for (const job of state.jobs) {
     const reason = jobReason(job);
     const clean = job.status === 'DONE' || job.termination_reason === 'TERMINATED_BY_SERVER';
     if (reason === '' || (clean && job.message === null)) continue;
     const where = job.instance ? ` on ${job.instance.host} (${job.instance.internal_ip})` : '';
-    lines.push(`  job ${job.job_num} ${nodeName(job)}${where}: ${paintStatus(style, job.status)} ${reason}`);
+    entries.push({ line: `  job ${job.job_num} ${nodeName(job)}${where}: ${paintStatus(style, job.status)} ${reason}`, reason });
   }
-  return lines;
+  return onceInFull(entries);
 }

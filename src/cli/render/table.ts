@@ -1,10 +1,13 @@
-import { paint, visibleLength, type Style } from './style';
+import { fitWidth } from './reason-text';
+import { paint, stripAnsi, visibleLength, type Style } from './style';
 
 export interface TableOptions {
   /** Columns aligned to the right (numbers). */
   alignRight?: ReadonlySet<number>;
   /** Indent of every line. Default one space, like dstack's tables. */
   indent?: string;
+  /** The terminal's width: the last column (a reason) is cut to fit it, the rest is kept whole. */
+  width?: number;
 }
 
 /**
@@ -23,7 +26,11 @@ export function renderTable(headers: string[], rows: string[][], style: Style, o
       if (options.alignRight?.has(col)) return pad + cell;
       return col === cells.length - 1 ? cell : cell + pad;
     });
-    return (indent + padded.join('  ')).trimEnd();
+    const last = padded.pop() ?? '';
+    const head = indent + padded.join('  ') + (padded.length > 0 ? '  ' : '');
+    const room = options.width ? Math.max(1, options.width - visibleLength(head)) : 0;
+    const fitted = room > 0 && visibleLength(last) > room ? fitWidth(stripAnsi(last), room) : last;
+    return (head + fitted).trimEnd();
   };
   return [line(headers.map((h) => paint(style, 'bold', h))), ...rows.map(line)];
 }
