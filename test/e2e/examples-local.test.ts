@@ -1,35 +1,22 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
 import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet } from '../helpers/local-fleet';
-import { temporalAddress, testClient } from '../helpers/temporal';
-import { startTroupeWorker } from '../helpers/troupe-worker';
+import { temporalAddress } from '../helpers/temporal';
+import { useLocalTroupe } from '../helpers/local-troupe';
 
 /** The local PD examples, run as a user runs them: `troupe apply -f ... -y` against a worker. */
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const fleet = makeLocalFleet('troupe-examples-');
-let client: Client;
-let closeClient: () => Promise<void>;
-let worker: Awaited<ReturnType<typeof startTroupeWorker>>;
-
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  worker = await startTroupeWorker({ local: fleet.backend });
-});
-afterAll(async () => {
-  await worker?.stop();
-  await closeClient?.();
-  fleet.remove();
-});
+const env = useLocalTroupe(fleet);
 
 function apply(file: string, name: string): Promise<{ code: number; stdout: string; stderr: string }> {
   const child = spawn(process.execPath, ['bin/troupe.js', 'apply', '-f', file, '-y', '--name', name], {
     cwd: root,
-    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), TROUPE_TASK_QUEUE: worker.taskQueue },
+    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), TROUPE_TASK_QUEUE: env.worker.taskQueue },
   });
   let stdout = '';
   let stderr = '';
@@ -39,12 +26,12 @@ function apply(file: string, name: string): Promise<{ code: number; stdout: stri
 }
 
 async function finalState(name: string): Promise<RunState> {
-  return (await client.workflow.getHandle(runWorkflowId(name)).result()) as RunState;
+  return (await env.client.workflow.getHandle(runWorkflowId(name)).result()) as RunState;
 }
 
 describe('local PD examples', () => {
   it('pd-disagg-local.yml: the router starts once both workers are ready; its only request goes through', async () => {
-    const name = `pd-ready-${worker.taskQueue.slice(-8)}`;
+    const name = `pd-ready-${env.worker.taskQueue.slice(-8)}`;
     const { code, stdout, stderr } = await apply('examples/pd-disagg-local.yml', name);
     expect(code, stderr).toBe(0);
     expect(stdout).toContain('router: prefill prefill/0 -> decode decode/0: Hello, world');
@@ -58,7 +45,7 @@ describe('local PD examples', () => {
   });
 
   it('pd-disagg-local-workers-first.yml: the seed\'s order, the router after both workers are running', async () => {
-    const name = `pd-wf-${worker.taskQueue.slice(-8)}`;
+    const name = `pd-wf-${env.worker.taskQueue.slice(-8)}`;
     const { code, stdout, stderr } = await apply('examples/pd-disagg-local-workers-first.yml', name);
     expect(code, stderr).toBe(0);
     expect(stdout).toContain('router: prefill prefill/0 -> decode decode/0: Hello, world');

@@ -3,12 +3,11 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TroupeClient, type RunSummary } from '../../src/client';
+import { describe, expect, it } from 'vitest';
+import type { RunSummary } from '../../src/client';
 import { makeLocalFleet } from '../helpers/local-fleet';
-import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
-import { startTroupeWorker } from '../helpers/troupe-worker';
+import { temporalAddress, uniqueTaskQueue } from '../helpers/temporal';
+import { useLocalTroupe } from '../helpers/local-troupe';
 
 /**
  * `troupe apply | ps | logs | stop` as a user runs them: the real CLI in a child process (stdin
@@ -18,22 +17,7 @@ import { startTroupeWorker } from '../helpers/troupe-worker';
 const cli = fileURLToPath(new URL('../../bin/troupe.js', import.meta.url));
 const fleet = makeLocalFleet('troupe-cli-');
 const configs = mkdtempSync(join(tmpdir(), 'troupe-cli-configs-'));
-let client: Client;
-let closeClient: () => Promise<void>;
-let worker: Awaited<ReturnType<typeof startTroupeWorker>>;
-let troupe: TroupeClient;
-
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  worker = await startTroupeWorker({ local: fleet.backend });
-  troupe = new TroupeClient(client, { taskQueue: worker.taskQueue });
-});
-afterAll(async () => {
-  await worker?.stop();
-  await closeClient?.();
-  fleet.remove();
-  rmSync(configs, { recursive: true, force: true });
-});
+const env = useLocalTroupe(fleet, { address: false, cleanup: () => rmSync(configs, { recursive: true, force: true }) });
 
 interface Result {
   code: number | null;
@@ -48,7 +32,7 @@ function troupeCli(args: string[], options: { taskQueue?: string; onStderr?: (te
       env: {
         ...process.env,
         TEMPORAL_ADDRESS: temporalAddress(),
-        TROUPE_TASK_QUEUE: options.taskQueue ?? worker.taskQueue,
+        TROUPE_TASK_QUEUE: options.taskQueue ?? env.worker.taskQueue,
         NO_COLOR: '1',
       },
       stdio: ['pipe', 'pipe', 'pipe'],
@@ -71,7 +55,7 @@ function troupeCli(args: string[], options: { taskQueue?: string; onStderr?: (te
 
 let counter = 0;
 function config(prefix: string, lines: string[]): { name: string; file: string } {
-  const name = `${prefix}-${++counter}-${worker.taskQueue.slice(-8)}`;
+  const name = `${prefix}-${++counter}-${env.worker.taskQueue.slice(-8)}`;
   const file = join(configs, `${name}.yml`);
   writeFileSync(file, ['type: task', `name: ${name}`, ...lines, ''].join('\n'));
   return { name, file };
@@ -94,7 +78,7 @@ function twoGroups(prefix: string, workerCommand: string) {
 async function listed(name: string, all = false): Promise<RunSummary | undefined> {
   const deadline = Date.now() + 15_000;
   for (;;) {
-    const run = (await troupe.list({ all })).find((r) => r.name === name);
+    const run = (await env.troupe.list({ all })).find((r) => r.name === name);
     if (run || Date.now() > deadline) return run;
     await new Promise((r) => setTimeout(r, 250));
   }
@@ -161,9 +145,9 @@ describe('troupe apply', () => {
     expect(result.code, result.stderr).toBe(130);
     expect(result.stderr).toContain(`Detached from run ${name}; it goes on.`);
     expect(result.stderr).toContain(`troupe stop ${name}`);
-    expect((await troupe.run(name).state()).status).toBe('RUNNING');
-    await troupe.run(name).abort();
-    expect((await troupe.run(name).wait()).status).toBe('TERMINATED');
+    expect((await env.troupe.run(name).state()).status).toBe('RUNNING');
+    await env.troupe.run(name).abort();
+    expect((await env.troupe.run(name).wait()).status).toBe('TERMINATED');
   });
 });
 
@@ -175,7 +159,7 @@ describe('troupe ps, logs, stop', () => {
     expect(applied.stdout).toBe('');
     expect(applied.stderr).toContain(`troupe logs ${name} -f`);
 
-    const handle = troupe.run(name);
+    const handle = env.troupe.run(name);
     for await (const state of handle.watch({ intervalMs: 200 })) {
       if (state.jobs.every((j) => j.running_at !== null)) break;
     }

@@ -1,5 +1,4 @@
-import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   JobNotFoundError,
   RunNameInUseError,
@@ -9,31 +8,18 @@ import {
   type RunState,
 } from '../../src/client';
 import { makeLocalFleet } from '../helpers/local-fleet';
-import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
+import { temporalAddress, uniqueTaskQueue } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
+import { useLocalTroupe } from '../helpers/local-troupe';
 
 /** The client SDK against a real worker, the real workflows and the local fleet (real processes). */
 
 const fleet = makeLocalFleet('troupe-client-sdk-');
-let client: Client;
-let closeClient: () => Promise<void>;
-let worker: Awaited<ReturnType<typeof startTroupeWorker>>;
-let troupe: TroupeClient;
-
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  worker = await startTroupeWorker({ local: fleet.backend });
-  troupe = new TroupeClient(client, { taskQueue: worker.taskQueue, address: temporalAddress() });
-});
-afterAll(async () => {
-  await worker?.stop();
-  await closeClient?.();
-  fleet.remove();
-});
+const env = useLocalTroupe(fleet);
 
 let counter = 0;
 function runName(prefix: string): string {
-  return `${prefix}-${++counter}-${worker.taskQueue.slice(-8)}`;
+  return `${prefix}-${++counter}-${env.worker.taskQueue.slice(-8)}`;
 }
 
 /** Two groups: a head that names its peer by address, and two workers. */
@@ -65,7 +51,7 @@ async function collect(chunks: AsyncIterable<JobLogChunk>): Promise<Map<number, 
 describe('client SDK on a real worker', () => {
   it('submits from YAML, waits for the end, reads state and every job\'s log', async () => {
     const name = runName('sdk-done');
-    const handle = await troupe.submit({ yaml: twoGroups(name), options: quick });
+    const handle = await env.troupe.submit({ yaml: twoGroups(name), options: quick });
     const final = await handle.wait();
     expect(final).toMatchObject({ run_name: name, status: 'DONE', termination_reason: 'ALL_JOBS_DONE', backend: 'local' });
     expect(final.jobs.map((j) => [j.job_num, j.group_name, j.group_job_index, j.status])).toEqual([
@@ -90,7 +76,7 @@ describe('client SDK on a real worker', () => {
   });
 
   it('connects on its own, as a user script would: connect, submit, state, wait, close', async () => {
-    const sdk = await TroupeClient.connect({ address: temporalAddress(), namespace: 'default', taskQueue: worker.taskQueue });
+    const sdk = await TroupeClient.connect({ address: temporalAddress(), namespace: 'default', taskQueue: env.worker.taskQueue });
     try {
       const run = await sdk.submit({ yaml: twoGroups(runName('sdk-own')), options: quick });
       expect(['SUBMITTED', 'PROVISIONING', 'RUNNING', 'TERMINATING', 'DONE']).toContain((await run.state()).status);
@@ -104,7 +90,7 @@ describe('client SDK on a real worker', () => {
 
   it('lists active runs, and finished ones with all; a second run of an active name is refused; stop ends it', async () => {
     const name = runName('sdk-live');
-    const handle = await troupe.submit({ yaml: twoGroups(name, 'echo up; sleep 300'), options: quick });
+    const handle = await env.troupe.submit({ yaml: twoGroups(name, 'echo up; sleep 300'), options: quick });
     const states: RunState[] = [];
     for await (const state of handle.watch({ intervalMs: 200 })) {
       states.push(state);
@@ -114,9 +100,9 @@ describe('client SDK on a real worker', () => {
     expect(states[0]?.status).toMatch(/SUBMITTED|PROVISIONING/);
     expect(states.at(-1)?.status).toBe('RUNNING');
 
-    await expect(troupe.submit({ yaml: twoGroups(name), options: quick })).rejects.toBeInstanceOf(RunNameInUseError);
+    await expect(env.troupe.submit({ yaml: twoGroups(name), options: quick })).rejects.toBeInstanceOf(RunNameInUseError);
 
-    const active = await eventually(async () => (await troupe.list()).find((r) => r.name === name));
+    const active = await eventually(async () => (await env.troupe.list()).find((r) => r.name === name));
     expect(active).toMatchObject({ open: true, status: 'RUNNING', backend: 'local', stateError: null });
     expect(active.groups).toEqual([{ name: 'head', nodes: 1 }, { name: 'workers', nodes: 2 }]);
     expect(active.state?.jobs.slice(1).map((j) => j.status)).toEqual(['RUNNING', 'RUNNING']);
@@ -128,11 +114,11 @@ describe('client SDK on a real worker', () => {
     expect(await handle.stop()).toBe(false);
 
     const ended = await eventually(async () => {
-      const runs = await troupe.list({ all: true });
+      const runs = await env.troupe.list({ all: true });
       return runs.find((r) => r.name === name && !r.open);
     });
     expect(ended).toMatchObject({ status: 'TERMINATED', state: { termination_reason: 'STOPPED_BY_USER' } });
-    expect((await troupe.list()).some((r) => r.name === name)).toBe(false);
+    expect((await env.troupe.list()).some((r) => r.name === name)).toBe(false);
   });
 
   it('follows a log while the job writes it, until the run ends', async () => {
@@ -144,7 +130,7 @@ describe('client SDK on a real worker', () => {
       '  - for i in 1 2 3 4 5; do echo "line $i"; sleep 0.4; done',
       '',
     ].join('\n');
-    const handle = await troupe.submit({ yaml, options: quick });
+    const handle = await env.troupe.submit({ yaml, options: quick });
     const chunks: JobLogChunk[] = [];
     for await (const chunk of handle.streamLogs({ follow: true, pollMs: 200 })) chunks.push(chunk);
     expect(chunks.map((c) => c.data).join('')).toBe('line 1\nline 2\nline 3\nline 4\nline 5\n');
@@ -157,7 +143,7 @@ describe('client SDK on a real worker', () => {
     const queue = uniqueTaskQueue('sdk-restart');
     let first: Awaited<ReturnType<typeof startTroupeWorker>> | null = await startTroupeWorker({ local: fleet.backend }, queue);
     let second: Awaited<ReturnType<typeof startTroupeWorker>> | null = null;
-    const own = new TroupeClient(client, { taskQueue: queue, queryTimeoutMs: 1_500 });
+    const own = new TroupeClient(env.client, { taskQueue: queue, queryTimeoutMs: 1_500 });
     try {
       const name = runName('sdk-restart');
       const yaml = ['type: task', `name: ${name}`, 'commands:', '  - for i in 1 2 3 4 5 6; do echo "tick $i"; sleep 1; done', ''].join('\n');
@@ -199,7 +185,7 @@ describe('client SDK on a real worker', () => {
       '  - exit 3',
       '',
     ].join('\n');
-    const handle = await troupe.submit({ yaml, options: { ...quick, retry: null } });
+    const handle = await env.troupe.submit({ yaml, options: { ...quick, retry: null } });
     const final = await handle.wait();
     expect(final).toMatchObject({ status: 'FAILED', termination_reason: 'JOB_FAILED', submission: 0 });
     expect(final.jobs[0]).toMatchObject({ exit_code: 3, termination_reason: 'CONTAINER_EXITED_WITH_ERROR' });

@@ -1,16 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TroupeClient } from '../../src/client';
+import { describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
 import { stopRunSignal } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
-import { temporalAddress, testClient } from '../helpers/temporal';
-import { startTroupeWorker } from '../helpers/troupe-worker';
+import { useLocalTroupe } from '../helpers/local-troupe';
 
 /**
  * Env values full of shell metacharacters, submitted as YAML through the client SDK (planner,
@@ -24,22 +21,7 @@ process.env.TROUPE_SECRET_KEY = randomBytes(32).toString('base64');
 
 const fleet = makeLocalFleet('troupe-hostile-env-');
 const shared = makeSharedDir('troupe-hostile-env-out-');
-let client: Client;
-let closeClient: () => Promise<void>;
-let worker: Awaited<ReturnType<typeof startTroupeWorker>>;
-let troupe: TroupeClient;
-
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  worker = await startTroupeWorker({ local: fleet.backend });
-  troupe = new TroupeClient(client, { taskQueue: worker.taskQueue, address: temporalAddress() });
-});
-afterAll(async () => {
-  await worker?.stop();
-  await closeClient?.();
-  fleet.remove();
-  shared.remove();
-});
+const env = useLocalTroupe(fleet, { cleanup: () => shared.remove() });
 
 /** Any file a value manages to create lands here; the directory must stay empty. */
 const canaryDir = join(shared.dir, 'canary');
@@ -99,13 +81,13 @@ function hostileTask(name: string, outDir: string, values: readonly string[], fr
 
 describe('hostile env values on a real node', () => {
   it('reach the job byte for byte (and working_dir and image are taken literally), through the planner, sealing and the env file; nothing in them runs', async () => {
-    const name = `hostile-env-${worker.taskQueue.slice(-8)}`;
+    const name = `hostile-env-${env.worker.taskQueue.slice(-8)}`;
     const outDir = join(shared.dir, 'out');
     const fromShell = { HF_TOKEN: `tok'en$(touch ${canary(90)})\n\`touch ${canary(91)}\``, PLAIN_FROM_SHELL: `; touch ${canary(92)}` };
     const yaml = hostileTask(name, outDir, hostileValues, Object.keys(fromShell));
     mkdirSync(outDir, { recursive: true });
 
-    const handle = await troupe.submit({ yaml, environ: fromShell, options: { stop_grace_s: 1 } });
+    const handle = await env.troupe.submit({ yaml, environ: fromShell, options: { stop_grace_s: 1 } });
     const final = await handle.wait();
     expect(final.status, final.message ?? '').toBe('DONE');
 
@@ -124,10 +106,10 @@ describe('hostile env values on a real node', () => {
 
   // The planner refuses NUL; a hand-made plan gets past it, and the batch start fails the job at once.
   it('a NUL byte in an env value fails the run with its reason within 30 s, not after minutes of retries', async () => {
-    const name = `hostile-nul-${worker.taskQueue.slice(-8)}`;
+    const name = `hostile-nul-${env.worker.taskQueue.slice(-8)}`;
     const plan = makePlan(name, [{ name: 'node', nodes: 1, commands: ['true'] }], { env: { A: 'a\0b' } });
-    const handle = await client.workflow.start('RunWorkflow', {
-      taskQueue: worker.taskQueue,
+    const handle = await env.client.workflow.start('RunWorkflow', {
+      taskQueue: env.worker.taskQueue,
       workflowId: runWorkflowId(name),
       args: [{ plan, backend: 'local', options: { stop_grace_s: 1, runner_ready_timeout_s: 10 } }],
     });

@@ -1,32 +1,17 @@
-import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Plan, ReadyProbe } from '../../src/plan/plan-schema';
 import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
-import { testClient } from '../helpers/temporal';
-import { startTroupeWorker } from '../helpers/troupe-worker';
+import { useLocalTroupe } from '../helpers/local-troupe';
 
 /** depends_on + ready (Troupe's extension), with real processes and probes run on the nodes. */
 
 const fleet = makeLocalFleet();
 const shared = makeSharedDir();
-let client: Client;
-let closeClient: () => Promise<void>;
-let worker: Awaited<ReturnType<typeof startTroupeWorker>>;
-
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-  worker = await startTroupeWorker({ local: fleet.backend });
-});
-afterAll(async () => {
-  await worker?.stop();
-  await closeClient?.();
-  fleet.remove();
-  shared.remove();
-});
+const env = useLocalTroupe(fleet, { cleanup: () => shared.remove() });
 
 const httpReady = (timeout_s = 30): ReadyProbe => ({ check: { kind: 'http', port: 8000, path: '/' }, interval_s: 0.2, timeout_s });
 const recordStart = `echo "$DSTACK_NODE_GROUP_NAME/$DSTACK_NODE_GROUP_NODE_RANK $(($(date +%s%N) / 1000000))" >> ${shared.dir}/starts`;
@@ -39,9 +24,9 @@ function withGroups(plan: Plan, extra: Record<string, Partial<Plan['groups'][num
 
 let n = 0;
 async function start(plan: Plan) {
-  const name = `${plan.run_name}-${++n}-${worker.taskQueue}`;
-  return await client.workflow.start('RunWorkflow', {
-    taskQueue: worker.taskQueue,
+  const name = `${plan.run_name}-${++n}-${env.worker.taskQueue}`;
+  return await env.client.workflow.start('RunWorkflow', {
+    taskQueue: env.worker.taskQueue,
     workflowId: runWorkflowId(name),
     args: [{ plan: { ...plan, run_name: name }, backend: 'local', options: { stop_grace_s: 1 } }],
   });

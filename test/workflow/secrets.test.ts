@@ -2,13 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Client } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TroupeClient } from '../../src/client';
+import { describe, expect, it } from 'vitest';
 import { makeLocalFleet, makeSharedDir } from '../helpers/local-fleet';
-import { temporalAddress, testClient } from '../helpers/temporal';
-import { startTroupeWorker } from '../helpers/troupe-worker';
+import { useLocalTroupe } from '../helpers/local-troupe';
 
 /**
  * Secret env values (`- HF_TOKEN` from the shell, names like *_API_KEY) reach the node and nothing
@@ -18,26 +15,17 @@ import { startTroupeWorker } from '../helpers/troupe-worker';
 const fleet = makeLocalFleet('troupe-secrets-');
 const shared = makeSharedDir('troupe-secrets-shared-');
 const keyDir = mkdtempSync(join(tmpdir(), 'troupe-secret-key-'));
-let client: Client;
-let closeClient: () => Promise<void>;
-let worker: Awaited<ReturnType<typeof startTroupeWorker>>;
-let troupe: TroupeClient;
 const previousKeyFile = process.env.TROUPE_SECRET_KEY_FILE;
-
-beforeAll(async () => {
-  process.env.TROUPE_SECRET_KEY_FILE = join(keyDir, 'secret.key');
-  ({ client, close: closeClient } = await testClient());
-  worker = await startTroupeWorker({ local: fleet.backend });
-  troupe = new TroupeClient(client, { taskQueue: worker.taskQueue, address: temporalAddress() });
-});
-afterAll(async () => {
-  await worker?.stop();
-  await closeClient?.();
-  fleet.remove();
-  shared.remove();
-  rmSync(keyDir, { recursive: true, force: true });
-  if (previousKeyFile === undefined) delete process.env.TROUPE_SECRET_KEY_FILE;
-  else process.env.TROUPE_SECRET_KEY_FILE = previousKeyFile;
+const env = useLocalTroupe(fleet, {
+  setup: () => {
+    process.env.TROUPE_SECRET_KEY_FILE = join(keyDir, 'secret.key');
+  },
+  cleanup: () => {
+    shared.remove();
+    rmSync(keyDir, { recursive: true, force: true });
+    if (previousKeyFile === undefined) delete process.env.TROUPE_SECRET_KEY_FILE;
+    else process.env.TROUPE_SECRET_KEY_FILE = previousKeyFile;
+  },
 });
 
 /** Payload data is base64 in a history export: decode every payload so its plain text can be searched. */
@@ -54,8 +42,8 @@ function decodePayloads(node: unknown): unknown {
 /** Every event of the run and of its group children, payloads decoded, as one text. */
 async function fullHistory(runWorkflowId: string): Promise<string> {
   const texts: string[] = [];
-  for await (const info of client.workflow.list({ query: `WorkflowId STARTS_WITH "${runWorkflowId}"` })) {
-    const history = await client.workflow.getHandle(info.workflowId, info.runId).fetchHistory();
+  for await (const info of env.client.workflow.list({ query: `WorkflowId STARTS_WITH "${runWorkflowId}"` })) {
+    const history = await env.client.workflow.getHandle(info.workflowId, info.runId).fetchHistory();
     texts.push(JSON.stringify(decodePayloads(JSON.parse(historyToJSON(history)))));
   }
   expect(texts.length).toBeGreaterThanOrEqual(3);
@@ -68,7 +56,7 @@ describe('secrets', () => {
     const apiKey = `key-${randomBytes(18).toString('hex')}`;
     const yaml = [
       'type: task',
-      `name: secrets-${worker.taskQueue.slice(-8)}`,
+      `name: secrets-${env.worker.taskQueue.slice(-8)}`,
       'env:',
       '  - HF_TOKEN',
       `  - SERVICE_API_KEY=${apiKey}`,
@@ -84,7 +72,7 @@ describe('secrets', () => {
       '      - exit 7',
       '',
     ].join('\n');
-    const handle = await troupe.submit({ yaml, environ: { HF_TOKEN: token }, options: { stop_grace_s: 1 } });
+    const handle = await env.troupe.submit({ yaml, environ: { HF_TOKEN: token }, options: { stop_grace_s: 1 } });
     const state = await handle.wait();
     expect(state.status).toBe('FAILED');
     expect(shared.lines('token-0')).toEqual([token]);
