@@ -13,7 +13,6 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,6 +23,7 @@ import { runStateQuery, stopRunSignal } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
 import { processGroupMembers } from '../test/helpers/local-fleet';
 import { makePlan } from '../test/helpers/plans';
+import { freePort } from '../test/helpers/free-port';
 
 const KILLS = Number(process.env.CRASH_KILLS ?? 30);
 const KILLS_PER_RUN = 3;
@@ -79,16 +79,6 @@ async function within<T, F>(promise: Promise<T>, ms: number, fallback: F): Promi
   }
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
-}
 
 // ---------------------------------------------------------------- the worker process
 

@@ -1,9 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { defaultDevServerOptions, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { freePort } from './helpers/free-port';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -12,17 +12,6 @@ declare module 'vitest' {
   }
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** One real Temporal dev server for the whole test run, on free ports, apart from a user's own. */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {

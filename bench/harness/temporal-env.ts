@@ -1,5 +1,4 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -7,6 +6,7 @@ import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode, t
 import { createActivities, type BackendRegistry } from '../../activities';
 import { defaultDevServerOptions, startDevServer, stopDevServer } from '../../src/devserver/dev-server';
 import { quietBundler, workflowsPath } from '../../src/worker/create-worker';
+import { freePort } from '../../test/helpers/free-port';
 
 /** A bench's own Temporal: a dev server on free ports (in-memory), a client, bundled workflows, workers. */
 
@@ -17,18 +17,6 @@ export function quietRuntime(): void {
   if (runtimeInstalled) return;
   Runtime.install({ logger: new DefaultLogger('WARN') });
   runtimeInstalled = true;
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 export interface BenchTemporal {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config/errors';
 import { loadPlan } from '../../src/plan';
+import { thrownBy } from '../helpers/refusal';
 
 /** `depends_on` and `ready` (Troupe's extensions): parsing, defaults and every refusal. */
 
@@ -11,16 +12,9 @@ function yaml(...lines: string[]): string {
 const load = (text: string) => loadPlan(text, 'task.yml', { environ: {}, runName: 'deps-run' });
 
 function refusal(text: string): string {
-  try {
-    load(text);
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      expect(err.message).not.toContain('\n');
-      return err.message;
-    }
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
+  const { message } = thrownBy(() => load(text), ConfigError);
+  expect(message).not.toContain('\n');
+  return message;
 }
 
 const pd = (router: string[], prefill: string[] = [], extra: string[] = []) =>

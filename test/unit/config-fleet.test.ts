@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config/errors';
 import { isPrivateIp, parseNetwork } from '../../src/config/ip-address';
 import { loadFleetConfig } from '../../src/plan';
+import { thrownBy } from '../helpers/refusal';
 
 function yaml(...lines: string[]): string {
   return `${lines.join('\n')}\n`;
@@ -14,16 +15,9 @@ function load(text: string, environ: Record<string, string> = {}) {
 }
 
 function refusal(text: string): string {
-  try {
-    load(text);
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      expect(err.message).not.toContain('\n');
-      return err.message;
-    }
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
+  const { message } = thrownBy(() => load(text), ConfigError);
+  expect(message).not.toContain('\n');
+  return message;
 }
 
 describe('the seed fleet (examples/pd-disagg-fleet.yml)', () => {

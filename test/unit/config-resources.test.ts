@@ -12,15 +12,10 @@ import {
 } from '../../src/config/resources';
 import type { Resources } from '../../src/config/resources-schema';
 import { parseMemory, ScalarError } from '../../src/config/scalars';
+import { thrownBy } from '../helpers/refusal';
 
 function refusalOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ScalarError) return err.message;
-    throw err;
-  }
-  throw new Error('expected a refusal');
+  return thrownBy(fn, ScalarError).message;
 }
 
 describe('ranges', () => {

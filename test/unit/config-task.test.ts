@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config/errors';
 import { loadPlan, type LoadPlanOptions } from '../../src/plan';
+import { thrownBy } from '../helpers/refusal';
 
 /**
  * The task config's rules, each with the exact one-line refusal: file:line:col of the offending
@@ -16,17 +17,10 @@ function load(text: string, opts: Partial<LoadPlanOptions> = {}) {
 }
 
 function refusal(text: string, opts: Partial<LoadPlanOptions> = {}): string {
-  try {
-    load(text, opts);
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      expect(err.message).not.toContain('\n');
-      expect(err.message.startsWith(`${err.file}:${err.line}:${err.col}: ${err.path}: `)).toBe(true);
-      return err.message;
-    }
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
+  const err = thrownBy(() => load(text, opts), ConfigError);
+  expect(err.message).not.toContain('\n');
+  expect(err.message.startsWith(`${err.file}:${err.line}:${err.col}: ${err.path}: `)).toBe(true);
+  return err.message;
 }
 
 describe('type', () => {

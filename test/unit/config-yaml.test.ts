@@ -2,16 +2,11 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config/errors';
 import { formatFieldPath } from '../../src/config/field-path';
 import { ConfigSource } from '../../src/config/yaml-source';
+import { thrownBy } from '../helpers/refusal';
 
 /** Runs `fn`, which must throw a ConfigError, and returns it. */
 function refusal(fn: () => unknown): ConfigError {
-  try {
-    fn();
-  } catch (err) {
-    if (err instanceof ConfigError) return err;
-    throw err;
-  }
-  throw new Error('expected a ConfigError, nothing was thrown');
+  return thrownBy(fn, ConfigError);
 }
 
 const text = [

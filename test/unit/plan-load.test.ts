@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config/errors';
 import { loadPlan, MAX_TOTAL_NODES, PlanSchema, type LoadPlanOptions } from '../../src/plan';
 import { generateRunName, RUN_NAME } from '../../src/plan/run-name';
+import { thrownBy } from '../helpers/refusal';
 
 function yaml(...lines: string[]): string {
   return `${lines.join('\n')}\n`;
@@ -14,13 +15,7 @@ function load(text: string, opts: Partial<LoadPlanOptions> = {}) {
 }
 
 function refusal(text: string): string {
-  try {
-    load(text);
-  } catch (err) {
-    if (err instanceof ConfigError) return err.message;
-    throw err;
-  }
-  throw new Error('expected a ConfigError');
+  return thrownBy(() => load(text), ConfigError).message;
 }
 
 const seedSample = readFileSync(fileURLToPath(new URL('../../examples/pd-disagg.yml', import.meta.url)), 'utf8');

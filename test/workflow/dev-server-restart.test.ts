@@ -1,6 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +12,7 @@ import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
 import { uniqueTaskQueue } from '../helpers/temporal';
+import { freePort } from '../helpers/free-port';
 
 /**
  * The Temporal service itself goes away mid-run: its own dev server (free ports, a SQLite file)
@@ -29,16 +29,6 @@ let opts: DevServerOptions;
 let connection: Connection;
 let client: Client;
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
-}
 
 beforeAll(async () => {
   opts = defaultDevServerOptions({ stateDir, port: await freePort(), uiPort: await freePort(), dbFile: join(stateDir, 'temporal.db') });
