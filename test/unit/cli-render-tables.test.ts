@@ -180,3 +180,20 @@ describe('tables on a narrow terminal', () => {
     expect(cut.slice(0, cut.indexOf('FAILED_TO'))).toBe((wide.find((line) => line.includes('decode')) ?? '').slice(0, cut.indexOf('FAILED_TO')));
   });
 });
+
+describe("a run's outcome", () => {
+  it('prints a long reason once in full: the jobs that share it point above', () => {
+    const why = 'no capacity in fleet gpu for group decode: h1: held by other/job 0; h2: unreachable; h3: cpu 1 < 2; h4: no gpu';
+    const failed = (j: JobState): JobState => ({ ...j, status: 'FAILED', termination_reason: 'FAILED_TO_START_DUE_TO_NO_CAPACITY', message: why });
+    const state = pdRun(
+      { status: 'FAILED', termination_reason: 'JOB_FAILED', message: `job 1 (prefill/0) failed: FAILED_TO_START_DUE_TO_NO_CAPACITY: ${why}` },
+      pdRun().jobs.map((j) => (j.job_num === 0 ? j : failed(j))),
+    );
+    const lines = renderRunOutcome(state, plain);
+    expect(lines.join('\n').split(why).length - 1).toBe(1);
+    expect(lines[0]).toContain(why);
+    expect(lines.slice(1).every((line) => line.endsWith('… (in full above)'))).toBe(true);
+    // Printed in full already (by the live lines): the summary points above too.
+    expect(renderRunOutcome(state, plain, new Set([`FAILED_TO_START_DUE_TO_NO_CAPACITY: ${why}`])).join('\n')).not.toContain(why);
+  });
+});

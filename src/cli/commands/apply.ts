@@ -126,7 +126,9 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
   const interrupt = onInterrupt();
   const { signal } = interrupt;
   let unavailableNoted = false;
-  const view = new LiveView(process.stderr, style);
+  /** Long reasons printed in full so far: the live lines and the closing summary print each once. */
+  const printed = new Set<string>();
+  const view = new LiveView(process.stderr, style, undefined, printed);
   const note = (line: string) => (view.closed ? process.stderr.write(`${line}\n`) : view.note(line));
   const onUnavailable = (err: Error) => {
     if (unavailableNoted) return;
@@ -156,7 +158,6 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
     const lines = new LogLines((text) => process.stdout.write(text));
     const changes = (async () => {
       let prev: RunState | null = last;
-      const printed = new Set<string>();
       for await (const state of handle.watch({ signal, onUnavailable })) {
         answered();
         const notes = describeStateChanges(prev, state, style, printed);
@@ -189,7 +190,7 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
       return 130;
     }
     const final = isFinished(outcome.status) ? outcome : await handle.wait();
-    process.stderr.write(`\n${renderJobsTable(final, style, process.stderr.columns).join('\n')}\n${renderRunOutcome(final, style).join('\n')}\n`);
+    process.stderr.write(`\n${renderJobsTable(final, style, process.stderr.columns).join('\n')}\n${renderRunOutcome(final, style, printed).join('\n')}\n`);
     return final.status === 'DONE' ? 0 : 1;
   } finally {
     interrupt.dispose();

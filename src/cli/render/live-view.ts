@@ -87,13 +87,13 @@ export class LiveView {
   private last: RunState | null = null;
   private frameRows = 0;
   private isClosed = false;
-  /** Long reasons already printed in full. */
-  private readonly printed = new Set<string>();
 
   constructor(
     private readonly out: Terminal,
     private readonly style: Style,
     private readonly now: () => Date = () => new Date(),
+    /** Long reasons already printed in full (shared with what else prints the run's changes). */
+    private readonly printed = new Set<string>(),
   ) {}
 
   get closed(): boolean {

@@ -92,8 +92,8 @@ export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width
   });
 }
 
-/** The end of a run in words: status and reason, then what each job that did not finish cleanly said. */
-export function renderRunOutcome(state: RunState, style: Style): string[] {
+/** The end of a run in words: status and reason, then what each job that did not finish cleanly said; a long reason once in full (`printed`: already printed above). */
+export function renderRunOutcome(state: RunState, style: Style, printed: Set<string> = new Set()): string[] {
   const took = state.finished_at
     ? ` after ${formatDuration(Date.parse(state.finished_at) - Date.parse(state.submitted_at))}`
     : '';
@@ -106,5 +106,5 @@ export function renderRunOutcome(state: RunState, style: Style): string[] {
     const where = job.instance ? ` on ${job.instance.host} (${job.instance.internal_ip})` : '';
     entries.push({ line: `  job ${job.job_num} ${nodeName(job)}${where}: ${paintStatus(style, job.status)} ${reason}`, reason });
   }
-  return onceInFull(entries);
+  return onceInFull(entries, printed);
 }
