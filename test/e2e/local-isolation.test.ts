@@ -153,6 +153,8 @@ describe.skipIf(!root)('local fleet isolation (as root)', () => {
       if (findFiles(join(stateDir, 'runs'), JobLayout.env).length > 0) return false;
       return (await lookupUser(victimUser![1]!)) === null && (await lookupUser(attackerUser![1]!)) === null;
     }, 30_000);
-    expect(findFiles(join(stateDir, 'runs'), JobLayout.log)).toHaveLength(2);
+    const logs = findFiles(join(stateDir, 'runs'), JobLayout.log);
+    expect(logs).toHaveLength(2);
+    for (const log of logs) expect(readdirSync(join(log, '..')).sort()).toEqual([JobLayout.exitCode, JobLayout.log, JobLayout.started]);
   });
 });

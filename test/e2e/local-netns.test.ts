@@ -276,6 +276,8 @@ describe('local fleet, netns mode', () => {
       expect(existsSync(join(h.stateDir, 'leases', instance.internal_ip))).toBe(false);
     }
     expect(readdirSync(join(h.stateDir, 'instances'))).toHaveLength(records - 2);
+    // Nothing secret at rest: the env file, scripts, hostfile and work directory are gone; the log stays.
+    expect(readdirSync(backend.jobDirectory(refs[0]!)).sort()).toEqual([JobLayout.exitCode, JobLayout.log, JobLayout.started]);
     await expect(backend.provision(groupRequest(run, 0))).rejects.toThrow(SubmissionClosedError);
     await expect(h.start(backend, run, instances, [1])).rejects.toThrow(SubmissionClosedError);
     expect(await backend.runnerReady(refs[1]!)).toBe(false);

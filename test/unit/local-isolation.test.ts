@@ -19,7 +19,7 @@ const root = process.getuid?.() === 0;
 const scratch = mkdtempSync(join(tmpdir(), 'troupe-isolation-unit-'));
 const users: string[] = [];
 afterAll(async () => {
-  for (const name of users) await removeRunUser(name, []);
+  for (const name of users) await removeRunUser(name);
   rmSync(scratch, { recursive: true, force: true });
 });
 
@@ -82,12 +82,12 @@ describe.skipIf(!root)('the run user (as root)', () => {
     chownSync(file, a.uid, a.gid);
     await sleep(100);
     const exited = new Promise((resolve) => left.once('exit', resolve));
-    await removeRunUser(name, []);
+    await removeRunUser(name);
     await exited;
     expect(await lookupUser(name)).toBeNull();
     expect(statSync(file).uid).toBe(0);
     rmSync(file);
-    await removeRunUser(name, []);
+    await removeRunUser(name);
   });
 
   it('made by a worker that died is removed by any other: the name derives from the run', async () => {
@@ -95,7 +95,7 @@ describe.skipIf(!root)('the run user (as root)', () => {
     users.push(name);
     expect(name).toMatch(/^troupe-[0-9a-f]{10}$/);
     execFileSync('useradd', ['--system', '--user-group', '--no-create-home', name]);
-    await removeRunUser(runUserName('a-run-whose-worker-died', 3), []);
+    await removeRunUser(runUserName('a-run-whose-worker-died', 3));
     expect(await lookupUser(name)).toBeNull();
   });
 });

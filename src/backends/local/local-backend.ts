@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { chmod, chown, mkdir, open } from 'node:fs/promises';
+import { chmod, chown, mkdir, open, readdir, rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   NoCapacityError,
@@ -122,11 +122,6 @@ export class LocalBackend implements Backend {
     if (options.capacity !== undefined && !(Number.isInteger(options.capacity) && options.capacity >= 0)) {
       throw new Error(`local fleet: capacity must be a whole number ≥ 0, not ${options.capacity}`);
     }
-  }
-
-  /** True when each job runs as its run's own user in namespaces of its own. */
-  get isolatesJobs(): boolean {
-    return this.isolation !== null;
   }
 
   /** The network mode in use (`auto` resolved). */
@@ -385,11 +380,12 @@ export class LocalBackend implements Backend {
     const records = await this.store.listRecords(runId, submission);
     const grace = this.options.releaseGraceSeconds ?? 5;
     await Promise.all(records.map((r) => this.stopJobIn(r.job_dir, r.instance_id, r, grace)));
-    // Nothing secret stays at rest: env files go (logs and exit codes stay, for `troupe logs`),
-    // from every job directory of the submission, whether or not its record is still there.
+    // Nothing secret stays at rest: of every job directory of the submission (whether or not its
+    // record is still there) only the log and the exit code stay, for `troupe logs`, as on SSH
+    // hosts, and the start record (pids and times), so the job's end still reads as it was.
     const jobDirs = await this.store.jobDirs(runId, submission);
-    await Promise.all(jobDirs.map((dir) => removeFile(join(dir, L.env))));
-    await this.removeRunUserOf(runId, submission, jobDirs);
+    await Promise.all(jobDirs.map((dir) => keepOnly(dir, [L.log, L.exitCode, L.started])));
+    await this.removeRunUserOf(runId, submission);
     await Promise.all(records.map((record) => this.forget(record)));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
@@ -401,9 +397,9 @@ export class LocalBackend implements Backend {
    * The submission's user, if one exists: also when isolation is off in this worker (another
    * worker, or an earlier one, may have run the jobs isolated).
    */
-  private async removeRunUserOf(runId: string, submission: number, jobDirs: readonly string[] = []): Promise<void> {
+  private async removeRunUserOf(runId: string, submission: number): Promise<void> {
     if (process.getuid?.() !== 0) return;
-    await removeRunUser(runUserName(runId, submission), jobDirs.map((d) => join(d, L.workDir)));
+    await removeRunUser(runUserName(runId, submission));
   }
 
   /** Removes an instance: its namespace and links, its address lease, its record. */
@@ -463,6 +459,15 @@ export class LocalBackend implements Backend {
       await handle.close();
     }
   }
+}
+
+/** Removes everything in `dir` but the entries named in `kept`. */
+async function keepOnly(dir: string, kept: readonly string[]): Promise<void> {
+  const names = await readdir(dir).catch((err: unknown) => {
+    if (isErrno(err, 'ENOENT')) return [];
+    throw err;
+  });
+  await Promise.all(names.filter((n) => !kept.includes(n)).map((n) => rm(join(dir, n), { recursive: true, force: true })));
 }
 
 function linkNames(record: LocalInstanceRecord): NodeLinkNames | null {

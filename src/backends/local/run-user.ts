@@ -87,16 +87,15 @@ async function processesOf(uid: number): Promise<number[]> {
 
 /**
  * Removes the run's user: kills whatever still runs as it (the jobs were stopped before; this is
- * what escaped them), gives its files in the machine's shared scratch directories and in `dirs`
- * to root (a later user may get the same uid), then deletes the user and its group. Idempotent.
+ * what escaped them), gives its files in the machine's shared scratch directories to root (a
+ * later user may get the same uid), then deletes the user and its group. Idempotent.
  */
-export async function removeRunUser(name: string, dirs: readonly string[]): Promise<void> {
+export async function removeRunUser(name: string): Promise<void> {
   ensuring.delete(name);
   const user = await lookupUser(name);
   if (!user) return;
   await killProcessesOf(user.uid);
-  const roots = ['/tmp', '/var/tmp', '/dev/shm', ...dirs];
-  await spawner.run('find', [...roots, '-xdev', '-uid', String(user.uid), '-exec', 'chown', '-h', '0:0', '{}', '+']);
+  await spawner.run('find', ['/tmp', '/var/tmp', '/dev/shm', '-xdev', '-uid', String(user.uid), '-exec', 'chown', '-h', '0:0', '{}', '+']);
   let last = '';
   for (let attempt = 1; attempt <= ATTEMPTS; attempt += 1) {
     const r = await spawner.run('userdel', [name]);
