@@ -56,9 +56,10 @@ async function createUser(name: string): Promise<RunUser> {
   for (let attempt = 1; attempt <= ATTEMPTS; attempt += 1) {
     const known = await lookupUser(name);
     if (known) return known;
-    // No home directory (the job's is its work/ directory); bash as shell, so that a job's own
-    // sshd (inter-node SSH for MPI) can log this user in.
-    const r = await spawner.run('useradd', ['--system', '--user-group', '--no-create-home', '--home-dir', '/nonexistent', '--shell', '/bin/bash', name]);
+    // No home directory (a job's HOME is its work/ directory). Bash as shell and no password
+    // (`*`: not a locked account, which sshd would refuse) so that a job's own sshd (inter-node
+    // SSH for MPI) can log this user in with a key.
+    const r = await spawner.run('useradd', ['--system', '--user-group', '--no-create-home', '--home-dir', '/nonexistent', '--shell', '/bin/bash', '--password', '*', name]);
     // 9: created meanwhile by another worker process.
     if (r.code === 0 || r.code === 9) continue;
     last = r.stderr.trim() || `exit ${r.code}`;
