@@ -192,6 +192,10 @@ describe('local fleet, netns mode', () => {
     const slow = Date.now();
     expect(await backend.exec(refs[1]!, 'echo waiting; sleep 30', 300)).toEqual({ exit_code: 124, output: 'waiting' });
     expect(Date.now() - slow).toBeLessThan(5000);
+    // A probe runs as the job does (as root, isolated): as its run's user, in its pid namespace.
+    const [uid, pids] = (await backend.exec(refs[0]!, 'echo "$(id -u) $(ls /proc | grep -c "^[0-9]")"', 5000)).output.split(' ').map(Number);
+    expect(uid).not.toBe(0);
+    expect(pids).toBeLessThan(15);
     await Promise.all(refs.map((ref) => backend.stopJob(ref, 2)));
     for (const ref of refs) expect((await backend.jobState(ref)).state).toBe('exited');
   });
