@@ -31,7 +31,7 @@ export interface IsolatedLaunchInput {
   /** True in a node network namespace of the job's own (never in the machine's). */
   ownNetwork: boolean;
   /** Absolute paths of the programs run as root: nothing is looked up in a PATH. */
-  tools: { mount: string; mkdir: string; setpriv: string };
+  tools: { mount: string; mkdir: string; setpriv: string; sleep: string };
 }
 
 /** Exit code of an isolated job whose namespaces could not be set up (its log says why). */
@@ -40,7 +40,7 @@ export const ISOLATION_FAILED_EXIT_CODE = 125;
 export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
   const q = quoteShellWord;
   const dir = q(input.jobDir);
-  const { mount, mkdir, setpriv } = input.tools;
+  const { mount, mkdir, setpriv, sleep } = input.tools;
   const fail = `{ echo "troupe: could not isolate the job" >&2; exit ${ISOLATION_FAILED_EXIT_CODE}; }`;
   const lines = [
     '#!/usr/bin/env bash',
@@ -68,7 +68,7 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
     `  bash --noprofile --norc -c '. "$1/${L.env}" && exec bash "$1/${L.launchScript}"' troupe ${dir}`,
     'code=$?',
     // Every process but this one gone (bash reaps what is left to it: it is the namespace's init).
-    'while [ -n "$stopping" ]; do others=(/proc/[0-9]*); [ "${#others[@]}" -le 1 ] && break; sleep 0.1; done',
+    `while [ -n "$stopping" ]; do others=(/proc/[0-9]*); [ "\${#others[@]}" -le 1 ] && break; ${q(sleep)} 0.1; done`,
     'exit $code',
   );
   return `${lines.join('\n')}\n`;

@@ -19,6 +19,7 @@ export interface IsolationTools {
   nsenter: string;
   mount: string;
   mkdir: string;
+  sleep: string;
 }
 
 const SYSTEM_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
@@ -32,7 +33,7 @@ export function isolationTools(): IsolationTools {
     }
     return found;
   };
-  return { unshare: find('unshare'), setpriv: find('setpriv'), nsenter: find('nsenter'), mount: find('mount'), mkdir: find('mkdir') };
+  return { unshare: find('unshare'), setpriv: find('setpriv'), nsenter: find('nsenter'), mount: find('mount'), mkdir: find('mkdir'), sleep: find('sleep') };
 }
 
 function isInside(path: string, dir: string): boolean {
