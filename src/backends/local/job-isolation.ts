@@ -5,6 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { JobLayout as L } from '../../runner/job-layout';
 import { isAlive, type ProcessIdentity } from './proc';
 import type { RunUser } from './run-user';
+import { spawner } from './spawner';
 import { isErrno } from './state-files';
 
 /**
@@ -34,6 +35,22 @@ export function isolationTools(): IsolationTools {
     return found;
   };
   return { unshare: find('unshare'), setpriv: find('setpriv'), nsenter: find('nsenter'), mount: find('mount'), mkdir: find('mkdir'), sleep: find('sleep') };
+}
+
+let usable: Promise<void> | null = null;
+
+/**
+ * Checks once per process that this machine lets root make the namespaces (a container without
+ * CAP_SYS_ADMIN does not): a clear error at provisioning rather than every job failing at start.
+ */
+export function checkIsolationUsable(tools: IsolationTools): Promise<void> {
+  usable ??= spawner.run(tools.unshare, ['--mount', '--pid', '--fork', 'true']).then((r) => {
+    if (r.code !== 0) {
+      usable = null;
+      throw new Error(`local fleet: cannot isolate jobs here (unshare: ${r.stderr.trim() || `exit ${r.code}`}); give the worker CAP_SYS_ADMIN or set TROUPE_LOCAL_ISOLATION=0`);
+    }
+  });
+  return usable;
 }
 
 function isInside(path: string, dir: string): boolean {

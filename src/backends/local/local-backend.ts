@@ -36,7 +36,7 @@ import {
 } from './job-process';
 import { localInstanceId, nodeLinkNames, type NodeLinkNames } from './local-names';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
-import { enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
+import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
 import { execOnNode } from './node-exec';
 import { isAlive } from './proc';
@@ -206,7 +206,9 @@ export class LocalBackend implements Backend {
         const names = linkNames(record);
         if (names) await ensureNodeNetwork(names, record.ip);
       }),
-      this.isolation ? ensureRunUser(runUserName(req.run_id, req.submission)).then(() => undefined) : Promise.resolve(),
+      ...(this.isolation
+        ? [checkIsolationUsable(this.isolation.tools()), ensureRunUser(runUserName(req.run_id, req.submission)).then(() => undefined)]
+        : []),
     ]);
     // releaseRun() may have run meanwhile: undo what this call set up, then refuse.
     if (await this.store.isReleased(req.run_id, req.submission)) {
