@@ -12,7 +12,7 @@
  * As root the nodes get network namespaces; otherwise loopback addresses (then no namespace to leak).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -50,6 +50,9 @@ const workDir = mkdtempSync(join(tmpdir(), 'troupe-crash-'));
 const fleetDir = join(workDir, 'fleet');
 const sharedDir = join(workDir, 'shared');
 mkdirSync(sharedDir);
+// The jobs write here, as their runs' own users (the local fleet as root).
+chmodSync(workDir, 0o755);
+chmodSync(sharedDir, 0o1777);
 const workerLog = createWriteStream(join(workDir, 'workers.log'));
 const taskQueue = `crash-${process.pid}`;
 

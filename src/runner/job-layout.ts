@@ -11,6 +11,8 @@ export const JobLayout = {
   launchScript: 'launch.sh',
   /** Claims the start, runs launch.sh, records pid and exit code (renderJobWrapper). */
   wrapper: 'wrapper.sh',
+  /** Isolated jobs (local fleet as root): sets up the job's namespaces, then runs launch.sh as the run's user (renderIsolatedLaunch). */
+  isolatedLaunch: 'isolate.sh',
   /** Default working directory of the commands. */
   workDir: 'work',
   /** stdout and stderr of the commands. */
@@ -24,6 +26,8 @@ export const JobLayout = {
   started: 'started',
   pid: 'pid',
   stopped: 'stopped',
+  /** Isolated jobs: `pid starttime` of the job's pid-namespace init, which probes enter (in `started/`). */
+  nsInit: 'ns_init',
   /** Exit code of the commands, written when they end. */
   exitCode: 'exit_code',
 } as const;

@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { readlink } from 'node:fs/promises';
 import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,6 +14,7 @@ import type { Resources } from '../../src/config/resources-schema';
 import type { GroupPlan, JobPlan } from '../../src/plan/plan-schema';
 import { buildClusterInfo } from '../../src/runner/cluster-info';
 import { renderJobFiles } from '../../src/runner/job-files';
+import { JobLayout } from '../../src/runner/job-layout';
 
 /** Runs, requests and clean-up for tests of the local fleet with real processes and namespaces. */
 
@@ -99,6 +101,27 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | null | u
 export async function alive(pid: number): Promise<boolean> {
   const stat = await readProcStat(pid);
   return stat !== null && stat.state !== 'Z';
+}
+
+/**
+ * The pid the machine knows for `pid` as a job printed it (`$!`): an isolated job (as root) lives
+ * in a pid namespace of its own, entered through `started/ns_init`; otherwise the same pid.
+ */
+export async function hostPid(jobDir: string, pid: number): Promise<number> {
+  const initFile = join(jobDir, JobLayout.started, JobLayout.nsInit);
+  if (!existsSync(initFile)) return pid;
+  const init = readFileSync(initFile, 'utf8').split(' ')[0];
+  const ns = await readlink(`/proc/${init}/ns/pid`);
+  for (const entry of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+    try {
+      if ((await readlink(`/proc/${entry}/ns/pid`)) !== ns) continue;
+      const nspids = /^NSpid:\s+(.*)$/m.exec(readFileSync(`/proc/${entry}/status`, 'utf8'))?.[1]?.trim().split(/\s+/);
+      if (nspids && Number(nspids[nspids.length - 1]) === pid) return Number(entry);
+    } catch {
+      // ended while we looked
+    }
+  }
+  throw new Error(`no process ${pid} in the pid namespace of ${jobDir}`);
 }
 
 /**

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { get } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,13 +8,15 @@ import { SubmissionClosedError } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
 import { readProcStat } from '../../src/backends/local/proc';
 import { JobLayout } from '../../src/runner/job-layout';
-import { alive, groupRequest, jobRef, LocalFleetHarness, makeRun, waitFor } from './local-fixtures';
+import { alive, groupRequest, hostPid, jobRef, LocalFleetHarness, makeRun, waitFor } from './local-fixtures';
 
 /** The local fleet in netns mode, with real processes, namespaces and a bridge (needs root). */
 
 const SUBNET = '10.213.250.0/24';
 const h = new LocalFleetHarness();
 const out = mkdtempSync(join(tmpdir(), 'troupe-local-out-'));
+// Written by the jobs, which run as their runs' own users (as root).
+chmodSync(out, 0o1777);
 let backend: LocalBackend;
 
 beforeAll(async () => {
@@ -107,11 +109,14 @@ describe('local fleet, netns mode', () => {
     const instances = await h.provision(backend, run);
     const [pid] = await h.start(backend, run, instances);
     const ref = jobRef(run, 0, instances[0]!);
+    const printed = await waitFor('every child', async () => lines(pidsFile).length === 5 && lines(pidsFile));
     const children = new Map(
-      (await waitFor('every child', async () => lines(pidsFile).length === 5 && lines(pidsFile))).map((line) => {
-        const [name, childPid] = line.split(' ');
-        return [name!, Number(childPid)] as const;
-      }),
+      await Promise.all(
+        printed.map(async (line) => {
+          const [name, childPid] = line.split(' ');
+          return [name!, await hostPid(backend.jobDirectory(ref), Number(childPid))] as const;
+        }),
+      ),
     );
     await waitFor('the children to run', async () => (await Promise.all([...children.values()].map(alive))).every(Boolean));
     // The setsid ones really left the job's process group.
@@ -187,6 +192,10 @@ describe('local fleet, netns mode', () => {
     const slow = Date.now();
     expect(await backend.exec(refs[1]!, 'echo waiting; sleep 30', 300)).toEqual({ exit_code: 124, output: 'waiting' });
     expect(Date.now() - slow).toBeLessThan(5000);
+    // A probe runs as the job does (as root, isolated): as its run's user, in its pid namespace.
+    const [uid, pids] = (await backend.exec(refs[0]!, 'echo "$(id -u) $(ls /proc | grep -c "^[0-9]")"', 5000)).output.split(' ').map(Number);
+    expect(uid).not.toBe(0);
+    expect(pids).toBeLessThan(15);
     await Promise.all(refs.map((ref) => backend.stopJob(ref, 2)));
     for (const ref of refs) expect((await backend.jobState(ref)).state).toBe('exited');
   });
@@ -271,6 +280,8 @@ describe('local fleet, netns mode', () => {
       expect(existsSync(join(h.stateDir, 'leases', instance.internal_ip))).toBe(false);
     }
     expect(readdirSync(join(h.stateDir, 'instances'))).toHaveLength(records - 2);
+    // Nothing secret at rest: the env file, scripts, hostfile and work directory are gone; the log stays.
+    expect(readdirSync(backend.jobDirectory(refs[0]!)).sort()).toEqual([JobLayout.exitCode, JobLayout.log, JobLayout.started]);
     await expect(backend.provision(groupRequest(run, 0))).rejects.toThrow(SubmissionClosedError);
     await expect(h.start(backend, run, instances, [1])).rejects.toThrow(SubmissionClosedError);
     expect(await backend.runnerReady(refs[1]!)).toBe(false);

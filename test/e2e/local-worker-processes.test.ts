@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,6 +17,8 @@ import { alive, groupRequest, jobRef, LocalFleetHarness, makeRun, waitFor, type 
 
 const h = new LocalFleetHarness();
 const scratch = mkdtempSync(join(tmpdir(), 'troupe-local-workers-'));
+// The jobs write here, as their runs' own users (as root).
+chmodSync(scratch, 0o1777);
 const workers: ChildProcess[] = [];
 afterAll(async () => {
   for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');

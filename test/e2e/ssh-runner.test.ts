@@ -199,6 +199,12 @@ describe('SshRunner', () => {
     // The env file may hold secrets (HF_TOKEN): only the SSH user may read it.
     const mode = await (await connectSsh(hosts.target('cpu'), trust)).exec(`stat -c %a ${shQuote(r.jobDirectory(job))}/job.env`);
     expect(mode.stdout).toBe('600\n');
+    // Every directory of the run is the SSH user's alone: another user's jobs on the host read none of it.
+    expect(await r.runnerReady()).toBe(true);
+    const jobDir = r.jobDirectory(job);
+    const dirs = [r.baseDir, jobDir.replace(/\/[^/]+\/[^/]+$/, ''), jobDir.replace(/\/[^/]+$/, ''), jobDir];
+    const dirModes = await (await connectSsh(hosts.target('cpu'), trust)).exec(`stat -c %a ${dirs.map(shQuote).join(' ')}`);
+    expect(dirModes.stdout).toBe('700\n'.repeat(dirs.length));
     expect(r.jobDirectory(job)).toMatch(/\/we_ird_\$?.*-[0-9a-f]{10}$/);
     expect(r.jobDirectory(job)).not.toMatch(/[`'$ ()]/);
   });

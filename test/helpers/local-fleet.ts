@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LocalBackend } from '../../src/backends/local/local-backend';
@@ -10,9 +10,13 @@ export function makeLocalFleet(prefix = 'troupe-local-') {
   return { stateDir, backend, remove: () => rmSync(stateDir, { recursive: true, force: true }) };
 }
 
-/** A folder the test's jobs write into (they run on this machine, so they can share it). */
+/**
+ * A folder the test's jobs write into (they run on this machine, so they can share it). Open to
+ * everyone: as root, each run's jobs run as a user of its own.
+ */
 export function makeSharedDir(prefix = 'troupe-shared-') {
   const dir = mkdtempSync(join(tmpdir(), prefix));
+  chmodSync(dir, 0o1777);
   return {
     dir,
     lines: (name: string): string[] =>

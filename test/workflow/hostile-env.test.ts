@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
@@ -86,6 +86,8 @@ describe('hostile env values on a real node', () => {
     const fromShell = { HF_TOKEN: `tok'en$(touch ${canary(90)})\n\`touch ${canary(91)}\``, PLAIN_FROM_SHELL: `; touch ${canary(92)}` };
     const yaml = hostileTask(name, outDir, hostileValues, Object.keys(fromShell));
     mkdirSync(outDir, { recursive: true });
+    // Written by the job, which runs as its run's own user (as root).
+    chmodSync(outDir, 0o777);
 
     const handle = await env.troupe.submit({ yaml, environ: fromShell, options: { stop_grace_s: 1 } });
     const final = await handle.wait();

@@ -1,3 +1,4 @@
+import { readdirSync } from 'node:fs';
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Plan } from '../../src/plan/plan-schema';
@@ -143,13 +144,14 @@ describe('runs on the local fleet', () => {
 
   it('retry gives up when its duration runs out: RETRY_LIMIT_EXCEEDED', async () => {
     const state = await runToEnd(
-      [{ name: 'g', nodes: 1, commands: [`echo x >> ${shared.dir}/always-fail; exit 1`] }],
+      // One file per attempt: each submission runs as a user of its own (as root), which may not append to another's file.
+      [{ name: 'g', nodes: 1, commands: [`mktemp ${shared.dir}/always-fail.XXXXXX; exit 1`] }],
       { retry: { on_events: ['error'], duration_s: 4 } },
     );
     expect(state.status).toBe('FAILED');
     expect(state.termination_reason).toBe('RETRY_LIMIT_EXCEEDED');
     expect(state.submission).toBeGreaterThanOrEqual(1);
-    expect(shared.lines('always-fail').length).toBe(state.submission + 1);
+    expect(readdirSync(shared.dir).filter((f) => f.startsWith('always-fail.')).length).toBe(state.submission + 1);
   });
 
   it('a runner that never becomes ready fails the job: WAITING_RUNNER_LIMIT_EXCEEDED', async () => {

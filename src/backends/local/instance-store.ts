@@ -86,6 +86,16 @@ export class InstanceStore {
     await removeFile(this.recordPath(instanceId));
   }
 
+  /** The job directories of a submission (whether or not their instance records are still there). */
+  async jobDirs(runId: string, submission: number): Promise<string[]> {
+    const dir = this.submissionDir(runId, submission);
+    const entries = await readdir(dir, { withFileTypes: true }).catch((err: unknown) => {
+      if (isErrno(err, 'ENOENT')) return [];
+      throw err;
+    });
+    return entries.filter((e) => e.isDirectory()).map((e) => join(dir, e.name));
+  }
+
   async listRecords(runId: string, submission: number): Promise<LocalInstanceRecord[]> {
     const names = await listDir(join(this.stateDir, 'instances'));
     const records = await Promise.all(

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { mkdir, open } from 'node:fs/promises';
+import { chmod, chown, mkdir, open, readdir, rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   NoCapacityError,
@@ -18,7 +18,9 @@ import {
 import type { GroupPlan } from '../../plan/plan-schema';
 import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
+import { renderIsolatedLaunch } from '../../runner/isolated-launch';
 import { renderJobWrapper } from '../../runner/job-wrapper';
+import { secretKeyFile } from '../../secrets/sealed-env';
 import { parseSubnet, poolAddresses, subnetContains } from './address-pool';
 import { InstanceStore, type LocalInstanceRecord, type NetworkMode } from './instance-store';
 import {
@@ -34,9 +36,12 @@ import {
 } from './job-process';
 import { localInstanceId, nodeLinkNames, type NodeLinkNames } from './local-names';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
+import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
+import { isolationWanted } from './isolation-mode';
 import { execOnNode } from './node-exec';
 import { isAlive } from './proc';
-import { isErrno, pathExists, writeFileAtomic } from './state-files';
+import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
+import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -64,6 +69,13 @@ export interface LocalBackendOptions {
   groupProvisioning?: boolean;
   /** SIGTERM → SIGKILL grace when releaseRun() finds a job still running; default 5 s. */
   releaseGraceSeconds?: number;
+  /**
+   * Each job as its run's own unprivileged user, in its own mount and pid namespaces (job-isolation.ts).
+   * Default: on as root unless TROUPE_LOCAL_ISOLATION=0; it needs root.
+   */
+  isolation?: boolean;
+  /** Hidden from isolated jobs with its directory; default: the secret key file of this process (TROUPE_SECRET_KEY_FILE). */
+  secretKeyFile?: string | null;
 }
 
 /** The default state directory of the local fleet (TROUPE_LOCAL_STATE_DIR overrides it). */
@@ -97,10 +109,16 @@ export class LocalBackend implements Backend {
   readonly groupProvisioning: boolean;
   private readonly store: InstanceStore;
   private modePromise: Promise<NetworkMode> | null = null;
+  /** The programs isolation runs, when jobs are isolated (looked up once). */
+  private readonly isolation: { tools: () => IsolationTools } | null;
 
   constructor(private readonly options: LocalBackendOptions) {
     this.store = new InstanceStore(options.stateDir);
     this.groupProvisioning = options.groupProvisioning ?? true;
+    const isolate = options.isolation ?? isolationWanted();
+    if (isolate && process.getuid?.() !== 0) throw new Error('local fleet: isolating jobs needs root (or isolation: false)');
+    let tools: IsolationTools | null = null;
+    this.isolation = isolate ? { tools: () => (tools ??= isolationTools()) } : null;
     if (options.capacity !== undefined && !(Number.isInteger(options.capacity) && options.capacity >= 0)) {
       throw new Error(`local fleet: capacity must be a whole number ≥ 0, not ${options.capacity}`);
     }
@@ -183,15 +201,19 @@ export class LocalBackend implements Backend {
       }
       records.push(record);
     }
-    await Promise.all(
-      records.map(async (record) => {
+    await Promise.all([
+      ...records.map(async (record) => {
         const names = linkNames(record);
         if (names) await ensureNodeNetwork(names, record.ip);
       }),
-    );
+      ...(this.isolation
+        ? [checkIsolationUsable(this.isolation.tools()), ensureRunUser(runUserName(req.run_id, req.submission)).then(() => undefined)]
+        : []),
+    ]);
     // releaseRun() may have run meanwhile: undo what this call set up, then refuse.
     if (await this.store.isReleased(req.run_id, req.submission)) {
       for (const record of records) await this.forget(record);
+      await this.removeRunUserOf(req.run_id, req.submission);
       await this.refuseReleased(req.run_id, req.submission);
     }
     return records.map(toInstance);
@@ -231,17 +253,58 @@ export class LocalBackend implements Backend {
       const record = await this.store.readRecord(job.instance.instance_id);
       if (!record) throw new Error(`${job.job_name}: instance ${job.instance.instance_id} is not provisioned on the local fleet`);
       await mkdir(dir, { recursive: true });
+      const user = this.isolation ? await ensureRunUser(runUserName(job.run_id, job.submission)) : null;
+      // Readable by the run's group (its user), not by other runs' users; the scripts that run as root are root's alone.
+      const shared: FileOwner | null = user ? { uid: 0, gid: user.gid } : null;
+      const isolated = user ? await this.isolatedFiles(dir, record, user) : null;
       // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
       await Promise.all([
-        writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), 0o600),
-        writeFileAtomic(join(dir, L.hostfile), files.hostfile),
-        writeFileAtomic(join(dir, L.launchScript), files.script, 0o755),
-        writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(), 0o755),
+        writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
+        writeFileAtomic(join(dir, L.hostfile), files.hostfile, user ? 0o640 : 0o644, shared),
+        writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
+        ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
+        writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : {}), user ? 0o700 : 0o755),
       ]);
       const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record) });
-      return await this.waitForStart(job, dir, spawned.exited);
+      return await this.removeEnvIfRefused(dir, this.waitForStart(job, dir, spawned.exited));
     }
     return await this.waitForStart(job, dir, null);
+  }
+
+  /** A start that lost to a stop or a release leaves no env file behind (it may hold secrets). */
+  private async removeEnvIfRefused<T>(dir: string, started: Promise<T>): Promise<T> {
+    try {
+      return await started;
+    } catch (err) {
+      if (err instanceof SubmissionClosedError) await removeFile(join(dir, L.env));
+      throw err;
+    }
+  }
+
+  /**
+   * An isolated job's directory: root's, readable by the run's group (0750); `work/` the run
+   * user's; and the script that sets up its namespaces (renderIsolatedLaunch).
+   */
+  private async isolatedFiles(dir: string, record: LocalInstanceRecord, user: RunUser): Promise<{ launch: string; unshare: string }> {
+    const tools = this.requireIsolation().tools();
+    const submissionDir = join(dir, '..');
+    await chown(submissionDir, 0, user.gid);
+    await chmod(submissionDir, 0o750);
+    await chown(dir, 0, user.gid);
+    await chmod(dir, 0o750);
+    const work = join(dir, L.workDir);
+    await mkdir(work, { recursive: true });
+    await chown(work, user.uid, user.gid);
+    await chmod(work, 0o700);
+    const keyFile = this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile;
+    const hide = await hiddenDirectories(dir, this.options.stateDir, keyFile);
+    const launch = renderIsolatedLaunch({ jobDir: dir, hide, user, ownNetwork: record.netns !== null, tools });
+    return { launch, unshare: tools.unshare };
+  }
+
+  private requireIsolation(): { tools: () => IsolationTools } {
+    if (!this.isolation) throw new Error('local fleet: jobs are not isolated here');
+    return this.isolation;
   }
 
   private baseEnv(record: LocalInstanceRecord): Record<string, string> {
@@ -319,11 +382,26 @@ export class LocalBackend implements Backend {
     const records = await this.store.listRecords(runId, submission);
     const grace = this.options.releaseGraceSeconds ?? 5;
     await Promise.all(records.map((r) => this.stopJobIn(r.job_dir, r.instance_id, r, grace)));
+    // Nothing secret stays at rest: of every job directory of the submission (whether or not its
+    // record is still there) only the log and the exit code stay, for `troupe logs`, as on SSH
+    // hosts, and the start record (pids and times), so the job's end still reads as it was.
+    const jobDirs = await this.store.jobDirs(runId, submission);
+    await Promise.all(jobDirs.map((dir) => keepOnly(dir, [L.log, L.exitCode, L.started])));
+    await this.removeRunUserOf(runId, submission);
     await Promise.all(records.map((record) => this.forget(record)));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
     }
     await this.store.removeOrphanedTemps();
+  }
+
+  /**
+   * The submission's user, if one exists: also when isolation is off in this worker (another
+   * worker, or an earlier one, may have run the jobs isolated).
+   */
+  private async removeRunUserOf(runId: string, submission: number): Promise<void> {
+    if (process.getuid?.() !== 0) return;
+    await removeRunUser(runUserName(runId, submission));
   }
 
   /** Removes an instance: its namespace and links, its address lease, its record. */
@@ -342,11 +420,28 @@ export class LocalBackend implements Backend {
     const record = await this.store.readRecord(job.instance.instance_id);
     if (!record) return { exit_code: 127, output: `instance ${job.instance.instance_id} is not on the local fleet (released?)` };
     const dir = this.jobDirectory(job);
+    if (this.isolation) return await this.execIsolated(job, record, dir, script, timeoutMs);
     const started = await pathExists(join(dir, L.env));
     const withEnv = started ? `. ./${L.env} || exit 126\n${script}` : script;
     const env = this.baseEnv(record);
     delete env[MARKER_NAME];
     return await execOnNode(withEnv, { netns: record.netns, cwd: started ? dir : '/', env, timeoutMs });
+  }
+
+  /**
+   * A probe of an isolated job runs where its commands do: in its namespaces (mount, pid,
+   * network), as its run's user, with its environment. Before the job runs there is nowhere to
+   * run it (never as root: a `ready.command` is the task's code).
+   */
+  private async execIsolated(job: JobRef, record: LocalInstanceRecord, dir: string, script: string, timeoutMs: number): Promise<ExecResult> {
+    const tools = this.requireIsolation().tools();
+    const claim = await readClaim(dir);
+    const init = claim.kind === 'started' ? await readNamespaceInit(dir, 2_000) : null;
+    const user = init ? await lookupUser(runUserName(job.run_id, job.submission)) : null;
+    if (!init || !user) return { exit_code: 1, output: `${job.job_name} is not running` };
+    const env = { ...this.baseEnv(record), ...userEnv(dir, user) };
+    delete env[MARKER_NAME];
+    return await execOnNode(`. ./${L.env} || exit 126\n${script}`, { netns: null, enter: enterJobCommand(tools, init, dir, user), cwd: '/', env, timeoutMs });
   }
 
   async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {
@@ -366,6 +461,15 @@ export class LocalBackend implements Backend {
       await handle.close();
     }
   }
+}
+
+/** Removes everything in `dir` but the entries named in `kept`. */
+async function keepOnly(dir: string, kept: readonly string[]): Promise<void> {
+  const names = await readdir(dir).catch((err: unknown) => {
+    if (isErrno(err, 'ENOENT')) return [];
+    throw err;
+  });
+  await Promise.all(names.filter((n) => !kept.includes(n)).map((n) => rm(join(dir, n), { recursive: true, force: true })));
 }
 
 function linkNames(record: LocalInstanceRecord): NodeLinkNames | null {

@@ -6,14 +6,17 @@ const MAX_OUTPUT = 64 * 1024;
 export const TIMED_OUT_EXIT_CODE = 124;
 
 /**
- * Runs a short bash script where a job runs (inside its namespace when it has one), in its own
- * process group so a timeout kills everything it started. Output is stdout and stderr together.
+ * Runs a short bash script where a job runs (inside its namespace when it has one, or through
+ * `enter`: the argv that enters an isolated job's namespaces as its user), in its own process
+ * group so a timeout kills everything it started. Output is stdout and stderr together.
  */
 export function execOnNode(
   script: string,
-  opts: { netns: string | null; cwd: string; env: Record<string, string>; timeoutMs: number },
+  opts: { netns: string | null; enter?: readonly string[]; cwd: string; env: Record<string, string>; timeoutMs: number },
 ): Promise<ExecResult> {
-  const [command, args] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, 'bash', '-c', script]] : ['bash', ['-c', script]];
+  const bash = ['bash', '--noprofile', '--norc', '-c', script];
+  const argv = opts.enter ? [...opts.enter, ...bash] : opts.netns ? ['ip', 'netns', 'exec', opts.netns, ...bash] : bash;
+  const [command = 'bash', ...args] = argv;
   return new Promise((resolve) => {
     // stdin from /dev/null: on a socket stdin bash would source ~/.bashrc.
     const child = spawn(command, args, { cwd: opts.cwd, env: opts.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });

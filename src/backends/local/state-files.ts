@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { chown, link, mkdir, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { z } from 'zod';
 
@@ -16,11 +16,18 @@ export function isErrno(err: unknown, code: string): boolean {
   return err instanceof Error && (err as NodeJS.ErrnoException).code === code;
 }
 
-/** Replaces `path` atomically (rename). */
-export async function writeFileAtomic(path: string, content: string, mode = 0o644): Promise<void> {
+/** Owner and group a file is given before it is put in place (a job's files, for its run's user). */
+export interface FileOwner {
+  uid: number;
+  gid: number;
+}
+
+/** Replaces `path` atomically (rename), with its mode and owner set before anyone can open it. */
+export async function writeFileAtomic(path: string, content: string, mode = 0o644, owner: FileOwner | null = null): Promise<void> {
   await mkdir(dirname(path), { recursive: true });
   const tmp = tempPath(path);
   await writeFile(tmp, content, { mode });
+  if (owner) await chown(tmp, owner.uid, owner.gid);
   await rename(tmp, path);
 }
 

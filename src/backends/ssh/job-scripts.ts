@@ -113,7 +113,8 @@ export function prepareStartScript(jobDir: string, needsRuntime: boolean): strin
           'else echo "result no-runtime"; exit 0; fi',
         ]
       : []),
-    'mkdir -p "$d" || exit 97',
+    // 0700: a run's directories are the SSH user's alone, whatever that user's umask.
+    '(umask 077 && mkdir -p "$d") || exit 97',
     'echo "result ready $rt"',
   ].join('\n');
 }
@@ -162,8 +163,8 @@ export function startJobScript(jobDir: string, instanceId: string, nonce: string
   return [
     `d=${shQuote(jobDir)}`,
     'if [ ! -d "$d/' + L.started + '" ]; then',
-    '  mkdir -p "$d" || exit 97',
     '  umask 077',
+    '  mkdir -p "$d" || exit 97',
     '  while IFS=" " read -r name mode len; do',
     '    case "$name" in ""|*/*|.*) break ;; esac',
     `    tmp="$d/.$name.${nonce}"`,

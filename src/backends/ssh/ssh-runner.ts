@@ -85,12 +85,16 @@ export class SshRunner {
     return jobDirectory(this.baseDir, job);
   }
 
-  /** True when the host answers and its job base directory is writable; false while it cannot be reached. */
+  /**
+   * True when the host answers and its job base directory is writable; false while it cannot be
+   * reached. The directory is the SSH user's alone (0700): another user's jobs on the host cannot
+   * read this user's runs (their hostfiles, scripts, logs).
+   */
   async runnerReady(): Promise<boolean> {
     try {
       const session = await this.session();
       const dir = shQuote(this.baseDir);
-      const result = await session.exec(`mkdir -p ${dir} && test -w ${dir}`);
+      const result = await session.exec(`mkdir -p ${dir} && chmod 700 ${dir} && test -w ${dir}`);
       return result.exitCode === 0;
     } catch (err) {
       if (isHostUnreachable(err)) return false;

@@ -3,7 +3,8 @@ import { decodeConfigFile } from '../../config/config-file';
 import { parseArgs } from 'node:util';
 import type { RunHandle, RunState } from '../../client';
 import { isFinished } from '../../client';
-import { defaultBackendFor, SSH_BACKEND } from '../../backends/backend-names';
+import { defaultBackendFor, LOCAL_BACKEND, SSH_BACKEND } from '../../backends/backend-names';
+import { isolationNotice } from '../../backends/local/isolation-mode';
 import { loadPlan, type Plan } from '../../plan';
 import { CliError, type Command } from '../command';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings, describeConnection, workflowUrl } from '../connection';
@@ -65,6 +66,9 @@ export const command: Command = async (args) => {
     const backend = values.backend ?? defaultBackendFor(plan);
     process.stderr.write(`${renderPlan(plan, style, { backend }).join('\n')}\n\n`);
     if (backend === SSH_BACKEND) process.stderr.write(`${(await fleetPlacementLines(troupe, plan, style)).join('\n')}\n\n`);
+    // The local fleet's worker runs on this machine, usually as the same user as this command.
+    const notice = backend === LOCAL_BACKEND ? isolationNotice('Warning: the local fleet (when its worker runs as this user)') : null;
+    if (notice) process.stderr.write(`${paint(style, 'yellow', notice)}\n\n`);
     if (!values.yes && !(await confirm(`Submit the run ${plan.run_name}?`))) {
       process.stderr.write('Not submitted.\n');
       return 0;

@@ -2,6 +2,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { BackendRegistry } from '../../../activities/types';
 import type { Backend } from '../../backends/backend';
+import { LOCAL_BACKEND } from '../../backends/backend-names';
+import { isolationNotice } from '../../backends/local/isolation-mode';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
 import { createTroupeWorker, defaultBackends, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
@@ -89,6 +91,8 @@ export const command: Command = async (args) => {
     process.stderr.write(
       `Troupe worker on ${describeConnection(settings)}, backends ${Object.keys(backends).join(', ')}; state in ${stateDir}\n`,
     );
+    const notice = LOCAL_BACKEND in backends ? isolationNotice('Warning: the local fleet') : null;
+    if (notice) process.stderr.write(`${notice}\n`);
     try {
       await worker.run();
     } finally {
