@@ -1,6 +1,5 @@
-import { readFile } from 'node:fs/promises';
 import { defaultBackendFor } from '../backends/backend-names';
-import { decodeConfigFile } from '../config/config-file';
+import { decodeConfigFile, readConfigBytes } from '../config/config-file';
 import {
   Client,
   Connection,
@@ -256,8 +255,11 @@ async function planOf(request: SubmitRequest): Promise<Plan> {
   if (request.yaml === undefined) {
     if (request.file === undefined) throw new TroupeClientError('submit needs one of `yaml`, `file` or `plan`');
     try {
-      bytes = await readFile(request.file);
+      bytes = readConfigBytes(request.file);
     } catch (err) {
+      if (err instanceof ConfigError) {
+        throw new InvalidConfigError(err.message, { file: err.file, line: err.line, col: err.col, path: err.path }, { cause: err });
+      }
       throw new TroupeClientError(`cannot read ${request.file}: ${rootCauseMessage(err)}`, { cause: err });
     }
   }

@@ -14,6 +14,7 @@ import {
   type ScalarTag,
   type Tags,
 } from 'yaml';
+import { MAX_CONFIG_BYTES, tooLarge } from './config-file';
 import { ConfigError } from './errors';
 import { formatFieldPath, type FieldPath } from './field-path';
 
@@ -36,8 +37,15 @@ export interface SourcePosition {
 /** Which end of a mapping entry a position refers to. */
 export type PositionTarget = 'key' | 'value';
 
-/** Aliases are for small reuse; a bound stops "billion laughs" documents. */
-const MAX_ALIAS_COUNT = 50;
+/**
+ * Aliases are for small reuse: the document with every alias expanded is bounded in size (scalar
+ * characters plus one per node), which stops "billion laughs" documents whatever their alias count.
+ */
+export const MAX_EXPANDED_SIZE = MAX_CONFIG_BYTES;
+/** Deeper flow nesting (`[`, `{`) than any config needs; a bound keeps every recursive walk far from the stack limit. */
+export const MAX_NESTING_DEPTH = 64;
+/** Block nesting shows as indentation (and `- ` markers): a line indented this far is nested too deeply. */
+const MAX_INDENT_COLUMNS = 512;
 
 const BOOL_TAG = 'tag:yaml.org,2002:bool';
 const trueScalar: ScalarTag = {
@@ -82,18 +90,33 @@ export class ConfigSource {
 
   /** Parses one YAML document whose root is a mapping; throws ConfigError otherwise. */
   static parse(text: string, file: string): ConfigSource {
+    if (text.length > MAX_CONFIG_BYTES || Buffer.byteLength(text, 'utf8') > MAX_CONFIG_BYTES) {
+      throw tooLarge(file, Buffer.byteLength(text, 'utf8'));
+    }
     const lines = new LineCounter();
-    const doc = parseDocument(text, {
-      version: '1.1',
-      customTags: pyyamlTags,
-      lineCounter: lines,
-      uniqueKeys: true,
-      prettyErrors: false,
-    });
     const at = (offset: number): SourcePosition => {
       const pos = lines.linePos(offset);
       return { line: pos.line, col: pos.col };
     };
+    const nul = text.indexOf('\0');
+    if (nul >= 0) {
+      const pos = textPosition(text, nul);
+      throw new ConfigError(file, pos.line, pos.col, '(file)', 'a NUL byte: a config file is text, and no value may hold NUL');
+    }
+    const nesting = deepestNesting(text);
+    if (nesting.flow > MAX_NESTING_DEPTH || nesting.indent > MAX_INDENT_COLUMNS) {
+      const pos = textPosition(text, nesting.offset);
+      throw new ConfigError(file, pos.line, pos.col, '(yaml)', `nested too deeply (more than ${MAX_NESTING_DEPTH} brackets or ${MAX_INDENT_COLUMNS} columns of indentation): a config is a few levels of mappings and lists`);
+    }
+    // The library's own duplicate-key check compares every pair of keys (quadratic in a mapping's
+    // size); checkNodes does it with a Set.
+    const doc = parseDocument(text, {
+      version: '1.1',
+      customTags: pyyamlTags,
+      lineCounter: lines,
+      uniqueKeys: false,
+      prettyErrors: false,
+    });
     const first = doc.errors[0];
     if (first) {
       const pos = at(first.pos[0]);
@@ -108,16 +131,26 @@ export class ConfigSource {
             : `YAML syntax error: ${first.message.split('\n')[0]?.replace(/ at line \d+, column \d+:?$/, '')}`;
       throw new ConfigError(file, pos.line, pos.col, path.length > 0 ? formatFieldPath(path) : '(yaml)', reason);
     }
+    const tagWarning = doc.warnings.find((w) => w.code === 'TAG_RESOLVE_FAILED');
+    if (tagWarning) {
+      const pos = at(tagWarning.pos[0]);
+      const tag = text.slice(tagWarning.pos[0], tagWarning.pos[1]);
+      throw new ConfigError(
+        file,
+        pos.line,
+        pos.col,
+        formatFieldPath(pathAtOffset(doc.contents, tagWarning.pos[0])) || '(yaml)',
+        `unknown YAML tag ${JSON.stringify(tag)}: a config holds plain strings, numbers, booleans, lists and mappings`,
+      );
+    }
+    checkNodes(doc, file, at);
     let data: unknown;
     try {
-      data = doc.toJS({ maxAliasCount: MAX_ALIAS_COUNT });
+      // checkNodes bounded the expanded size; the library's alias count is not the measure.
+      data = doc.toJS({ maxAliasCount: -1 });
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      const pos = at(0);
-      const reason = /alias/i.test(message)
-        ? `YAML aliases expand to too many nodes (at most ${MAX_ALIAS_COUNT}): write the values out`
-        : `YAML error: ${message}`;
-      throw new ConfigError(file, pos.line, pos.col, '(yaml)', reason);
+      throw new ConfigError(file, 1, 1, '(yaml)', `YAML error: ${message.split('\n')[0] ?? ''}`);
     }
     const root = doc.contents;
     const rootPos = root?.range ? at(root.range[0]) : { line: 1, col: 1 };
@@ -236,6 +269,102 @@ export class ConfigSource {
     if (node && isAlias(node)) return (node.resolve(this.doc) as Node | undefined) ?? node;
     return node;
   }
+}
+
+/**
+ * One pass over the parsed document, aliases followed once each (memoised): duplicate keys in any
+ * mapping (a Set per mapping: linear), keys that are not plain values, aliases to no anchor, and
+ * the size of the document with every alias expanded.
+ */
+function checkNodes(doc: Document.Parsed, file: string, at: (offset: number) => SourcePosition): void {
+  const expandedSize = new Map<Node, number>();
+  const open = new Set<Node>();
+  const fail = (node: Node | null | undefined, path: FieldPath, reason: string): never => {
+    const pos = at(node?.range?.[0] ?? 0);
+    throw new ConfigError(file, pos.line, pos.col, path.length > 0 ? formatFieldPath(path) : '(yaml)', reason);
+  };
+  const visit = (node: Node | null | undefined, path: FieldPath): number => {
+    if (!node) return 1;
+    const known = expandedSize.get(node);
+    if (known !== undefined) return known;
+    let size = 1;
+    open.add(node);
+    if (isAlias(node)) {
+      const target = node.resolve(doc) as Node | undefined;
+      if (!target) fail(node, path, `alias *${node.source} refers to no anchor: define \`&${node.source}\` before it`);
+      if (open.has(target as Node)) fail(node, path, `alias *${node.source} refers to a node that contains it: the value would never end`);
+      size = visit(target, path);
+    } else if (isScalar(node)) {
+      // An escape (`"\0"`, `"\x00"`) can write NUL where the file itself holds none.
+      if (typeof node.value === 'string' && node.value.includes('\0')) fail(node, path, 'a NUL character: no value may hold NUL');
+      size += typeof node.value === 'string' ? node.value.length : 1;
+    } else if (isMap(node)) {
+      const seen = new Set<string>();
+      for (const item of node.items) {
+        const keyNode = item.key as Node | null;
+        if (keyNode && !isScalar(keyNode)) {
+          fail(keyNode, path, 'a mapping key must be a plain value (a name), not a list, a mapping or an alias');
+        }
+        const key = isScalar(keyNode) ? String(keyNode.value) : '';
+        // YAML 1.1 merge keys (`<<: *base`) may repeat.
+        if (key !== '<<') {
+          if (seen.has(key)) fail(keyNode, [...path, key], `\`${key}\` appears twice in this mapping: keep one`);
+          seen.add(key);
+        }
+        size += key.length + visit(item.value as Node | null, [...path, key]);
+      }
+    } else if (isSeq(node)) {
+      node.items.forEach((item, index) => {
+        size += visit(item as Node | null, [...path, index]);
+      });
+    }
+    if (size > MAX_EXPANDED_SIZE) {
+      fail(node, path, `with its aliases expanded the document is larger than ${MAX_EXPANDED_SIZE / (1024 * 1024)} MiB: write the values out, or reuse less`);
+    }
+    open.delete(node);
+    expandedSize.set(node, size);
+    return size;
+  };
+  visit(doc.contents, []);
+}
+
+/** Line and column of `offset`, for refusals made before the parser has counted lines. */
+function textPosition(text: string, offset: number): SourcePosition {
+  let line = 1;
+  let lineStart = 0;
+  for (let i = text.indexOf('\n'); i >= 0 && i < offset; i = text.indexOf('\n', i + 1)) {
+    line += 1;
+    lineStart = i + 1;
+  }
+  return { line, col: offset - lineStart + 1 };
+}
+
+/**
+ * How deep flow (`[`, `{`) and block (indentation, `- `) nesting go, found on the text before
+ * parsing, so a hostile depth never reaches the parser's or a walker's recursion. An upper bound is
+ * enough: brackets inside quoted strings or comments count too, which only makes the check stricter
+ * on documents far deeper than any config.
+ */
+function deepestNesting(text: string): { flow: number; indent: number; offset: number } {
+  let flow = 0;
+  const deepest = { flow: 0, indent: 0, offset: 0 };
+  let lineStart = 0;
+  for (let i = 0; i < text.length; i += 1) {
+    const c = text.charCodeAt(i);
+    if (c === 0x5b || c === 0x7b) {
+      flow += 1;
+      if (flow > deepest.flow) Object.assign(deepest, { flow, offset: i });
+    } else if ((c === 0x5d || c === 0x7d) && flow > 0) {
+      flow -= 1;
+    } else if (c === 0x0a) {
+      lineStart = i + 1;
+    } else if (i === lineStart && flow === 0) {
+      let j = i;
+      while (j < text.length && (text.charCodeAt(j) === 0x20 || text.charCodeAt(j) === 0x2d)) j += 1;
+      if (j - i > deepest.indent) Object.assign(deepest, { indent: j - i, offset: i });
+    }
+  }
+  return deepest;
 }
 
 /** The field path of the deepest node at `offset`, for errors the YAML parser reports by offset. */

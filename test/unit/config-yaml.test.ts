@@ -113,7 +113,7 @@ describe('ConfigSource refusals', () => {
     const lines = ['a0: &a0 [x, x, x, x, x, x, x, x, x, x]'];
     for (let i = 1; i < 8; i++) lines.push(`a${i}: &a${i} [${Array(10).fill(`*a${i - 1}`).join(', ')}]`);
     const error = refusal(() => ConfigSource.parse(`${lines.join('\n')}\n`, 'bomb.yml'));
-    expect(error.message).toMatch(/^bomb\.yml:1:1: \(yaml\): YAML aliases expand to too many nodes/);
+    expect(error.message).toMatch(/^bomb\.yml:\d+:\d+: a\d: with its aliases expanded the document is larger than 4 MiB/);
   });
 
   it('allows a few small aliases', () => {

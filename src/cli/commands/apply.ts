@@ -1,5 +1,5 @@
-import { readFile } from 'node:fs/promises';
-import { decodeConfigFile } from '../../config/config-file';
+import { decodeConfigFile, readConfigBytes } from '../../config/config-file';
+import { ConfigError } from '../../config/errors';
 import { parseArgs } from 'node:util';
 import type { RunHandle, RunState } from '../../client';
 import { isFinished } from '../../client';
@@ -94,8 +94,9 @@ export const command: Command = async (args) => {
 async function readPlan(file: string, name: string | undefined, fleet: string | undefined): Promise<Plan> {
   let bytes: Buffer;
   try {
-    bytes = await readFile(file);
+    bytes = readConfigBytes(file);
   } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message, 1);
     throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
   }
   try {

@@ -1,5 +1,4 @@
-import { readFile } from 'node:fs/promises';
-import { decodeConfigFile } from '../../config/config-file';
+import { decodeConfigFile, readConfigBytes } from '../../config/config-file';
 import { ConfigError } from '../../config/errors';
 import { parseArgs } from 'node:util';
 import { WorkflowNotFoundError } from '@temporalio/client';
@@ -66,8 +65,9 @@ async function withFleets<T>(values: Parameters<typeof connectionSettings>[0], b
 async function readConfigText(file: string): Promise<string> {
   let bytes: Buffer;
   try {
-    bytes = await readFile(file);
+    bytes = readConfigBytes(file);
   } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message, 1);
     throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
   }
   try {

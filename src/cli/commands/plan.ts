@@ -1,6 +1,5 @@
-import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
-import { decodeConfigFile } from '../../config/config-file';
+import { decodeConfigFile, readConfigBytes } from '../../config/config-file';
 import { ConfigError } from '../../config/errors';
 import { loadPlan, planToJson, type Plan } from '../../plan';
 import { CliError, type Command } from '../command';
@@ -36,8 +35,9 @@ export const command: Command = async (args) => {
   if (file === undefined) throw new CliError(`troupe plan needs a task config: -f FILE\n\n${help}`, 2);
   let bytes: Buffer;
   try {
-    bytes = await readFile(file);
+    bytes = readConfigBytes(file);
   } catch (err) {
+    if (err instanceof ConfigError) throw new CliError(err.message, 1);
     throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
   }
   let plan: Plan;
