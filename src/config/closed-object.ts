@@ -22,11 +22,16 @@ export function closedObject<T extends z.ZodRawShape>(shape: T, policy: FieldPol
     if (value === null || typeof value !== 'object' || Array.isArray(value) || value instanceof Date) return value;
     const mapping = value as Record<string, unknown>;
     const kept: Record<string, unknown> = {};
+    let reported = false;
     for (const [field, fieldValue] of Object.entries(mapping)) {
       if (known.includes(field)) {
         kept[field] = fieldValue;
         continue;
       }
+      // One unknown field per mapping is enough to refuse it: thousands of issues would each be
+      // located in the file (linear each, quadratic in all).
+      if (reported) continue;
+      reported = true;
       // Reported as an unrecognized key: zod then still parses the known fields, so the refusal
       // shown can be the first one in the file.
       ctx.addIssue({ code: 'unrecognized_keys', keys: [field], message: refusal(field, mapping, known, policy), input: mapping });

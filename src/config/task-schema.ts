@@ -15,6 +15,10 @@ import { intAtLeast, parsed, textListSchema, textSchema } from './scalars';
  * or image) are checked in the same schema after the fields parse.
  */
 
+/** Bounds on the dependency graph, so checking and ordering it stays fast and small. */
+export const MAX_GROUPS = 1024;
+export const MAX_DEPENDENCY_EDGES = 16_384;
+
 /** Node group names, as dstack allows them. */
 const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
 
@@ -87,7 +91,7 @@ const taskShape = {
   ports: portsSchema.optional(),
   resources: ResourcesInputSchema.optional(),
   nodes: intAtLeast(1).nullish(),
-  groups: z.array(NodeGroupInputSchema).nullish(),
+  groups: z.array(NodeGroupInputSchema).max(MAX_GROUPS, { message: `at most ${MAX_GROUPS} groups in a task` }).nullish(),
   startup_order: StartupOrderSchema.nullish(),
   stop_criteria: StopCriteriaSchema.nullish(),
   retry: parsed(parseRetry).nullish(),
@@ -169,20 +173,29 @@ function checkDependencies(
     );
     return;
   }
+  const edges = groups.reduce((sum, g) => sum + (g.depends_on ?? []).length, 0);
+  if (edges > MAX_DEPENDENCY_EDGES) {
+    ctx.addIssue(
+      ruleIssue(['groups'], `depends_on lists ${edges} dependencies in all; a task has at most ${MAX_DEPENDENCY_EDGES}: depend on fewer groups (readiness is transitive)`),
+    );
+    return;
+  }
+  const indexOf = new Map(names.map((name, i) => [name, i]));
   let bad = false;
   groups.forEach((group, i) => {
     (group.depends_on ?? []).forEach((dep, k) => {
       if (dep === names[i]) {
         ctx.addIssue(ruleIssue(['groups', i, 'depends_on', k], `group "${dep}" cannot depend on itself`));
         bad = true;
-      } else if (!names.includes(dep)) {
-        ctx.addIssue(ruleIssue(['groups', i, 'depends_on', k], `no group named "${dep}" (groups: ${names.join(', ')})`));
+      } else if (!indexOf.has(dep)) {
+        const listed = names.length > 10 ? `${names.slice(0, 10).join(', ')}, ...` : names.join(', ');
+        ctx.addIssue(ruleIssue(['groups', i, 'depends_on', k], `no group named "${dep}" (groups: ${listed})`));
         bad = true;
       }
     });
   });
   if (bad) return;
-  const cycle = findCycle(groups.map((g) => (g.depends_on ?? []).map((d) => names.indexOf(d))));
+  const cycle = findCycle(groups.map((g) => (g.depends_on ?? []).map((d) => indexOf.get(d) ?? -1)));
   if (cycle) {
     const [first] = cycle;
     ctx.addIssue(

@@ -10,6 +10,7 @@ import { checkConfigType } from '../config/config-type';
 import { looksSecret } from '../config/secret-names';
 import { containsReference, InterpolationError, parseReferences } from '../runner/interpolation';
 import { expandJobs } from './expand';
+import { formatMB, MAX_RUN_INPUT_BYTES, runInputBytes, TEMPORAL_PAYLOAD_LIMIT_BYTES } from './input-size';
 import { PlanSchema, RetryEventSchema, type GroupPlan, type Plan, type RetryPolicy } from './plan-schema';
 import { generateRunName, RUN_NAME } from './run-name';
 
@@ -59,7 +60,7 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
   checkCpuArch(source, task, groups, image);
 
   const maxDuration = task.max_duration ?? null;
-  return PlanSchema.parse({
+  const plan = PlanSchema.parse({
     run_name: runName,
     nodes_num: nodesNum,
     image,
@@ -75,6 +76,17 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
     groups,
     jobs: expandJobs(runName, groups),
   } satisfies Plan);
+  const inputBytes = runInputBytes(plan);
+  if (inputBytes > MAX_RUN_INPUT_BYTES) {
+    throw new ConfigError(
+      file,
+      1,
+      1,
+      '(plan)',
+      `the run's input is ${formatMB(inputBytes)}; Temporal accepts at most ${formatMB(TEMPORAL_PAYLOAD_LIMIT_BYTES)} per payload and Troupe keeps the plan under ${formatMB(MAX_RUN_INPUT_BYTES)}: each node's job carries the commands, so ship large content in the image or a file`,
+    );
+  }
+  return plan;
 }
 
 /** Where group `index`'s fields are in the file: under `groups[index]`, or at the top without groups. */
@@ -98,6 +110,7 @@ function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
   }
   // With groups, each group has its own resources; the top-level ones are not inherited (dstack).
   const names = task.groups.map((group, index) => group.name ?? String(index));
+  const indexOf = new Map(names.map((name, i) => [name, i]));
   return task.groups.map((group, index) => ({
     index,
     name: names[index] ?? String(index),
@@ -105,7 +118,7 @@ function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
     resources: withDefaults(group.resources),
     commands: group.commands ?? [],
     ports: group.ports ?? [],
-    depends_on: (group.depends_on ?? []).map((dep) => names.indexOf(dep)),
+    depends_on: (group.depends_on ?? []).map((dep) => indexOf.get(dep) ?? -1),
     ready: group.ready ?? null,
   }));
 }

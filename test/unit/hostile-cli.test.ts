@@ -135,3 +135,18 @@ describe('troupe plan -f on bytes that are not clean UTF-8 YAML', () => {
     expect(run.ms).toBeLessThan(15_000);
   });
 });
+
+describe('troupe plan -f on inputs past the bounds', () => {
+  it('/dev/zero is refused at once in one line, as not a regular file', () => {
+    const run = troupePlan('/dev/zero');
+    expect(run.ms).toBeLessThan(10_000);
+    expectOneLineRefusal(run, '/dev/zero');
+    expect(run.stderr).toMatch(/not a regular file \(a character device\)/);
+  });
+
+  it("a 1.2 MB command is refused at plan in one line, with the run's input size and Temporal's limit", () => {
+    const file = writeBytes(utf8(`type: task\ncommands:\n  - echo ${'a'.repeat(1_200_000)}\n`));
+    const line = expectOneLineRefusal(troupePlan(file), file);
+    expect(line).toMatch(/\(plan\): the run's input is 2\.\d MB; Temporal accepts at most 2 MB/);
+  });
+});
