@@ -4,5 +4,6 @@
  * workflow history (src/secrets).
  */
 export function looksSecret(name: string): boolean {
-  return /(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)/i.test(name);
+  // `_PWD` only as a suffix: the shell's own PWD is a directory, not a password.
+  return /(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)|(^|_)PASS(_|$)|_PWD$/i.test(name);
 }
