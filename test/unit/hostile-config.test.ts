@@ -80,8 +80,14 @@ describe('huge node counts: a documented limit of 4,096 nodes per run', () => {
     expect(error.line).toBe(3);
   });
 
-  it('5,000 one-node groups are refused by the same limit, fast', () => {
+  it('5,000 one-node groups are refused by the bound on groups, fast', () => {
     const groups = Array.from({ length: 5000 }, (_, i) => `  - {name: g${i}, commands: [x]}`);
+    const error = refusal(yaml('type: task', 'groups:', ...groups));
+    expect(error.reason).toBe('at most 1024 groups in a task');
+  });
+
+  it('1,000 groups of 5 nodes are refused by the node limit', () => {
+    const groups = Array.from({ length: 1000 }, (_, i) => `  - {name: g${i}, nodes: 5, commands: [x]}`);
     const error = refusal(yaml('type: task', 'groups:', ...groups));
     expect(error.reason).toBe(`the task asks for 5000 nodes; a run has at most ${MAX_TOTAL_NODES}`);
   });
