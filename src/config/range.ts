@@ -6,7 +6,13 @@ import { describeValue } from './yaml-source';
  * dstack's ranges: `4` (exactly 4), `2..8`, `2..` (at least 2), `..8` (at most 8), or a mapping
  * with `min` and/or `max`. Spaces are ignored. `null` on a side means unbounded.
  */
-export function parseRange(value: unknown, endpoint: (v: unknown) => number | undefined, unit: string): Range {
+export function parseRange(
+  value: unknown,
+  endpoint: (v: unknown) => number | undefined,
+  unit: string,
+  limit: number,
+  limitUnit: string,
+): Range {
   let min: unknown;
   let max: unknown;
   if (typeof value === 'string' && value.includes('..')) {
@@ -31,7 +37,7 @@ export function parseRange(value: unknown, endpoint: (v: unknown) => number | un
     if (v === null) return null;
     const n = endpoint(v);
     if (n === undefined) throw new ScalarError(`expected ${unit} or a range such as 2..8, got ${describeValue(value)}`);
-    return n;
+    return bounded(v, n, limit, limitUnit);
   };
   const range = { min: side(min), max: side(max) };
   if (range.min === null && range.max === null) throw new ScalarError('empty range "..": give a minimum, a maximum or both');
@@ -41,5 +47,21 @@ export function parseRange(value: unknown, endpoint: (v: unknown) => number | un
   return range;
 }
 
-export const parseCountRange = (value: unknown): Range => parseRange(value, toInt, 'a whole number');
-export const parseMemoryRange = (value: unknown): Range => parseRange(value, parseMemory, 'a size such as 8GB');
+/** Bounds far past any machine, so that a typo is refused rather than planned (`99999999TB`). */
+export const MAX_COUNT = 1_000_000;
+export const MAX_SIZE_GB = 1024 ** 3; // 1 EB
+
+export const parseCountRange = (value: unknown): Range => parseRange(value, toInt, 'a whole number', MAX_COUNT, '');
+export const SIZE_LIMIT_UNIT = ' GB (1 EB)';
+export const parseMemoryRange = (value: unknown): Range => parseRange(value, parseMemory, 'a size such as 8GB', MAX_SIZE_GB, SIZE_LIMIT_UNIT);
+
+/** A count or size between 0 and `limit`; `-0` reads as 0 (kept as -0 it would not survive JSON). */
+export function bounded(v: unknown, n: number, limit: number, limitUnit: string): number {
+  if (n < 0) throw new ScalarError(`${shown(v)} is negative: counts and sizes are 0 or more`);
+  if (n > limit) throw new ScalarError(`${shown(v)} is beyond any machine: at most ${limit.toLocaleString('en-US')}${limitUnit}`);
+  return n === 0 ? 0 : n;
+}
+
+function shown(v: unknown): string {
+  return typeof v === 'string' ? JSON.stringify(v) : String(v);
+}

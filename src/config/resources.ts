@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { closedObject } from './closed-object';
 import { gpuVendorsOfName, parseGpuVendor } from './gpu-vendors';
-import { parseCountRange, parseMemoryRange } from './range';
+import { bounded, MAX_SIZE_GB, parseCountRange, parseMemoryRange, SIZE_LIMIT_UNIT } from './range';
 import type { CpuArchSchema, GpuVendor, Range, Resources } from './resources-schema';
 import { parsed, parseMemory, ScalarError, toInt, toText, within } from './scalars';
 import { describeValue } from './yaml-source';
@@ -191,7 +191,7 @@ function parseShmSize(value: unknown): number | null {
   if (value === null) return null;
   const size = parseMemory(value);
   if (size === undefined) throw new ScalarError(`expected a size such as 8GB, got ${describeValue(value)}`);
-  return size;
+  return bounded(value, size, MAX_SIZE_GB, SIZE_LIMIT_UNIT);
 }
 
 /**

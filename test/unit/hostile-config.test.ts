@@ -80,6 +80,26 @@ describe('huge node counts: a documented limit of 4,096 nodes per run', () => {
     expect(error.line).toBe(3);
   });
 
+  it.each([
+    ['gpu: -2', 'resources.gpu', '"-2" is negative: counts and sizes are 0 or more'],
+    ['gpu: "nvidia:-1"', 'resources.gpu', '"-1" is negative: counts and sizes are 0 or more'],
+    ['memory: "-5GB"', 'resources.memory', '"-5GB" is negative: counts and sizes are 0 or more'],
+    ['disk: 0..-1', 'resources.disk', '"-1" is negative: counts and sizes are 0 or more'],
+    ['shm_size: "-1GB"', 'resources.shm_size', '"-1GB" is negative: counts and sizes are 0 or more'],
+    ['memory: 99999999999999999999999TB', 'resources.memory', '"99999999999999999999999TB" is beyond any machine: at most 1,073,741,824 GB (1 EB)'],
+    ['shm_size: 5000000000TB', 'resources.shm_size', '"5000000000TB" is beyond any machine: at most 1,073,741,824 GB (1 EB)'],
+    ['gpu: 2000000', 'resources.gpu', '"2000000" is beyond any machine: at most 1,000,000'],
+  ])('resources `%s` is refused: no negative or absurd size or count', (line, path, reason) => {
+    const error = refusal(yaml('type: task', 'commands: [x]', 'resources:', `  ${line}`));
+    expect(error.path).toBe(path);
+    expect(error.reason).toBe(reason);
+  });
+
+  it('disk: -0 plans as 0, which JSON keeps', () => {
+    const value = plan(yaml('type: task', 'commands: [x]', 'resources:', '  disk: -0'));
+    expect(Object.is(value.groups[0]?.resources.disk?.min, 0)).toBe(true);
+  });
+
   it('5,000 one-node groups are refused by the bound on groups, fast', () => {
     const groups = Array.from({ length: 5000 }, (_, i) => `  - {name: g${i}, commands: [x]}`);
     const error = refusal(yaml('type: task', 'groups:', ...groups));
