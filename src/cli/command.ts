@@ -1,3 +1,6 @@
+import { InvalidRunNameError } from '../client/errors';
+import { RUN_NAME } from '../plan/run-name';
+
 /** A CLI command: takes its arguments (after the command name), returns the process exit code. */
 export type Command = (args: string[]) => Promise<number>;
 
@@ -13,4 +16,10 @@ export class CliError extends Error {
   ) {
     super(message);
   }
+}
+
+/** A RUN argument that cannot name a run (a workflow id, a typo) is bad usage: said before any connection. */
+export function runNameArgument(name: string): string {
+  if (!RUN_NAME.test(name)) throw new CliError(new InvalidRunNameError(name).message, 2);
+  return name;
 }

@@ -1,4 +1,5 @@
 import { CliError, type Command } from './command';
+import { escapeControlChars } from './render/control-chars';
 
 /**
  * `troupe <command> [options]`. Each command lives in its own module under commands/ and is
@@ -34,7 +35,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const load = commands[name];
   if (!load) {
-    process.stderr.write(`troupe: unknown command "${name}"\n\n${usage()}\n`);
+    process.stderr.write(`troupe: unknown command "${escapeControlChars(name)}"\n\n${usage()}\n`);
     return 2;
   }
   const { command } = await load();
@@ -45,9 +46,13 @@ try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (err) {
   if (err instanceof CliError) {
-    process.stderr.write(`${err.message}\n`);
+    process.stderr.write(`${escapeControlChars(err.message)}\n`);
     process.exitCode = err.exitCode;
   } else {
-    throw err;
+    // A refusal is one line (a bad secret key, a service that said no); the trace only on request.
+    const message = err instanceof Error ? err.message : String(err);
+    process.stderr.write(`troupe: ${escapeControlChars(message).replaceAll('\n', ' ')}\n`);
+    if (process.env.TROUPE_DEBUG === '1' && err instanceof Error && err.stack) process.stderr.write(`${err.stack}\n`);
+    process.exitCode = 1;
   }
 }

@@ -114,6 +114,16 @@ export class RunNotFoundError extends TroupeClientError {
   }
 }
 
+/** What was given is not a run name at all (a workflow id such as `run/x/group/y`, a typo). */
+export class InvalidRunNameError extends TroupeClientError {
+  override readonly name = 'InvalidRunNameError';
+  constructor(readonly runName: string) {
+    super(
+      `${JSON.stringify(runName)} is not a run name: a run name is lowercase letters, digits and -, starting with a letter (^[a-z][a-z0-9-]{1,40}$), as \`troupe ps -a\` lists them`,
+    );
+  }
+}
+
 /** The run has no such job (job numbers are global ranks 0..N-1). */
 export class JobNotFoundError extends TroupeClientError {
   override readonly name = 'JobNotFoundError';

@@ -5,6 +5,7 @@ export { RunHandle } from './run-handle';
 export type { JobLogChunk, ReadLogOptions, StreamLogsOptions, WatchOptions } from './run-handle';
 export {
   InvalidConfigError,
+  InvalidRunNameError,
   JobNotFoundError,
   NoWorkerError,
   RunNameInUseError,

@@ -15,7 +15,7 @@ import { DEFAULT_TASK_QUEUE, runNameFromWorkflowId, runWorkflowId } from '../../
 import { RunOptionsSchema, type RunInput, type RunOptionsInput } from '../../workflows/message-schemas';
 import type { RunState, RunStatus } from '../../workflows/run-state';
 import { RunStatusSchema } from '../../workflows/run-state-schema';
-import { InvalidConfigError, RunNameInUseError, TroupeClientError } from './errors';
+import { InvalidConfigError, InvalidRunNameError, RunNameInUseError, TroupeClientError } from './errors';
 import { RunHandle, rootCauseMessage, type RunContext, type RunWorkflowFn } from './run-handle';
 import { readRunMemo, runMemo, runSummaryLine } from './run-memo';
 import {
@@ -174,8 +174,9 @@ export class TroupeClient {
     return this.run(plan.run_name);
   }
 
-  /** A handle on the latest run of that name; it is not checked until used. */
+  /** A handle on the latest run of that name; it is not looked up until used, but must be a run name. */
   run(name: string): RunHandle {
+    if (!RUN_NAME.test(name)) throw new InvalidRunNameError(name);
     return new RunHandle(this.ctx, name);
   }
 

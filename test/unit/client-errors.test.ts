@@ -4,6 +4,7 @@ import {
   InvalidConfigError,
   NoWorkerError,
   RunNameInUseError,
+  InvalidRunNameError,
   RunNotFoundError,
   TroupeClient,
   TroupeSearchAttributes,
@@ -86,6 +87,11 @@ describe('client errors', () => {
     await expect(run.stop()).rejects.toBeInstanceOf(RunNotFoundError);
     await expect(run.readLog(0)).rejects.toBeInstanceOf(RunNotFoundError);
     await expect(run.state()).rejects.toThrow(/troupe ps -a/);
+  });
+
+  it('a name that is no run name (a group workflow id, capitals) is InvalidRunNameError, saying what a run name looks like', () => {
+    expect(() => troupe.run('run/x/group/router')).toThrow(InvalidRunNameError);
+    expect(() => troupe.run('Router')).toThrow(/is not a run name: a run name is lowercase letters, digits and -/);
   });
 
   it('starts with memo and search attributes; a second run of the same name is RunNameInUseError', async () => {

@@ -95,6 +95,34 @@ describe('troupe plan -f on bytes that are not clean UTF-8 YAML', () => {
     expect(line).not.toContain('\x1b');
   });
 
+  it('raw ESC and BEL in a run name, in -n and in a command name come back escaped, never raw', () => {
+    const file = writeBytes(utf8('type: task\nname: "bad\\e]0;PWNED\\aname"\ncommands: [x]\n'));
+    const line = expectOneLineRefusal(troupePlan(file), file);
+    expect(line).toContain('bad\\x1b]0;PWNED\\x07name');
+    const ok = writeBytes(utf8('type: task\ncommands: [x]\n'));
+    const flag = spawnSync(process.execPath, ['bin/troupe.js', 'plan', '-f', ok, '-n', 'x\x1b[31mred'], { cwd: root, encoding: 'utf8' });
+    expect(flag.status).toBe(1);
+    expect(flag.stderr).not.toMatch(/[\x07\x1b]/);
+    expect(flag.stderr).toContain('x\\x1b[31mred');
+    const command = spawnSync(process.execPath, ['bin/troupe.js', 'pl\x07an'], { cwd: root, encoding: 'utf8' });
+    expect(command.status).toBe(2);
+    expect(command.stderr.split('\n')[0]).toBe('troupe: unknown command "pl\\x07an"');
+  });
+
+  it('`troupe logs` and `troupe stop` with a group workflow id say what a run name looks like, before connecting (exit 2)', () => {
+    for (const args of [['logs'], ['stop', '-y']]) {
+      const run = spawnSync(process.execPath, ['bin/troupe.js', ...args, 'run/pd/group/router'], {
+        cwd: root,
+        env: { ...process.env, TEMPORAL_ADDRESS: '127.0.0.1:9' },
+        encoding: 'utf8',
+      });
+      expect(run.status).toBe(2);
+      expect(run.stderr.trim()).toBe(
+        '"run/pd/group/router" is not a run name: a run name is lowercase letters, digits and -, starting with a letter (^[a-z][a-z0-9-]{1,40}$), as `troupe ps -a` lists them',
+      );
+    }
+  });
+
   // Reported: the YAML library prints "(node:PID) Warning: Keys with collection values will be stringified…" on stderr.
   it('a mapping key that is itself a mapping is refused in one line, without a Node warning', () => {
     const file = writeBytes(utf8('type: task\ncommands: [x]\n? {a: 1}\n: 1\n'));

@@ -25,7 +25,10 @@ interface Result {
   stderr: string;
 }
 
-function troupeCli(args: string[], options: { taskQueue?: string; onStderr?: (text: string, kill: (s: NodeJS.Signals) => void) => void } = {}): Promise<Result> {
+function troupeCli(
+  args: string[],
+  options: { taskQueue?: string; extraEnv?: Record<string, string>; onStderr?: (text: string, kill: (s: NodeJS.Signals) => void) => void } = {},
+): Promise<Result> {
   const started = Date.now();
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [cli, ...args], {
@@ -34,6 +37,7 @@ function troupeCli(args: string[], options: { taskQueue?: string; onStderr?: (te
         TEMPORAL_ADDRESS: temporalAddress(),
         TROUPE_TASK_QUEUE: options.taskQueue ?? env.worker.taskQueue,
         NO_COLOR: '1',
+        ...options.extraEnv,
       },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
@@ -97,6 +101,23 @@ describe('troupe apply', () => {
     const result = await troupeCli(['apply', '-y', '-f', file]);
     expect(result.code).toBe(1);
     expect(result.stderr.trim()).toBe(`${file}:5:12: groups[0].nodes: expected an integer >= 1, got a number (0)`);
+  });
+
+  it('a secret key file readable by others, or a malformed key: the plan, then one line, exit 1, no stack trace', async () => {
+    const { file } = config('cli-key', ['commands: [echo hi]', 'env: [HF_TOKEN=hf-not-sent]']);
+    const keyFile = join(configs, 'loose.key');
+    writeFileSync(keyFile, Buffer.alloc(32, 7).toString('base64'), { mode: 0o644 });
+    const loose = await troupeCli(['apply', '-y', '-d', '-f', file], { extraEnv: { TROUPE_SECRET_KEY_FILE: keyFile } });
+    expect(loose.code).toBe(1);
+    // The plan is shown first (on stderr, as for every apply); the refusal is the one line after it.
+    expect(loose.stderr.trim().split('\n').at(-1)).toBe(
+      `troupe: ${keyFile}: the secret key file is readable by group or others (mode 644); run chmod 600 ${keyFile}`,
+    );
+    expect(loose.stderr).not.toContain('    at ');
+    const malformed = await troupeCli(['apply', '-y', '-d', '-f', file], { extraEnv: { TROUPE_SECRET_KEY: 'bm90LWEta2V5' } });
+    expect(malformed.code).toBe(1);
+    expect(malformed.stderr.trim().split('\n').at(-1)).toBe('troupe: TROUPE_SECRET_KEY: the secret key must be 32 bytes, base64-encoded (got 9 bytes)');
+    expect(malformed.stderr).not.toContain('    at ');
   });
 
   it('no worker on the task queue: exit 1 saying so and how to start one, instead of hanging', async () => {

@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import type { JobState } from '../../client';
-import { CliError, type Command } from '../command';
+import { CliError, runNameArgument, type Command } from '../command';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings } from '../connection';
 import { onInterrupt } from '../interrupt';
 import { cliErrorOf } from '../render/client-errors';
@@ -58,6 +58,7 @@ export const command: Command = async (args) => {
   }
   const [runName, ...extra] = positionals;
   if (runName === undefined || extra.length > 0) throw new CliError(`logs needs exactly one run name\n\n${help}`, 2);
+  runNameArgument(runName);
   const settings = connectionSettings(values);
   const troupe = await connectClient(settings);
   const interrupt = onInterrupt();
