@@ -3,6 +3,7 @@ import { closedObject, ruleIssue } from './closed-object';
 import { parseEnv } from './env';
 import { isIpAddress, isPrivateIp, parseNetwork } from './ip-address';
 import { parsed, scalar, textSchema, toInt } from './scalars';
+import { hostnameSchema, userNameSchema } from './references';
 
 /**
  * `type: fleet` in dstack's format, for the fleets Troupe has: existing hosts reached over SSH
@@ -51,15 +52,15 @@ const networkSchema = textSchema.superRefine((network, ctx) => {
 });
 
 const ProxyJumpInputSchema = closedObject(
-  { hostname: textSchema, port: portSchema.nullish(), user: textSchema, identity_file: textSchema },
+  { hostname: hostnameSchema, port: portSchema.nullish(), user: userNameSchema, identity_file: textSchema },
   { what: '`proxy_jump`', unsupported: SSH_KEY_FIELD },
 );
 
 const SshHostInputSchema = closedObject(
   {
-    hostname: textSchema,
+    hostname: hostnameSchema,
     port: portSchema.nullish(),
-    user: textSchema.nullish(),
+    user: userNameSchema.nullish(),
     identity_file: textSchema.nullish(),
     proxy_jump: ProxyJumpInputSchema.nullish(),
     internal_ip: privateIpSchema.nullish(),
@@ -73,7 +74,7 @@ const hostEntrySchema = z.preprocess((host) => (typeof host === 'string' ? { hos
 
 const SshConfigInputSchema = closedObject(
   {
-    user: textSchema.nullish(),
+    user: userNameSchema.nullish(),
     port: portSchema.nullish(),
     identity_file: textSchema.nullish(),
     proxy_jump: ProxyJumpInputSchema.nullish(),

@@ -6,6 +6,7 @@ import { parseEnv } from './env';
 import { parsePort } from './ports';
 import { ResourcesInputSchema } from './resources';
 import { parseReadyProbe } from './ready';
+import { fleetNameSchema, imageSchema } from './references';
 import { parseRetry } from './retry';
 import { intAtLeast, parsed, textListSchema, textSchema } from './scalars';
 
@@ -85,7 +86,7 @@ export type NodeGroupInput = z.output<typeof NodeGroupInputSchema>;
 const taskShape = {
   type: z.literal('task'),
   name: textSchema.nullish(),
-  image: textSchema.nullish(),
+  image: imageSchema.nullish(),
   env: parsed(parseEnv).optional(),
   commands: textListSchema.optional(),
   ports: portsSchema.optional(),
@@ -98,7 +99,7 @@ const taskShape = {
   max_duration: parsed(parseOffableDuration).optional(),
   working_dir: textSchema.nullish(),
   /** Fleets the run may use, by name. */
-  fleets: z.array(textSchema).nullish(),
+  fleets: z.array(fleetNameSchema).nullish(),
 };
 
 export const TaskConfigSchema = closedObject(taskShape, {
@@ -129,7 +130,7 @@ export const TaskConfigSchema = closedObject(taskShape, {
       );
     }
   }
-  // As dstack: any `image`, even an empty one, lets a group go without commands.
+  // As dstack: an `image` lets a group go without commands (an empty one is refused by its grammar).
   const taskHasImage = task.image !== null && task.image !== undefined;
   const firstIndexOf = new Map<string, number>();
   groups.forEach((group, index) => {

@@ -56,6 +56,7 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
     throw source.error(task.groups ? ['groups'] : ['nodes'], `the task asks for ${nodesNum} nodes; a run has at most ${MAX_TOTAL_NODES}`);
   }
   checkReferences(source, task, groups);
+  checkNoReferencesOutsideCommands(source, task, groups);
   checkGpuVendors(source, task, groups, image);
   checkCpuArch(source, task, groups, image);
 
@@ -210,6 +211,19 @@ function checkReferences(source: ConfigSource, task: TaskConfig, groups: readonl
         }
       }
     });
+  }
+}
+
+const ONLY_IN_COMMANDS =
+  '`${{ ... }}` is filled in only in `commands`; here it would reach the node as written: use the job\'s environment ($DSTACK_NODES_IPS, $DSTACK_MASTER_NODE_IP…), or $${{ for a literal';
+
+/** `${{ }}` where nothing fills it in (a probe that could never pass, a directory named after it). */
+function checkNoReferencesOutsideCommands(source: ConfigSource, task: TaskConfig, groups: readonly GroupPlan[]): void {
+  if (task.working_dir && hasReference(task.working_dir)) throw source.error(['working_dir'], ONLY_IN_COMMANDS);
+  for (const group of groups) {
+    if (group.ready?.check.kind === 'command' && hasReference(group.ready.check.command)) {
+      throw source.error(groupPath(task, group.index, 'ready', 'command'), ONLY_IN_COMMANDS);
+    }
   }
 }
 

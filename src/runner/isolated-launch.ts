@@ -6,8 +6,9 @@ import { quoteShellWord } from './shell-quote';
  * with `unshare --mount --pid --fork`, so it runs as root, as pid 1 of the job's own pid namespace,
  * in the job's own mount namespace. Before dropping to the run's user it:
  *
- * - records its pid (as the worker sees it) and start time in `started/ns_init`: probes enter the
- *   job's namespaces through it (nsenter), and a pid reused later is told apart by the start time;
+ * - reads its pid (as the worker sees it) and start time, written to `started/ns_init` once the
+ *   namespaces are set up: probes enter them through it (nsenter), a pid reused later is told apart
+ *   by the start time, and the worker waits for it before it reports the job RUNNING;
  * - mounts an empty tmpfs over each hidden directory (the fleet's state directory, the secret
  *   key's directory, any ancestor the run's user could not traverse), then binds the job's own
  *   directory back at its usual path through a descriptor opened before the hiding, so the job
@@ -51,7 +52,7 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
     'read -r stat < /proc/self/stat',
     'pid=${stat%% *}',
     'set -- ${stat##*) }',
-    `printf '%s %s\\n' "$pid" "\${20}" > ${dir}/${L.started}/${L.nsInit} || ${fail}`,
+    'init_start=${20}',
     'set +f',
     `exec 3< ${dir} || ${fail}`,
     ...input.hide.map((h) => `${q(mount)} -t tmpfs -o mode=0755,size=64k,nosuid,nodev troupe-hidden ${q(h)} || ${fail}`),
@@ -62,6 +63,9 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
   if (input.ownNetwork) lines.push('echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start');
   const name = q(input.user.name);
   lines.push(
+    // Written once the namespaces are ready, just before the commands: the worker reports the job
+    // RUNNING only then (workers-first means the workers' commands run before the master's).
+    `printf '%s %s\\n' "$pid" "$init_start" > ${dir}/${L.started}/${L.nsInit} || ${fail}`,
     `cd ${dir}/${L.workDir} || ${fail}`,
     `export HOME=${dir}/${L.workDir} USER=${name} LOGNAME=${name}`,
     `${q(setpriv)} --reuid=${input.user.uid} --regid=${input.user.gid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs -- \\`,

@@ -87,7 +87,7 @@ describe('fields', () => {
   it('checks types and says what it got', () => {
     expect(refusal(yaml('type: task', 'commands: echo hi'))).toBe('task.yml:2:11: commands: expected a list, got a string ("echo hi")');
     expect(refusal(yaml('type: task', 'commands: [[a]]'))).toBe('task.yml:2:12: commands[0]: expected a string, got a list');
-    expect(refusal(yaml('type: task', 'commands: [a]', 'image: [x]'))).toBe('task.yml:3:8: image: expected a string, got a list');
+    expect(refusal(yaml('type: task', 'commands: [a]', 'image: [x]'))).toBe('task.yml:3:8: image: expected an image reference, got a list');
     expect(refusal(yaml('type: task', 'commands: [a]', 'startup_order: first'))).toBe(
       'task.yml:3:16: startup_order: expected one of any, master-first, workers-first, got a string ("first")',
     );
@@ -195,9 +195,10 @@ describe('groups', () => {
       'task.yml:3:5: groups[0]: group "a" has no `commands`: give it `commands`, or set `image` at the task level',
     );
     expect(load(yaml('type: task', 'image: x', 'groups:', '  - name: a')).groups[0]?.commands).toEqual([]);
-    // dstack counts any image, even an empty one, here (but not for a task without groups).
-    expect(load(yaml('type: task', 'image: ""', 'groups:', '  - name: a')).groups).toHaveLength(1);
-    expect(refusal(yaml('type: task', 'image: ""'))).toBe('task.yml:1:1: commands: either `commands` or `image` must be set');
+    // dstack takes an empty image here; Troupe refuses it as no image reference at all.
+    expect(refusal(yaml('type: task', 'image: ""', 'groups:', '  - name: a'))).toBe(
+      'task.yml:2:8: image: "" is not an image reference: write [registry/]name[:tag][@digest], e.g. lmsysorg/sglang:latest',
+    );
   });
 
   it('bound the total number of nodes', () => {

@@ -39,7 +39,7 @@ import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netns
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
 import { execOnNode } from './node-exec';
-import { isAlive } from './proc';
+import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
 import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
 
@@ -331,7 +331,10 @@ export class LocalBackend implements Backend {
     let pause = 1;
     for (;;) {
       const claim = await readClaim(dir);
-      if (claim.kind === 'started') return { pid: claim.leader.pid };
+      if (claim.kind === 'started') {
+        if (this.isolation) await this.waitForNamespaces(dir, claim.leader);
+        return { pid: claim.leader.pid };
+      }
       if (claim.kind === 'stopped') {
         throw new SubmissionClosedError(`${job.job_name} was stopped before it started; it will not start any more`);
       }
@@ -343,6 +346,19 @@ export class LocalBackend implements Backend {
       await sleep(pause);
       const waited = Date.now() - started;
       pause = waited < 50 ? 1 : waited < 200 ? 4 : 20;
+    }
+  }
+
+  /**
+   * An isolated job runs its commands once its namespaces are set up (`started/ns_init`, a few ms
+   * after its wrapper's pid): until then it is not RUNNING. A job that ended first (it could not
+   * be isolated: its log says why) is left to the watch, which reports its exit.
+   */
+  private async waitForNamespaces(dir: string, leader: ProcessIdentity): Promise<void> {
+    const deadline = Date.now() + CLAIM_WAIT_MS;
+    while (!(await pathExists(join(dir, L.started, L.nsInit))) && Date.now() < deadline) {
+      if (!(await isAlive(leader))) return;
+      await sleep(2);
     }
   }
 
