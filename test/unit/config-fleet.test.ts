@@ -209,3 +209,20 @@ describe('IP addresses', () => {
     expect(parseNetwork(text)).toEqual(expected);
   });
 });
+
+describe('host names and users reach ssh: their grammar is checked', () => {
+  const fleet = (host: string, user = 'ubuntu') =>
+    yaml('type: fleet', 'name: f1', 'ssh_config:', `  user: ${JSON.stringify(user)}`, '  identity_file: /k', '  hosts:', `    - ${JSON.stringify(host)}`);
+
+  it.each(['-oProxyCommand=id', 'a b', 'host\nname', ''])('host %j is refused', (host) => {
+    expect(refusal(fleet(host))).toMatch(/ssh_config\.hosts\[0\]\.hostname: ".*" is not a host name or address: a DNS name or an IP address, not starting with - and without spaces$/);
+  });
+
+  it.each(['-oProxyCommand=id', 'root user', 'x'.repeat(40)])('user %j is refused', (user) => {
+    expect(refusal(fleet('10.0.0.1', user))).toMatch(/ssh_config\.user: ".*" is not a user name/);
+  });
+
+  it.each(['10.0.0.1', 'gpu-1.internal', 'fe80::1%eth0', '::1', 'localhost'])('host %j is taken', (host) => {
+    expect(load(fleet(host)).hosts[0]?.hostname).toBe(host);
+  });
+});

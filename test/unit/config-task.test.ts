@@ -422,3 +422,28 @@ describe('resources in a config', () => {
     expect(refusal(yaml('type: task', 'resources: {gpu: "8..4"}', 'groups:', '  - commands: [a]'))).toMatch(/^task\.yml:2:18: resources\.gpu: /);
   });
 });
+
+describe('values that reach a command line by name', () => {
+  it.each(['--privileged', '$(id)', 'ubuntu\nx', 'Ubuntu', 'a'.repeat(600)])('image %j is refused', (image) => {
+    expect(refusal(yaml('type: task', 'commands: [a]', `image: ${JSON.stringify(image)}`))).toMatch(/^task\.yml:3:8: image: /);
+  });
+
+  it.each(['ubuntu', 'lmsysorg/sglang:latest', 'localhost:5000/team/model:v1.2', `nvcr.io/nvidia/pytorch@sha256:${'a'.repeat(64)}`])(
+    'image %j is taken',
+    (image) => {
+      expect(load(yaml('type: task', 'commands: [a]', `image: ${JSON.stringify(image)}`)).image).toBe(image);
+    },
+  );
+
+  it.each(['../../x', '$(id)', '', '-f'])('fleet name %j is refused', (name) => {
+    expect(refusal(yaml('type: task', 'commands: [a]', `fleets: [${JSON.stringify(name)}]`))).toMatch(/^task\.yml:3:10: fleets\[0\]: ".*" is not a fleet name/);
+  });
+
+  it('`${{ }}` in working_dir or ready.command is refused, saying where it is filled in', () => {
+    const where = "`${{ ... }}` is filled in only in `commands`; here it would reach the node as written: use the job's environment ($DSTACK_NODES_IPS, $DSTACK_MASTER_NODE_IP…), or $${{ for a literal";
+    expect(refusal(yaml('type: task', 'commands: [a]', 'working_dir: "/w/${{ groups[0].nodes[0].IP_ADDRESS }}"'))).toBe(`task.yml:3:14: working_dir: ${where}`);
+    expect(
+      refusal(yaml('type: task', 'groups:', '  - name: a', '    commands: [x]', '    ready: {command: "curl ${{ groups[0].nodes[0].IP_ADDRESS }}"}')),
+    ).toBe(`task.yml:5:22: groups[0].ready.command: ${where}`);
+  });
+});
