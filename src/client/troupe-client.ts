@@ -9,7 +9,7 @@ import {
 } from '@temporalio/client';
 import { ConfigError, loadPlan, PlanSchema, type Plan } from '../plan';
 import { looksSecret } from '../config/secret-names';
-import { loadSecretKey, sealEnv } from '../secrets/sealed-env';
+import { isSealed, loadSecretKey, sealEnv } from '../secrets/sealed-env';
 import { RUN_NAME } from '../plan/run-name';
 import { DEFAULT_TASK_QUEUE, runNameFromWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { RunOptionsSchema, type RunInput, type RunOptionsInput } from '../../workflows/message-schemas';
@@ -229,9 +229,15 @@ export class TroupeClient {
   }
 }
 
-/** Secret env values leave this process sealed: history, the Web UI and errors never see them. */
+/**
+ * Secret env values leave this process sealed: history, the Web UI and errors never see them. A
+ * value that merely looks sealed (it starts with the prefix) is sealed too, so that the worker,
+ * which opens every sealed-looking value, hands the job exactly what was written.
+ */
 function sealSecrets(plan: Plan): Plan {
-  const names = Object.keys(plan.env).filter((name) => plan.secret_env?.includes(name) || looksSecret(name));
+  const names = Object.entries(plan.env)
+    .filter(([name, value]) => plan.secret_env?.includes(name) || looksSecret(name) || isSealed(value))
+    .map(([name]) => name);
   if (names.length === 0) return plan;
   return { ...plan, env: sealEnv(plan.env, names, loadSecretKey({ create: true })), secret_env: names };
 }

@@ -80,12 +80,12 @@ export function openValue(name: string, sealed: string, key: Buffer): string {
   }
 }
 
-/** Seals the named values of an env (the others stay as they are). */
+/** Seals the named values of an env (the others stay as they are); a value is sealed once, whatever it looks like. */
 export function sealEnv(env: Readonly<Record<string, string>>, secretNames: readonly string[], key: Buffer): Record<string, string> {
   const out: Record<string, string> = { ...env };
   for (const name of secretNames) {
-    const value = out[name];
-    if (value !== undefined && !isSealed(value)) out[name] = sealValue(name, value, key);
+    const value = env[name];
+    if (value !== undefined) out[name] = sealValue(name, value, key);
   }
   return out;
 }

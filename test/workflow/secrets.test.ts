@@ -89,4 +89,20 @@ describe('secrets', () => {
     expect(stateText).not.toContain(apiKey);
     expect(state.message ?? '').not.toContain(token);
   });
+
+  it('a plain value that happens to start with the sealed prefix reaches the job byte for byte', async () => {
+    const literal = 'sealed:v1:not-a-secret';
+    const yaml = [
+      'type: task',
+      `name: literal-${env.worker.taskQueue.slice(-8)}`,
+      'env:',
+      `  - NOTE=${literal}`,
+      'commands:',
+      `  - printf %s "$NOTE" > ${shared.dir}/note-$DSTACK_NODE_RANK`,
+      '',
+    ].join('\n');
+    const state = await (await env.troupe.submit({ yaml, options: { stop_grace_s: 1 } })).wait();
+    expect(state.status).toBe('DONE');
+    expect(shared.lines('note-0')).toEqual([literal]);
+  });
 });
