@@ -100,6 +100,8 @@ const taskShape = {
   working_dir: textSchema.nullish(),
   /** Fleets the run may use, by name. */
   fleets: z.array(fleetNameSchema).nullish(),
+  /** Troupe extension: env vars sealed whatever their names (as `*_TOKEN`, `*_PASSWORD`… are). */
+  secret_env: textListSchema.nullish(),
 };
 
 export const TaskConfigSchema = closedObject(taskShape, {

@@ -44,6 +44,12 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
   const image = task.image ?? null;
 
   const { env, fromShell } = resolveEnv(source, task, opts);
+  const declaredSecret = new Set(task.secret_env ?? []);
+  (task.secret_env ?? []).forEach((name, i) => {
+    if (!(name in env) && !(task.env ?? []).some((e) => e.key === name)) {
+      throw source.error(['secret_env', i], `${JSON.stringify(name)} is not in \`env\`: secret_env marks variables of the task's env as secret`);
+    }
+  });
   if (task.working_dir !== null && task.working_dir !== undefined && !task.working_dir.startsWith('/')) {
     throw source.error(['working_dir'], `working_dir must be an absolute path, got "${task.working_dir}"`);
   }
@@ -67,7 +73,7 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
     image,
     working_dir: task.working_dir ?? null,
     env,
-    secret_env: Object.keys(env).filter((name) => fromShell.has(name) || looksSecret(name)),
+    secret_env: Object.keys(env).filter((name) => fromShell.has(name) || declaredSecret.has(name) || looksSecret(name)),
     startup_order: task.startup_order ?? 'any',
     stop_criteria: task.stop_criteria ?? 'all-done',
     retry,

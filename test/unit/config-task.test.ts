@@ -447,3 +447,13 @@ describe('values that reach a command line by name', () => {
     ).toBe(`task.yml:5:22: groups[0].ready.command: ${where}`);
   });
 });
+
+describe('secret_env (Troupe extension)', () => {
+  it('marks any env var secret, and refuses a name the env does not have', () => {
+    const plan = load(yaml('type: task', 'commands: [a]', 'env: [DB_ENDPOINT=x, MODEL=y]', 'secret_env: [DB_ENDPOINT]'));
+    expect(plan.secret_env).toEqual(['DB_ENDPOINT']);
+    expect(refusal(yaml('type: task', 'commands: [a]', 'env: [A=x]', 'secret_env: [A, NOPE]'))).toBe(
+      'task.yml:4:17: secret_env[1]: "NOPE" is not in `env`: secret_env marks variables of the task\'s env as secret',
+    );
+  });
+});

@@ -54,6 +54,7 @@ describe('secrets', () => {
   it('reach the node but never the history, the state or the messages', async () => {
     const token = `hf_${randomBytes(18).toString('hex')}`;
     const apiKey = `key-${randomBytes(18).toString('hex')}`;
+    const marked = `canary-${randomBytes(18).toString('hex')}`;
     const yaml = [
       'type: task',
       `name: secrets-${env.worker.taskQueue.slice(-8)}`,
@@ -61,11 +62,14 @@ describe('secrets', () => {
       '  - HF_TOKEN',
       `  - SERVICE_API_KEY=${apiKey}`,
       '  - MODEL_ID=plain-value',
+      `  - DB_ENDPOINT=${marked}`,
+      'secret_env: [DB_ENDPOINT]',
       'groups:',
       '  - name: a',
       '    commands:',
       `      - printf %s "$HF_TOKEN" > ${shared.dir}/token-$DSTACK_NODE_RANK`,
       `      - printf %s "$SERVICE_API_KEY" > ${shared.dir}/key-$DSTACK_NODE_RANK`,
+      `      - printf %s "$DB_ENDPOINT" > ${shared.dir}/marked-$DSTACK_NODE_RANK`,
       '  - name: b',
       '    commands:',
       `      - printf %s "$HF_TOKEN" > ${shared.dir}/token-$DSTACK_NODE_RANK`,
@@ -77,6 +81,7 @@ describe('secrets', () => {
     expect(state.status).toBe('FAILED');
     expect(shared.lines('token-0')).toEqual([token]);
     expect(shared.lines('key-0')).toEqual([apiKey]);
+    expect(shared.lines('marked-0')).toEqual([marked]);
     expect(shared.lines('token-1')).toEqual([token]);
 
     const history = await fullHistory(handle.workflowId);
@@ -84,6 +89,7 @@ describe('secrets', () => {
     expect(history).toContain('sealed:v1:');
     expect(history).not.toContain(token);
     expect(history).not.toContain(apiKey);
+    expect(history).not.toContain(marked);
     const stateText = JSON.stringify(await handle.state());
     expect(stateText).not.toContain(token);
     expect(stateText).not.toContain(apiKey);
