@@ -27,6 +27,12 @@ const classes: [string, string | { path: string }][] = [
   ['flow nesting 10,000 deep', lines('type: task', 'commands: [x]', `env: ${'['.repeat(10_000)}${']'.repeat(10_000)}`)],
   ['`!!python/object/apply` tag', lines('type: task', 'commands: [!!python/object/apply:os.system [id]]')],
   ['NUL from a `"\\0"` escape', lines('type: task', 'commands: ["a\\0b"]')],
+  ['`gpu: -2`', lines('type: task', 'commands: [x]', 'resources: {gpu: -2}')],
+  ['`memory: 99999999999999999999999TB`', lines('type: task', 'commands: [x]', 'resources: {memory: 99999999999999999999999TB}')],
+  ['`image: --privileged`', lines('type: task', 'commands: [x]', 'image: "--privileged"')],
+  ['`fleets: [../../x]`', lines('type: task', 'commands: [x]', 'fleets: ["../../x"]')],
+  ['`${{ }}` in `ready.command`', lines('type: task', 'groups:', '  - {name: a, commands: [x], ready: {command: "curl ${{ groups[0].nodes[0].IP_ADDRESS }}"}}')],
+  ['ESC and BEL in the run name', lines('type: task', 'name: "x\\e]0;PWNED\\a"', 'commands: [x]')],
 ];
 
 console.log('| class | count | result | time | peak memory |');
