@@ -1,6 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { temporalAddress } from './temporal';
+import type { Client } from '@temporalio/client';
+import { afterAll, beforeAll } from 'vitest';
+import { makeLocalFleet, makeSharedDir } from './local-fleet';
+import { temporalAddress, testClient, uniqueTaskQueue } from './temporal';
 
 export interface WorkerProcessOptions {
   taskQueue: string;
@@ -37,4 +40,35 @@ export async function kill9(child: ChildProcess): Promise<void> {
   const exited = new Promise((r) => child.once('exit', r));
   child.kill('SIGKILL');
   await exited;
+}
+
+/**
+ * A test file's set-up for runs served by worker processes it starts and kills: a local fleet, a
+ * shared directory the jobs write into, a task queue, a client; every worker still alive is
+ * killed and everything removed after the file.
+ */
+export function useWorkerProcesses(name: string) {
+  const fleet = makeLocalFleet(`troupe-${name}-`);
+  const shared = makeSharedDir(`troupe-${name}-shared-`);
+  const workers: ChildProcess[] = [];
+  let connection: { client: Client; close: () => Promise<void> } | null = null;
+  beforeAll(async () => {
+    connection = await testClient();
+  });
+  afterAll(async () => {
+    for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');
+    await connection?.close();
+    fleet.remove();
+    shared.remove();
+  });
+  return {
+    fleet,
+    shared,
+    workers,
+    taskQueue: uniqueTaskQueue(name),
+    get client(): Client {
+      if (!connection) throw new Error('the client is connected in beforeAll');
+      return connection.client;
+    },
+  };
 }

@@ -1,32 +1,16 @@
 import type { ChildProcess } from 'node:child_process';
-import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
-import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
+import { processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
-import { testClient, uniqueTaskQueue } from '../helpers/temporal';
-import { kill9, startWorkerProcess } from '../helpers/worker-process-control';
+import { kill9, startWorkerProcess, useWorkerProcesses } from '../helpers/worker-process-control';
 
 /** Two worker processes on one task queue; one is killed mid-run; the other finishes the run. */
 
-const fleet = makeLocalFleet('troupe-scale-out-');
-const shared = makeSharedDir('troupe-scale-out-shared-');
-const taskQueue = uniqueTaskQueue('scale-out');
-const workers: ChildProcess[] = [];
-let client: Client;
-let closeClient: () => Promise<void>;
-
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-});
-afterAll(async () => {
-  for (const w of workers) if (w.exitCode === null && w.signalCode === null) w.kill('SIGKILL');
-  await closeClient?.();
-  fleet.remove();
-  shared.remove();
-});
+const env = useWorkerProcesses('scale-out');
+const { fleet, shared, taskQueue, workers } = env;
 
 async function startWorker(): Promise<ChildProcess> {
   const child = await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir });
@@ -44,7 +28,7 @@ describe('scale-out', () => {
       { name: 'prefill', nodes: 2, commands: [record, 'sleep 5'] },
       { name: 'decode', nodes: 2, commands: [record, 'sleep 5'] },
     ]);
-    const handle = await client.workflow.start('RunWorkflow', { taskQueue, workflowId: runWorkflowId(name), args: [{ plan, backend: 'local', options: {} }] });
+    const handle = await env.client.workflow.start('RunWorkflow', { taskQueue, workflowId: runWorkflowId(name), args: [{ plan, backend: 'local', options: {} }] });
     const deadline = Date.now() + 60_000;
     while (!(await handle.query(runStateQuery)).jobs.every((j) => j.status === 'RUNNING')) {
       if (Date.now() > deadline) throw new Error('jobs did not start');

@@ -1,33 +1,17 @@
 import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import type { Client } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
-import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
+import { processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
-import { testClient, uniqueTaskQueue } from '../helpers/temporal';
-import { kill9, startWorkerProcess } from '../helpers/worker-process-control';
+import { kill9, startWorkerProcess, useWorkerProcesses } from '../helpers/worker-process-control';
 
 /** kill -9 of the worker mid-provisioning and mid-run: the run finishes, each job started once. */
 
-const fleet = makeLocalFleet();
-const shared = makeSharedDir();
-const taskQueue = uniqueTaskQueue('crash');
-const workers: ChildProcess[] = [];
-let client: Client;
-let closeClient: () => Promise<void>;
-
-beforeAll(async () => {
-  ({ client, close: closeClient } = await testClient());
-});
-afterAll(async () => {
-  for (const w of workers) if (w.exitCode === null) w.kill('SIGKILL');
-  await closeClient?.();
-  fleet.remove();
-  shared.remove();
-});
+const env = useWorkerProcesses('crash');
+const { fleet, shared, taskQueue, workers } = env;
 
 async function startWorker(): Promise<ChildProcess> {
   const child = await startWorkerProcess({
@@ -58,7 +42,7 @@ describe('worker crash', () => {
       { name: 'prefill', nodes: 2, commands: [`echo "$DSTACK_NODE_RANK" >> ${shared.dir}/starts`, 'sleep 6'] },
       { name: 'decode', nodes: 2, commands: [`echo "$DSTACK_NODE_RANK" >> ${shared.dir}/starts`, 'sleep 6'] },
     ], { startup_order: 'workers-first' });
-    const handle = await client.workflow.start('RunWorkflow', {
+    const handle = await env.client.workflow.start('RunWorkflow', {
       taskQueue,
       workflowId: runWorkflowId(name),
       args: [{ plan, backend: 'local', options: {} }],
@@ -98,7 +82,7 @@ describe('worker crash', () => {
           : { ...g, ready: { check: { kind: 'command' as const, command: `test -e ${shared.dir}/warm` }, interval_s: 0.2, timeout_s: 120 } },
       ),
     };
-    const handle = await client.workflow.start('RunWorkflow', {
+    const handle = await env.client.workflow.start('RunWorkflow', {
       taskQueue,
       workflowId: runWorkflowId(name),
       args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
