@@ -54,17 +54,17 @@ const hostileValues: string[] = [
   `${'long '.repeat(20_000)}end`,
 ];
 
-/** A working directory and an image that a shell would misread, were they ever unquoted. */
+/** A working directory that a shell would misread, were it ever unquoted; an image that is refused for it. */
 const hostileWorkingDir = join(shared.dir, `wd $(mkdir -p ${canaryDir}; touch ${canary(80)}) ; \`touch ${canary(81)}\` '"`);
 const hostileImage = `img"\n$(mkdir -p ${canaryDir}; touch ${canary(82)})\n`;
 
 /** YAML with each value double-quoted (JSON escapes are YAML escapes), printing each to its own file. */
-function hostileTask(name: string, outDir: string, values: readonly string[], fromShell: readonly string[]): string {
+function hostileTask(name: string, outDir: string, values: readonly string[], fromShell: readonly string[], image = 'ubuntu:24.04'): string {
   const names = [...values.map((_, i) => `V${i}`), ...fromShell];
   return [
     'type: task',
     `name: ${name}`,
-    `image: ${JSON.stringify(hostileImage)}`,
+    `image: ${JSON.stringify(image)}`,
     `working_dir: ${JSON.stringify(hostileWorkingDir)}`,
     'env:',
     ...values.map((v, i) => `  - ${JSON.stringify(`V${i}=${v}`)}`),
@@ -80,7 +80,13 @@ function hostileTask(name: string, outDir: string, values: readonly string[], fr
 }
 
 describe('hostile env values on a real node', () => {
-  it('reach the job byte for byte (and working_dir and image are taken literally), through the planner, sealing and the env file; nothing in them runs', async () => {
+  it('an image that is no image reference (a shell command in it) is refused at submit; nothing in it runs', async () => {
+    const yaml = hostileTask(`hostile-image-${env.worker.taskQueue.slice(-8)}`, shared.dir, [], [], hostileImage);
+    await expect(env.troupe.submit({ yaml })).rejects.toThrow(/image: ".*" is not an image reference/s);
+    expect(existsSync(canaryDir) ? readdirSync(canaryDir) : []).toEqual([]);
+  });
+
+  it('reach the job byte for byte (and working_dir is taken literally), through the planner, sealing and the env file; nothing in them runs', async () => {
     const name = `hostile-env-${env.worker.taskQueue.slice(-8)}`;
     const outDir = join(shared.dir, 'out');
     const fromShell = { HF_TOKEN: `tok'en$(touch ${canary(90)})\n\`touch ${canary(91)}\``, PLAIN_FROM_SHELL: `; touch ${canary(92)}` };
