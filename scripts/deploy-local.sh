@@ -7,7 +7,10 @@
 #                                    creates the database, the schemas, the namespace `default` and
 #                                    Troupe's search attributes. Prints the frontend's address.
 #   scripts/deploy-local.sh down     stop the services and PostgreSQL (by recorded pid); data is kept
+#   scripts/deploy-local.sh stop NAME  stop one part gracefully: postgresql, frontend, history,
+#                                    matching or worker (`up` starts it again)
 #   scripts/deploy-local.sh status   what runs, and where
+#   scripts/deploy-local.sh build    only build (or find) the server binaries
 #
 # Environment:
 #   TROUPE_DEPLOY_DIR               state, logs, pids and ports (default <repo>/.troupe/deploy)
@@ -139,22 +142,13 @@ start_postgres() {
     || die "PostgreSQL did not start (log: $data/postgres.log)"
 }
 
+# deploy/temporal/schema.sh, as the compose deployment runs it, with the schema tool built here.
 apply_schemas() {
   [ -f "$state/schema-$version" ] && return 0
-  local schema db
-  schema=$(schema_dir)
-  export SQL_PLUGIN=postgres12 SQL_HOST=127.0.0.1 SQL_PORT=$POSTGRES_PORT SQL_USER=temporal
-  SQL_PASSWORD=$(cat "$state/postgres.password")
-  export SQL_PASSWORD
-  for db in temporal temporal_visibility; do
-    "$cache/sql" --db "$db" create-database >>"$state/logs/schema.log" 2>&1 || true
-    "$cache/sql" --db "$db" setup-schema -v 0.0 >>"$state/logs/schema.log" 2>&1 \
-      || die "setup-schema of $db failed (log: $state/logs/schema.log)"
-  done
-  "$cache/sql" --db temporal update-schema -d "$schema/temporal/versioned" >>"$state/logs/schema.log" 2>&1 \
-    || die "update-schema of temporal failed (log: $state/logs/schema.log)"
-  "$cache/sql" --db temporal_visibility update-schema -d "$schema/visibility/versioned" >>"$state/logs/schema.log" 2>&1 \
-    || die "update-schema of temporal_visibility failed (log: $state/logs/schema.log)"
+  SQL_HOST=127.0.0.1 SQL_PORT=$POSTGRES_PORT SQL_USER=temporal SQL_PASSWORD=$(cat "$state/postgres.password") \
+  TEMPORAL_SQL_TOOL=$cache/sql TEMPORAL_SCHEMA_DIR=$(schema_dir) \
+    sh "$repo/deploy/temporal/schema.sh" >>"$state/logs/schema.log" 2>&1 \
+    || die "the schema could not be applied (log: $state/logs/schema.log)"
   touch "$state/schema-$version"
 }
 
@@ -244,14 +238,28 @@ up() {
   echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (export TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT)"
 }
 
+stop_postgres() {
+  if [ -f "$state/pgdata.path" ] && pg_running; then
+    as_postgres "$(pg_bin)/pg_ctl" -D "$(pgdata)" -m fast -w stop >/dev/null
+  fi
+}
+
 down() {
   [ -d "$state" ] || return 0
   local i
   for ((i = ${#services[@]} - 1; i >= 0; i--)); do stop_pid "${services[$i]}"; done
-  if [ -f "$state/pgdata.path" ] && pg_running; then
-    as_postgres "$(pg_bin)/pg_ctl" -D "$(pgdata)" -m fast -w stop >/dev/null
-  fi
+  stop_postgres
   say "stopped (data kept in $state)"
+}
+
+stop_one() {
+  local name=${1:-} service
+  [ -d "$state" ] || die "not set up ($state)"
+  if [ "$name" = postgresql ]; then stop_postgres; return; fi
+  for service in "${services[@]}"; do
+    if [ "$service" = "$name" ]; then stop_pid "$name"; return; fi
+  done
+  die "no part named '$name' (postgresql, ${services[*]})"
 }
 
 status() {
@@ -269,6 +277,8 @@ status() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  stop) stop_one "${2:-}" ;;
   status) status ;;
-  *) echo "usage: scripts/deploy-local.sh up|down|status" >&2; exit 2 ;;
+  build) ensure_binaries; echo "$cache" ;;
+  *) echo "usage: scripts/deploy-local.sh up|down|stop NAME|status|build" >&2; exit 2 ;;
 esac
