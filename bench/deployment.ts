@@ -6,11 +6,12 @@
  *
  *   npx tsx bench/deployment.ts        (BENCH_RUNS=10 launch runs per variant, BENCH_CONCURRENT_RUNS=100)
  *
- * Prints a comparison table; each bench's own output goes to bench/results/deployment-*.log and its
- * JSON to bench/results/*.{dev-server,deployment}.json. Asserts nothing.
+ * Prints a comparison table (also to bench/results/deployment.md); each bench's own output goes to
+ * bench/results/deployment-*.log and its JSON to bench/results/*.{dev-server,deployment}.json.
+ * Asserts nothing.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { copyFileSync, createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, createWriteStream, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -100,9 +101,10 @@ async function main(): Promise<void> {
     if (existsSync(pgdata)) rmSync(readFileSync(pgdata, 'utf8').trim(), { recursive: true, force: true });
     rmSync(deployDir, { recursive: true, force: true });
   }
-  console.log('\n| server | figure | value |\n|---|---|---|');
-  for (const row of rows) console.log(`| ${row.join(' | ')} |`);
-  console.log(`\ndeployment bench: done in ${((Date.now() - t0) / 1000).toFixed(0)} s, load average ${loadAverage()}`);
+  const table = ['| server | figure | value |', '|---|---|---|', ...rows.map((row) => `| ${row.join(' | ')} |`)].join('\n');
+  const footer = `deployment bench: done in ${((Date.now() - t0) / 1000).toFixed(0)} s, load average ${loadAverage()}`;
+  console.log(`\n${table}\n\n${footer}`);
+  writeFileSync(join(resultsDir(), 'deployment.md'), `${table}\n\n${footer}\n`);
 }
 
 await main();
