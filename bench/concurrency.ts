@@ -42,6 +42,7 @@ interface RoundResult {
 async function main(): Promise<void> {
   console.log(`${TAG} concurrency: ${RUNS} PD runs at once (3 jobs each), SIMULATED backend, jobs end at once`);
   const env = await startBenchTemporal('concurrency');
+  console.log(`concurrency: Temporal: ${env.kind}`);
   const shared = mkdtempSync('/dev/shm/troupe-bench-sim-');
   const rounds: RoundResult[] = [];
   try {
@@ -72,7 +73,7 @@ async function runRound(env: BenchTemporal, sharedDir: string, workerCount: numb
     );
   }
   const loadBefore = loadAverage();
-  const cpuBefore = { server: cpuSeconds(env.serverPid), workers: workers.map((w) => cpuSeconds(w.pid)) };
+  const cpuBefore = { server: env.serverCpuSeconds(), workers: workers.map((w) => cpuSeconds(w.pid)) };
   try {
     const tStart = Date.now();
     const outcomes = await Promise.all(
@@ -106,7 +107,7 @@ async function runRound(env: BenchTemporal, sharedDir: string, workerCount: numb
       launchMs: finished.map((o) => o.launch),
       endMs: finished.map((o) => o.end),
       cpu: {
-        serverS: cpuSeconds(env.serverPid) - cpuBefore.server,
+        serverS: env.serverCpuSeconds() - cpuBefore.server,
         workersS: workers.reduce((a, w, i) => a + cpuSeconds(w.pid) - (cpuBefore.workers[i] ?? 0), 0),
       },
       workerPeakRssMiB: workers.map((w) => w.peakRssMiB()),
@@ -122,7 +123,7 @@ function printRound(r: RoundResult): void {
   console.log(`\n${p}: ${r.done}/${r.runs} runs DONE in ${fmt(r.wallS, 1)} s → ${fmt(r.runsPerS, 2)} runs/s, ${fmt(r.jobsStartedPerS, 1)} jobs started/s`);
   console.log(`${p}: launch latency (submit → all 3 RUNNING) p50 ${fmt(median(r.launchMs))} ms, p90 ${fmt(percentile(r.launchMs, 90))} ms, p99 ${fmt(percentile(r.launchMs, 99))} ms`);
   console.log(`${p}: submit → result p50 ${fmt(median(r.endMs))} ms, p99 ${fmt(percentile(r.endMs, 99))} ms`);
-  console.log(`${p}: CPU Temporal dev server ${fmt(r.cpu.serverS, 1)} s, worker${r.workers > 1 ? 's' : ''} ${fmt(r.cpu.workersS, 1)} s; peak RSS ${r.workerPeakRssMiB.map((m) => `${fmt(m)} MiB`).join(' + ')}; load average before ${fmt(r.loadBefore, 1)}`);
+  console.log(`${p}: CPU Temporal server ${fmt(r.cpu.serverS, 1)} s, worker${r.workers > 1 ? 's' : ''} ${fmt(r.cpu.workersS, 1)} s; peak RSS ${r.workerPeakRssMiB.map((m) => `${fmt(m)} MiB`).join(' + ')}; load average before ${fmt(r.loadBefore, 1)}`);
 }
 
 function plot(rounds: RoundResult[]): void {

@@ -21,7 +21,7 @@ import { defaultDevServerOptions, startDevServer, stopDevServer, type DevServerO
 import { runWorkflowId } from '../workflows/ids';
 import { runStateQuery, stopRunSignal } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
-import { processGroupMembers } from '../test/helpers/local-fleet';
+import { leftovers, type Leftovers } from '../test/helpers/leftovers';
 import { makePlan } from '../test/helpers/plans';
 import { freePort } from '../test/helpers/free-port';
 
@@ -142,60 +142,6 @@ function phaseOf(state: RunState): Phase {
   return 'running';
 }
 
-/** Live processes that carry one of the run's instance markers (they may have left their group). */
-function markedProcesses(instanceIds: readonly string[]): number[] {
-  const markers = instanceIds.map((id) => `TROUPE_INSTANCE_ID=${id}`);
-  const found: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const environ = readFileSync(`/proc/${entry}/environ`, 'utf8').split('\0');
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const zombie = stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
-      if (!zombie && environ.some((v) => markers.includes(v))) found.push(Number(entry));
-    } catch {
-      // gone, or not ours to read
-    }
-  }
-  return found;
-}
-
-function filesMentioning(dir: string, text: string): string[] {
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir).filter((f) => {
-    try {
-      return readFileSync(join(dir, f), 'utf8').includes(text);
-    } catch {
-      return false;
-    }
-  });
-}
-
-interface Leftovers {
-  processes: number;
-  namespaces: number;
-  leases: number;
-  instances: number;
-}
-
-function leftovers(state: RunState | null): Leftovers {
-  if (!state) return { processes: 0, namespaces: 0, leases: 0, instances: 0 };
-  const pids = new Set<number>();
-  for (const job of state.jobs) if (job.pid !== null) for (const p of processGroupMembers(job.pid)) pids.add(p);
-  const instanceIds = state.jobs.flatMap((j) => (j.instance ? [j.instance.instance_id] : []));
-  for (const p of markedProcesses(instanceIds)) pids.add(p);
-  const namespaces = state.jobs.filter((j) => {
-    const netns = j.instance?.details?.netns;
-    return netns !== undefined && existsSync(`/run/netns/${netns}`);
-  }).length;
-  return {
-    processes: pids.size,
-    namespaces,
-    leases: filesMentioning(join(fleetDir, 'leases'), state.run_uid).length,
-    instances: filesMentioning(join(fleetDir, 'instances'), state.run_uid).length,
-  };
-}
-
 /** Start lines per rank in the run's shared file. */
 function startsPerRank(name: string, ranks: number): number[] {
   const file = join(sharedDir, name);
@@ -309,7 +255,7 @@ async function oneRun(client: Client, index: number, targets: Phase[]): Promise<
   const starts = startsPerRank(name, plan.jobs.length);
   const duplicates = starts.reduce((sum, n) => sum + Math.max(0, n - 1), 0);
   const missing = starts.filter((n) => n === 0).length;
-  const left = leftovers(state);
+  const left = leftovers(state, fleetDir);
   const clean = left.processes + left.namespaces + left.leases + left.instances === 0;
   const correct =
     state?.status === 'DONE' &&

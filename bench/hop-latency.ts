@@ -17,6 +17,7 @@ import { startBenchTemporal } from './harness/temporal-env';
 
 const HOPS = Number(process.env.BENCH_HOPS ?? 50);
 const env = await startBenchTemporal('hops');
+console.log(`hop-latency: Temporal: ${env.kind}`);
 const { code } = await bundleWorkflowCode({
   workflowsPath: fileURLToPath(new URL('./harness/hop-workflows.ts', import.meta.url)),
   logger: quietBundler,

@@ -93,7 +93,7 @@ interface TroupeSample {
   finished: number;
   resultSeen: number;
   events: { parent: number; children: number; workflowTasks: number; activities: number; signals: number };
-  /** CPU seconds of the Temporal dev server and of this process (client + in-process worker) during the run. */
+  /** CPU seconds of the Temporal server and of this process (client + in-process worker) during the run. */
   cpu: { serverS: number; benchS: number };
 }
 
@@ -104,6 +104,7 @@ interface FloorSample {
 
 async function main(): Promise<void> {
   const env = await startBenchTemporal('launch');
+  console.log(`launch-latency: Temporal: ${env.kind}`);
   // Loopback beside netns: the same runs without namespaces, to tell orchestration from network set-up.
   const netns = await netnsAvailable();
   const targets: Array<() => Promise<FleetTarget>> = [
@@ -338,7 +339,7 @@ async function measureTroupe(env: BenchTemporal, taskQueue: string, target: Flee
   const pd = pdPlan(runName, WORK, variant.startupOrder);
   const plan = target.adaptPlan ? target.adaptPlan(pd) : pd;
   const runId = runWorkflowId(runName);
-  const serverCpu = cpuSeconds(env.serverPid);
+  const serverCpu = env.serverCpuSeconds();
   const benchCpu = process.cpuUsage();
   const t0 = Date.now();
   const handle = await env.client.workflow.start('RunWorkflow', {
@@ -349,7 +350,7 @@ async function measureTroupe(env: BenchTemporal, taskQueue: string, target: Flee
   const state = (await handle.result()) as RunState;
   const resultSeen = Date.now() - t0;
   const benchUsed = process.cpuUsage(benchCpu);
-  const cpu = { serverS: cpuSeconds(env.serverPid) - serverCpu, benchS: (benchUsed.user + benchUsed.system) / 1e6 };
+  const cpu = { serverS: env.serverCpuSeconds() - serverCpu, benchS: (benchUsed.user + benchUsed.system) / 1e6 };
   if (state.status !== 'DONE') throw new Error(`run ${runName} ended ${state.status}: ${state.message}`);
   const parent = await workflowCost(env.client, runId);
   const children = await Promise.all(plan.groups.map((g) => workflowCost(env.client, nodeGroupWorkflowId(runId, g.name, 0))));
@@ -404,7 +405,7 @@ function report(result: TargetResult): void {
     console.log(`${tag}   ${line('submit → end (client sees the result)', end)}`);
     console.log(`${tag}   ratio to the floor (${result.floors[0]?.label}): all running ×${fmt(median(running) / floorRunning, 1)}, end ×${fmt(median(end) / floorEnd, 2)}`);
     console.log(`${tag}   Troupe's overhead (medians): all running +${fmt(median(running) - floorRunning)} ms, end +${fmt(median(end) - floorEnd)} ms`);
-    console.log(`${tag}   CPU per run (median): Temporal dev server ${fmt(m((s) => s.cpu.serverS * 1000))} ms, client + worker ${fmt(m((s) => s.cpu.benchS * 1000))} ms`);
+    console.log(`${tag}   CPU per run (median): Temporal server ${fmt(m((s) => s.cpu.serverS * 1000))} ms, client + worker ${fmt(m((s) => s.cpu.benchS * 1000))} ms`);
     console.log(`${tag}   phases (median ms from submit, +step):`);
     const phases: Array<[string, (s: TroupeSample) => number]> = [
       ['workflow started (client → server)', (s) => s.workflowStarted],

@@ -147,11 +147,11 @@ interface HoldResult {
   watchingCpu: { server: number; worker: number };
 }
 
-async function cpuRate(serverPid: number, workerPid: number, seconds: number): Promise<{ server: number; worker: number }> {
-  const s0 = cpuSeconds(serverPid);
+async function cpuRate(serverCpuSeconds: () => number, workerPid: number, seconds: number): Promise<{ server: number; worker: number }> {
+  const s0 = serverCpuSeconds();
   const w0 = cpuSeconds(workerPid);
   await sleep(seconds * 1000);
-  return { server: ((cpuSeconds(serverPid) - s0) * 1000) / seconds, worker: ((cpuSeconds(workerPid) - w0) * 1000) / seconds };
+  return { server: ((serverCpuSeconds() - s0) * 1000) / seconds, worker: ((cpuSeconds(workerPid) - w0) * 1000) / seconds };
 }
 
 async function runHoldCase(env: BenchTemporal, slots: number | undefined): Promise<HoldResult> {
@@ -179,12 +179,12 @@ async function runHoldCase(env: BenchTemporal, slots: number | undefined): Promi
     }
   };
   try {
-    const idleCpu = await cpuRate(env.serverPid, worker.pid, HOLD_WINDOW_S / 2);
+    const idleCpu = await cpuRate(env.serverCpuSeconds, worker.pid, HOLD_WINDOW_S / 2);
     const holderName = `hold-${slots ?? 'default'}-${process.pid}`;
     const t0 = Date.now();
     const holder = await start(holderName, spreadPlan(holderName, HOLD_NODES, 2));
     const held = await allRunning(holder, t0, HOLD_JOB_S * 1000);
-    const watchingCpu = await cpuRate(env.serverPid, worker.pid, HOLD_WINDOW_S);
+    const watchingCpu = await cpuRate(env.serverCpuSeconds, worker.pid, HOLD_WINDOW_S);
     const pdName = `hold-pd-${slots ?? 'default'}-${process.pid}`;
     const t1 = Date.now();
     const pd = await start(pdName, pdPlan(pdName, 'true', 'workers-first'));
@@ -218,7 +218,7 @@ async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
   const plan = spreadPlan(runName, c.nodes, c.groups);
   const timeoutS = timeoutOverride ?? c.timeoutS;
   const loadBefore = loadAverage();
-  const cpuBefore = { server: cpuSeconds(env.serverPid), worker: cpuSeconds(worker.pid), bench: process.cpuUsage() };
+  const cpuBefore = { server: env.serverCpuSeconds(), worker: cpuSeconds(worker.pid), bench: process.cpuUsage() };
   try {
     const t0 = Date.now();
     const handle = await env.client.workflow.start('RunWorkflow', {
@@ -245,7 +245,7 @@ async function runCase(env: BenchTemporal, c: ScaleCase): Promise<ScaleResult> {
     const workerPeakRssMiB = worker.peakRssMiB();
     const benchCpu = process.cpuUsage(cpuBefore.bench);
     const cpu = {
-      serverS: cpuSeconds(env.serverPid) - cpuBefore.server,
+      serverS: env.serverCpuSeconds() - cpuBefore.server,
       workerS: cpuSeconds(worker.pid) - cpuBefore.worker,
       benchS: (benchCpu.user + benchCpu.system) / 1e6,
     };

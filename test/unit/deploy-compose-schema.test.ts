@@ -93,6 +93,59 @@ function attributeMap(list: string | undefined): Record<string, string> {
   return Object.fromEntries((list ?? '').split(/\s+/).filter(Boolean).map((pair) => pair.split('=', 2) as [string, string]));
 }
 
+/** The release scripts/deploy-local.sh builds: the compose images must be that release too. */
+const deployedRelease = /^version=(\S+)$/m.exec(read('scripts/deploy-local.sh'))?.[1] ?? '(none)';
+
+/** `SOURCE:TARGET[:ro]` of a service whose target is `target`, or undefined. */
+function mountOf(svc: Service, target: string): string | undefined {
+  return (svc.volumes ?? []).find((v) => v.split(':')[1] === target);
+}
+
+function serverProblems(compose: ComposeFile, temporal: Service, fileExists: (path: string) => boolean): string[] {
+  const problems: string[] = [];
+  if (temporal.image !== `temporalio/server:${deployedRelease}`) {
+    problems.push(`temporal.image: must be temporalio/server:${deployedRelease}, the release scripts/deploy-local.sh runs`);
+  }
+  const start = words(temporal.entrypoint);
+  const env = /--env (\S+)/.exec(start)?.[1];
+  if (!/^temporal-server --root \/etc\/temporal --config config --env \S+ .*start$/.test(start) || env === undefined) {
+    problems.push('temporal.entrypoint: must start temporal-server from /etc/temporal/config with --env NAME');
+  } else {
+    const mount = mountOf(temporal, `/etc/temporal/config/${env}.yaml`);
+    if (mount?.split(':')[0] !== './deploy/temporal/config/troupe.yaml') {
+      problems.push(`temporal.volumes: /etc/temporal/config/${env}.yaml must be ./deploy/temporal/config/troupe.yaml, the bare deployment's config`);
+    }
+  }
+  const serverEnv = temporal.environment ?? {};
+  const database = serverEnv.TROUPE_POSTGRES_HOST ?? '';
+  if (!/^postgres:/.test(compose.services[database]?.image ?? '')) {
+    problems.push(`temporal.environment: TROUPE_POSTGRES_HOST "${database}" is not a PostgreSQL service of this file`);
+  }
+  const dynamic = mountOf(temporal, serverEnv.TROUPE_TEMPORAL_DYNAMIC_CONFIG ?? '');
+  if (dynamic?.split(':')[0] !== './deploy/temporal/dynamicconfig.yaml') {
+    problems.push(`temporal.volumes: TROUPE_TEMPORAL_DYNAMIC_CONFIG ${serverEnv.TROUPE_TEMPORAL_DYNAMIC_CONFIG ?? '(unset)'} is not mounted from deploy/temporal/dynamicconfig.yaml`);
+  }
+  if (temporal.depends_on?.['temporal-schema']?.condition !== 'service_completed_successfully') {
+    problems.push('temporal.depends_on: must wait for temporal-schema to complete successfully');
+  }
+  const schema = compose.services['temporal-schema'];
+  if (schema === undefined) return [...problems, 'services: no "temporal-schema" service'];
+  if (schema.image !== `temporalio/admin-tools:${deployedRelease}-tctl-1.18.4-cli-1.5.0`) {
+    problems.push(`temporal-schema.image: must be the admin-tools image of release ${deployedRelease}`);
+  }
+  const script = mountOf(schema, words(schema.entrypoint).split(' ').pop() ?? '');
+  if (script?.split(':')[0] !== './deploy/temporal/schema.sh' || !fileExists('./deploy/temporal/schema.sh')) {
+    problems.push('temporal-schema.entrypoint: must run ./deploy/temporal/schema.sh, the script the bare deployment runs');
+  }
+  if ((schema.environment ?? {}).SQL_HOST !== database) {
+    problems.push(`temporal-schema.environment: SQL_HOST must be the server's database "${database}"`);
+  }
+  if (schema.depends_on?.[database]?.condition !== 'service_healthy') {
+    problems.push('temporal-schema.depends_on: must wait for PostgreSQL to be healthy');
+  }
+  return problems;
+}
+
 /** Everything wrong with a compose document, as `where: what` lines; empty when it is Troupe's stack. */
 function composeProblems(doc: unknown, fileExists: (path: string) => boolean): string[] {
   const parsed = composeFile.safeParse(doc);
@@ -179,21 +232,9 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean): s
   }
   if (!/^temporalio\/admin-tools:/.test(setup.image ?? '')) problems.push('temporal-setup.image: the temporal CLI comes from temporalio/admin-tools');
 
-  // The server: on PostgreSQL, with the dynamic config file from deploy/ mounted where it reads it.
-  const temporalEnv = temporal.environment ?? {};
-  if (!/^postgres/.test(temporalEnv.DB ?? '')) problems.push('temporal.environment: DB must be PostgreSQL');
-  const seeds = temporalEnv.POSTGRES_SEEDS ?? '';
-  if (!/^postgres:/.test(compose.services[seeds]?.image ?? '')) {
-    problems.push(`temporal.environment: POSTGRES_SEEDS "${seeds}" is not a PostgreSQL service of this file`);
-  }
-  if (temporal.depends_on?.[seeds]?.condition !== 'service_healthy') {
-    problems.push('temporal.depends_on: must wait for PostgreSQL to be healthy');
-  }
-  const dynamicPath = temporalEnv.DYNAMIC_CONFIG_FILE_PATH ?? '';
-  const mount = (temporal.volumes ?? []).find((v) => v.split(':')[1] === `/etc/temporal/${dynamicPath}`);
-  if (mount === undefined || !mount.startsWith('./deploy/')) {
-    problems.push(`temporal.volumes: DYNAMIC_CONFIG_FILE_PATH ${dynamicPath || '(unset)'} is not mounted from deploy/`);
-  }
+  // The server: the release deploy-local.sh runs, from the same config file and dynamic config, on
+  // a PostgreSQL service of this file whose schema temporal-schema applied first.
+  problems.push(...serverProblems(compose, temporal, fileExists));
   return problems;
 }
 
@@ -339,8 +380,14 @@ describe('docker-compose.yml', () => {
       ['workers that do not wait for the set-up', (d) => { svc(d, 'worker').depends_on = { temporal: { condition: 'service_healthy' } }; }, /wait for temporal-setup/],
       ['a missing search attribute', (d) => { envOf(d, 'temporal-setup').TROUPE_SEARCH_ATTRIBUTES = 'TroupeRunName=Keyword TroupeRunStatus=Keyword TroupeFleet=Keyword'; }, /TroupeGroups=KeywordList/],
       ['a search attribute of the wrong type', (d) => { envOf(d, 'temporal-setup').TROUPE_SEARCH_ATTRIBUTES = 'TroupeRunName=Text TroupeRunStatus=Keyword TroupeFleet=Keyword TroupeGroups=KeywordList'; }, /TroupeRunName=Keyword/],
-      ['the server without its dynamic config', (d) => { svc(d, 'temporal').volumes = []; }, /DYNAMIC_CONFIG_FILE_PATH/],
-      ['the server not on PostgreSQL', (d) => { envOf(d, 'temporal').DB = 'mysql8'; }, /PostgreSQL/],
+      ['the server without its dynamic config', (d) => { svc(d, 'temporal').volumes = ['./deploy/temporal/config/troupe.yaml:/etc/temporal/config/troupe.yaml:ro']; }, /TROUPE_TEMPORAL_DYNAMIC_CONFIG/],
+      ['the server with a config of its own', (d) => { svc(d, 'temporal').volumes = ['./docker-compose.yml:/etc/temporal/config/troupe.yaml:ro', './deploy/temporal/dynamicconfig.yaml:/etc/temporal/config/dynamicconfig/troupe.yaml:ro']; }, /the bare deployment's config/],
+      ['the server not on PostgreSQL', (d) => { envOf(d, 'temporal').TROUPE_POSTGRES_HOST = 'mysql'; }, /not a PostgreSQL service/],
+      ['another server release', (d) => { svc(d, 'temporal').image = 'temporalio/server:1.28.0'; }, /the release scripts\/deploy-local\.sh runs/],
+      ['a server started without the config env', (d) => { svc(d, 'temporal').entrypoint = ['temporal-server', 'start']; }, /--env NAME/],
+      ['a server that does not wait for its schema', (d) => { svc(d, 'temporal').depends_on = { postgresql: { condition: 'service_healthy' } }; }, /wait for temporal-schema/],
+      ['a schema step with a script of its own', (d) => { svc(d, 'temporal-schema').volumes = ['./deploy/temporal-setup.sh:/etc/troupe/schema.sh:ro']; }, /deploy\/temporal\/schema\.sh/],
+      ['a schema step on another database', (d) => { envOf(d, 'temporal-schema').SQL_HOST = 'db'; }, /SQL_HOST must be/],
       ['a long-running service without a healthcheck', (d) => { delete svc(d, 'worker').healthcheck; }, /worker: a long-running service needs a healthcheck/],
     ];
     it.each(cases)('%s', (_label, edit, expected) => {

@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# A production-shaped Temporal deployment from bare processes, without Docker: PostgreSQL from
+# Debian and the Temporal server at the release docker-compose.yml pins, its frontend, history,
+# matching and worker services each in its own process (so one can be killed and restarted alone).
+#
+#   scripts/deploy-local.sh up       start what is not running; the first time also builds the server,
+#                                    creates the database, the schemas, the namespace `default` and
+#                                    Troupe's search attributes. Prints the frontend's address.
+#   scripts/deploy-local.sh down     stop the services and PostgreSQL (by recorded pid); data is kept
+#   scripts/deploy-local.sh stop NAME  stop one part gracefully: postgresql, frontend, history,
+#                                    matching or worker (`up` starts it again)
+#   scripts/deploy-local.sh status   what runs, and where
+#   scripts/deploy-local.sh build    only build (or find) the server binaries
+#
+# Environment:
+#   TROUPE_DEPLOY_DIR               state, logs, pids and ports (default <repo>/.troupe/deploy)
+#   TROUPE_TEMPORAL_SERVER_CACHE    the built `server` and `sql` binaries
+#                                   (default ~/.cache/troupe/temporal-server-<version>)
+#   TROUPE_DEPLOY_FRONTEND_PORT, TROUPE_DEPLOY_POSTGRES_PORT
+#                                   fixed ports for the first `up` (default: free ones; then kept)
+# Runs as root: PostgreSQL runs as the `postgres` user.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+version=1.29.1
+state=${TROUPE_DEPLOY_DIR:-$repo/.troupe/deploy}
+cache=${TROUPE_TEMPORAL_SERVER_CACHE:-$HOME/.cache/troupe/temporal-server-$version}
+services=(frontend history matching worker)
+temporal_cli=$repo/.venv/bin/temporal
+
+say() { echo "deploy-local: $*" >&2; }
+die() { say "$*"; exit 1; }
+# The recorded pid still runs that service: not reused by another process, not a zombie (whose
+# command line is empty) that a killed service leaves until something reaps it.
+alive() {
+  [ -f "$state/$1.pid" ] || return 1
+  { tr '\0' ' ' <"/proc/$(cat "$state/$1.pid")/cmdline"; } 2>/dev/null | grep -q -- "start --service $1 "
+}
+as_postgres() { runuser -u postgres -- "$@"; }
+
+pg_bin() {
+  local dir
+  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$dir" ] || die "PostgreSQL is not installed (Debian package postgresql; scripts/setup.sh --test installs it)"
+  echo "$dir"
+}
+
+# Builds the server and its schema tool from the Go module once per machine (~7 min cold).
+ensure_binaries() {
+  [ -x "$cache/server" ] && [ -x "$cache/sql" ] && return 0
+  command -v go >/dev/null || die "no 'go' to build the Temporal server $version into $cache"
+  mkdir -p "$cache"
+  say "building the Temporal server $version into $cache (minutes, once per machine)"
+  GOBIN=$cache go install "go.temporal.io/server/cmd/server@v$version"
+  GOBIN=$cache go install "go.temporal.io/server/cmd/tools/sql@v$version"
+}
+
+# The release's schema folders come with its Go module.
+schema_dir() {
+  local dir
+  dir=$(go mod download -json "go.temporal.io/server@v$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$dir/schema/postgresql/v12" ] || die "no schema folder in the Go module go.temporal.io/server@v$version"
+  echo "$dir/schema/postgresql/v12"
+}
+
+# Loopback ports that nothing holds, all bound together so none is handed out twice. Below 32768:
+# the server keeps membership ports in a smallint column (and Linux hands out ephemeral ports above).
+free_ports() {
+  node -e '
+    const net = require("node:net");
+    const want = Number(process.argv[1]);
+    const held = [];
+    const tryOne = () => new Promise((resolve) => {
+      const port = 10000 + Math.floor(Math.random() * 22767);
+      const s = net.createServer();
+      s.once("error", () => resolve());
+      s.listen(port, "127.0.0.1", () => { held.push(s); resolve(); });
+    });
+    (async () => {
+      while (held.length < want) await tryOne();
+      console.log(held.map((s) => s.address().port).join(" "));
+      held.forEach((s) => s.close());
+    })();' "$1"
+}
+
+ensure_ports() {
+  [ -f "$state/ports.env" ] && return 0
+  local p
+  read -r -a p <<<"$(free_ports 10)"
+  cat >"$state/ports.env" <<EOF
+POSTGRES_PORT=${TROUPE_DEPLOY_POSTGRES_PORT:-${p[0]}}
+FRONTEND_PORT=${TROUPE_DEPLOY_FRONTEND_PORT:-${p[1]}}
+FRONTEND_MEMBERSHIP_PORT=${p[2]}
+HTTP_PORT=${p[3]}
+HISTORY_PORT=${p[4]}
+HISTORY_MEMBERSHIP_PORT=${p[5]}
+MATCHING_PORT=${p[6]}
+MATCHING_MEMBERSHIP_PORT=${p[7]}
+WORKER_PORT=${p[8]}
+WORKER_MEMBERSHIP_PORT=${p[9]}
+EOF
+}
+
+# The data directory belongs to `postgres`, who must be able to reach it: under the state dir when
+# every folder on the way lets it pass, else in a private temp dir (its path kept in pgdata.path).
+pgdata() {
+  if [ -f "$state/pgdata.path" ]; then cat "$state/pgdata.path"; return; fi
+  local dir
+  if as_postgres test -x "$state"; then
+    dir=$state/postgres
+    mkdir -p "$dir"
+  else
+    dir=$(mktemp -d /tmp/troupe-deploy-pg.XXXXXX)
+  fi
+  chown postgres: "$dir"
+  chmod 700 "$dir"
+  echo "$dir" >"$state/pgdata.path"
+  echo "$dir"
+}
+
+pg_running() { as_postgres "$(pg_bin)/pg_ctl" -D "$(pgdata)" status >/dev/null 2>&1; }
+
+start_postgres() {
+  local bin data
+  bin=$(pg_bin)
+  data=$(pgdata)
+  if [ ! -f "$data/PG_VERSION" ]; then
+    # A password of its own, kept beside the state (mode 600): loopback only, but not `trust`.
+    head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$state/postgres.password"
+    chmod 600 "$state/postgres.password"
+    local pwfile
+    pwfile=$(mktemp /tmp/troupe-deploy-pw.XXXXXX)
+    cp "$state/postgres.password" "$pwfile"
+    chown postgres: "$pwfile"
+    as_postgres "$bin/initdb" -D "$data" -U temporal -A scram-sha-256 --pwfile="$pwfile" >"$state/logs/initdb.log" 2>&1 \
+      || { rm -f "$pwfile"; die "initdb failed (log: $state/logs/initdb.log)"; }
+    rm -f "$pwfile"
+  fi
+  pg_running && return 0
+  as_postgres "$bin/pg_ctl" -D "$data" -l "$data/postgres.log" -w -t 60 \
+    -o "-k $data -p $POSTGRES_PORT -c listen_addresses=127.0.0.1" start >/dev/null \
+    || die "PostgreSQL did not start (log: $data/postgres.log)"
+}
+
+# deploy/temporal/schema.sh, as the compose deployment runs it, with the schema tool built here.
+apply_schemas() {
+  [ -f "$state/schema-$version" ] && return 0
+  SQL_HOST=127.0.0.1 SQL_PORT=$POSTGRES_PORT SQL_USER=temporal SQL_PASSWORD=$(cat "$state/postgres.password") \
+  TEMPORAL_SQL_TOOL=$cache/sql TEMPORAL_SCHEMA_DIR=$(schema_dir) \
+    sh "$repo/deploy/temporal/schema.sh" >>"$state/logs/schema.log" 2>&1 \
+    || die "the schema could not be applied (log: $state/logs/schema.log)"
+  touch "$state/schema-$version"
+}
+
+start_service() {
+  local service=$1
+  alive "$service" && return 0
+  # deploy/temporal/config/troupe.yaml is a template: it reads these.
+  TROUPE_POSTGRES_HOST=127.0.0.1 TROUPE_POSTGRES_PORT=$POSTGRES_PORT TROUPE_POSTGRES_USER=temporal \
+  TROUPE_POSTGRES_PASSWORD=$(cat "$state/postgres.password") \
+  TROUPE_TEMPORAL_FRONTEND_PORT=$FRONTEND_PORT TROUPE_TEMPORAL_FRONTEND_MEMBERSHIP_PORT=$FRONTEND_MEMBERSHIP_PORT \
+  TROUPE_TEMPORAL_HTTP_PORT=$HTTP_PORT \
+  TROUPE_TEMPORAL_HISTORY_PORT=$HISTORY_PORT TROUPE_TEMPORAL_HISTORY_MEMBERSHIP_PORT=$HISTORY_MEMBERSHIP_PORT \
+  TROUPE_TEMPORAL_MATCHING_PORT=$MATCHING_PORT TROUPE_TEMPORAL_MATCHING_MEMBERSHIP_PORT=$MATCHING_MEMBERSHIP_PORT \
+  TROUPE_TEMPORAL_WORKER_PORT=$WORKER_PORT TROUPE_TEMPORAL_WORKER_MEMBERSHIP_PORT=$WORKER_MEMBERSHIP_PORT \
+  TROUPE_TEMPORAL_DYNAMIC_CONFIG=$repo/deploy/temporal/dynamicconfig.yaml \
+    setsid "$cache/server" --root "$repo/deploy/temporal" --config config --env troupe --allow-no-auth \
+      start --service "$service" >>"$state/logs/$service.log" 2>&1 </dev/null &
+  echo $! >"$state/$service.pid"
+}
+
+# On a new database the first service to start writes the cluster's metadata; several starting
+# at once race for it and the losers exit. So one goes first, and the others once the row is there.
+wait_cluster_metadata() {
+  local deadline=$((SECONDS + 120))
+  until PGPASSWORD=$(cat "$state/postgres.password") "$(pg_bin)/psql" -h 127.0.0.1 -p "$POSTGRES_PORT" -U temporal \
+      -d temporal -tAc "SELECT count(*) FROM cluster_metadata_info" 2>/dev/null | grep -q '^[1-9]'; do
+    alive history || die "the history service exited (log: $state/logs/history.log)"
+    [ "$SECONDS" -lt "$deadline" ] || die "no cluster metadata after 120 s (log: $state/logs/history.log)"
+    sleep 0.5
+  done
+}
+
+wait_healthy() {
+  local deadline=$((SECONDS + 180)) service
+  until "$temporal_cli" operator cluster health --address "127.0.0.1:$FRONTEND_PORT" 2>/dev/null | grep -q SERVING; do
+    for service in "${services[@]}"; do
+      alive "$service" || die "the $service service exited (log: $state/logs/$service.log)"
+    done
+    [ "$SECONDS" -lt "$deadline" ] || die "the frontend at 127.0.0.1:$FRONTEND_PORT is not healthy after 180 s (logs: $state/logs)"
+    sleep 1
+  done
+}
+
+# The namespace and the search attributes, retried: a new server takes a few seconds to accept them.
+setup_namespace() {
+  [ -f "$state/namespace-ready" ] && return 0
+  local deadline=$((SECONDS + 120))
+  until "$temporal_cli" operator namespace describe --address "127.0.0.1:$FRONTEND_PORT" --namespace default >/dev/null 2>&1; do
+    "$temporal_cli" operator namespace create --address "127.0.0.1:$FRONTEND_PORT" --namespace default \
+      --retention 168h >>"$state/logs/setup.log" 2>&1 || true
+    [ "$SECONDS" -lt "$deadline" ] || die "could not create the namespace default (log: $state/logs/setup.log)"
+    sleep 2
+  done
+  until TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT node "$repo/bin/troupe.js" setup --namespace default >>"$state/logs/setup.log" 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || die "troupe setup failed (log: $state/logs/setup.log)"
+    sleep 2
+  done
+  touch "$state/namespace-ready"
+}
+
+stop_pid() {
+  local name=$1 pid i
+  [ -f "$state/$name.pid" ] || return 0
+  pid=$(cat "$state/$name.pid")
+  if alive "$name"; then
+    kill -TERM "$pid"
+    for i in $(seq 1 100); do alive "$name" || break; sleep 0.2; done
+    if alive "$name"; then kill -KILL "$pid"; fi
+  fi
+  rm -f "$state/$name.pid"
+}
+
+up() {
+  mkdir -p "$state/logs"
+  ensure_binaries
+  ensure_ports
+  # shellcheck source=/dev/null
+  . "$state/ports.env"
+  start_postgres
+  apply_schemas
+  local service
+  start_service history
+  wait_cluster_metadata
+  for service in "${services[@]}"; do start_service "$service"; done
+  wait_healthy
+  setup_namespace
+  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (export TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT)"
+}
+
+stop_postgres() {
+  if [ -f "$state/pgdata.path" ] && pg_running; then
+    as_postgres "$(pg_bin)/pg_ctl" -D "$(pgdata)" -m fast -w stop >/dev/null
+  fi
+}
+
+down() {
+  [ -d "$state" ] || return 0
+  local i
+  for ((i = ${#services[@]} - 1; i >= 0; i--)); do stop_pid "${services[$i]}"; done
+  stop_postgres
+  say "stopped (data kept in $state)"
+}
+
+stop_one() {
+  local name=${1:-} service
+  [ -d "$state" ] || die "not set up ($state)"
+  if [ "$name" = postgresql ]; then stop_postgres; return; fi
+  for service in "${services[@]}"; do
+    if [ "$service" = "$name" ]; then stop_pid "$name"; return; fi
+  done
+  die "no part named '$name' (postgresql, ${services[*]})"
+}
+
+status() {
+  [ -f "$state/ports.env" ] || { echo "not set up ($state)"; return 0; }
+  # shellcheck source=/dev/null
+  . "$state/ports.env"
+  local service
+  if pg_running; then echo "postgresql  running  127.0.0.1:$POSTGRES_PORT"; else echo "postgresql  stopped"; fi
+  for service in "${services[@]}"; do
+    if alive "$service"; then echo "$service  running  pid $(cat "$state/$service.pid")"; else echo "$service  stopped"; fi
+  done
+  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  stop) stop_one "${2:-}" ;;
+  status) status ;;
+  build) ensure_binaries; echo "$cache" ;;
+  *) echo "usage: scripts/deploy-local.sh up|down|stop NAME|status|build" >&2; exit 2 ;;
+esac

@@ -1,0 +1,289 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { TroupeClient, type Plan, type RunState } from '../../src/client';
+import { loadPlan } from '../../src/plan/load-plan';
+import { leftovers } from '../helpers/leftovers';
+import { makeSharedDir } from '../helpers/local-fleet';
+import { uniqueTaskQueue } from '../helpers/temporal';
+import { kill9 } from '../helpers/worker-process-control';
+
+/**
+ * The production path, for real: scripts/deploy-local.sh brings up PostgreSQL and the Temporal
+ * server at the release docker-compose.yml pins (frontend, history, matching and worker services,
+ * each its own process, from deploy/temporal/config/troupe.yaml and deploy/temporal/dynamicconfig.yaml),
+ * two `troupe worker` processes serve it, and runs go on while each part fails in turn.
+ */
+
+const run = promisify(execFile);
+const repo = fileURLToPath(new URL('../..', import.meta.url));
+const deployScript = join(repo, 'scripts', 'deploy-local.sh');
+const cli = join(repo, 'bin', 'troupe.js');
+const pdSample = join(repo, 'examples', 'pd-disagg-local.yml');
+// mkdtemp makes it 0700, so PostgreSQL's data goes to a temp dir of its own: the script's other path.
+const deployDir = mkdtempSync(join(tmpdir(), 'troupe-deploy-test-'));
+// Both workers serve the same local fleet (this machine), as two workers on one host do.
+const workerState = mkdtempSync(join(tmpdir(), 'troupe-deploy-worker-'));
+const fleetDir = join(workerState, 'local');
+const shared = makeSharedDir('troupe-deploy-shared-');
+const taskQueue = uniqueTaskQueue('deploy');
+const deployEnv = { ...process.env, TROUPE_DEPLOY_DIR: deployDir };
+
+let address = '';
+const workers: ChildProcess[] = [];
+let troupe: TroupeClient | undefined;
+
+function deploy(args: string[], timeoutMs: number) {
+  return run('bash', [deployScript, ...args], { env: deployEnv, timeout: timeoutMs, maxBuffer: 16 << 20 });
+}
+
+function ports(): Record<string, string> {
+  const text = readFileSync(join(deployDir, 'ports.env'), 'utf8');
+  return Object.fromEntries(text.split('\n').filter(Boolean).map((line) => line.split('=') as [string, string]));
+}
+
+const servicePid = (service: string) => Number(readFileSync(join(deployDir, `${service}.pid`), 'utf8').trim());
+const cliEnv = () => ({ ...process.env, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue, NO_COLOR: '1' });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function startWorker(): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [cli, 'worker', '--state-dir', workerState], {
+    env: { ...process.env, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+      if (stderr.includes('Troupe worker on')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`troupe worker exited early (${code}): ${stderr}`)));
+  });
+  workers.push(child);
+  return child;
+}
+
+/** The PD sample, each job first appending its rank to a file: how many times each job started. */
+function pdPlan(runName: string, warmupSeconds: number): Plan {
+  const text = readFileSync(pdSample, 'utf8').replace('WARMUP_SECONDS=3', `WARMUP_SECONDS=${warmupSeconds}`);
+  const plan = loadPlan(text, pdSample, { environ: process.env, runName });
+  const mark = `echo "$DSTACK_NODE_RANK" >> ${shared.dir}/${runName}`;
+  for (const group of plan.groups) group.commands = [mark, ...group.commands];
+  for (const job of plan.jobs) job.commands = [mark, ...job.commands];
+  return plan;
+}
+
+/** Waits for the run's end, riding out the moments a restarting service refuses a call. */
+async function waitEnd(name: string, timeoutMs = 240_000): Promise<RunState> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await troupe!.run(name).wait();
+    } catch (err) {
+      if (Date.now() > deadline) throw err;
+      await sleep(1000);
+    }
+  }
+}
+
+async function eventually<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe().catch(() => undefined);
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`not within ${timeoutMs} ms: ${what}`);
+    await sleep(500);
+  }
+}
+
+/** A process that ended: gone, or a zombie (empty command line) that nobody has reaped yet. */
+function ended(pid: number): boolean {
+  const file = `/proc/${pid}/cmdline`;
+  return !existsSync(file) || readFileSync(file).length === 0;
+}
+
+async function killService(service: string): Promise<void> {
+  const pid = servicePid(service);
+  process.kill(pid, 'SIGKILL');
+  await eventually(`the ${service} service gone`, async () => (ended(pid) ? true : undefined));
+  await sleep(2000);
+  await deploy(['up'], 180_000);
+  expect(servicePid(service)).not.toBe(pid);
+}
+
+/** A PD run that goes through `fault` mid-run: DONE, each of its three jobs started once, nothing left. */
+async function survives(label: string, fault: () => Promise<void>): Promise<void> {
+  const name = `pd-${label}-${taskQueue.slice(-8)}`;
+  // Long warm-up: the workers are up and the router waits for them through the fault.
+  await troupe!.submit({ plan: pdPlan(name, 12) });
+  await eventually('the first job started', async () => (shared.lines(name).length > 0 ? true : undefined), 60_000);
+  await fault();
+  const state = await waitEnd(name);
+  expect(state.status, state.message ?? '').toBe('DONE');
+  expect(shared.lines(name).sort()).toEqual(['0', '1', '2']);
+  expect(leftovers(state, fleetDir)).toEqual({ processes: 0, namespaces: 0, leases: 0, instances: 0 });
+}
+
+beforeAll(async () => {
+  const started = Date.now();
+  // scripts/setup.sh --test has built the server; on a machine where it has not, this builds it.
+  const { stdout } = await deploy(['up'], 14 * 60_000);
+  address = `127.0.0.1:${ports().FRONTEND_PORT}`;
+  expect(stdout).toContain(`Temporal frontend: ${address}`);
+  if (process.env.TROUPE_TEST_TIMING) console.log(`deploy-local up: ${Date.now() - started} ms`);
+  await Promise.all([startWorker(), startWorker()]);
+  troupe = await TroupeClient.connect({ address, taskQueue });
+}, 15 * 60_000);
+
+afterAll(async () => {
+  await troupe?.close().catch(() => undefined);
+  for (const worker of workers) await kill9(worker);
+  const pgdataFile = join(deployDir, 'pgdata.path');
+  const pgdata = existsSync(pgdataFile) ? readFileSync(pgdataFile, 'utf8').trim() : null;
+  try {
+    await deploy(['down'], 120_000);
+  } finally {
+    if (pgdata?.startsWith(tmpdir())) rmSync(pgdata, { recursive: true, force: true });
+    rmSync(deployDir, { recursive: true, force: true });
+    rmSync(workerState, { recursive: true, force: true });
+    shared.remove();
+  }
+}, 180_000);
+
+describe('the production deployment from bare processes (Temporal 1.29.1 on PostgreSQL)', () => {
+  it('runs the PD sample DONE; ps, logs and visibility lists by TroupeRunStatus and TroupeGroups find it', async () => {
+    const name = `pd-${taskQueue.slice(-8)}`;
+    await troupe!.submit({ plan: pdPlan(name, 3) });
+    const state = await waitEnd(name);
+    expect(state.status).toBe('DONE');
+    expect(shared.lines(name).sort()).toEqual(['0', '1', '2']);
+    expect(leftovers(state, fleetDir)).toEqual({ processes: 0, namespaces: 0, leases: 0, instances: 0 });
+
+    const { stdout: ps } = await run(process.execPath, [cli, 'ps', '--all'], { env: cliEnv() });
+    expect(ps).toMatch(new RegExp(`${name}\\s.*DONE`));
+    const { stdout: log } = await run(process.execPath, [cli, 'logs', name], { env: cliEnv() });
+    expect(log).toMatch(/router: prefill prefill\/0 -> decode decode\/0: Hello, world/);
+
+    // Visibility on PostgreSQL catches up a moment after the workflow closed.
+    for (const query of [
+      `TroupeRunStatus = "DONE" AND TroupeRunName = "${name}"`,
+      `TroupeGroups = "decode" AND TroupeRunName = "${name}"`,
+    ]) {
+      const found = await eventually(`a run listed by ${query}`, async () => {
+        for await (const info of troupe!.temporal.workflow.list({ query })) return info.workflowId;
+        return undefined;
+      });
+      expect(found).toContain(name);
+    }
+  });
+
+  it('stops a running run with `troupe stop`: STOPPED_BY_USER, every node released', async () => {
+    const name = `stop-${taskQueue.slice(-8)}`;
+    const plan = pdPlan(name, 3600);
+    await troupe!.submit({ plan });
+    await eventually('the workers running', async () => (shared.lines(name).length >= 2 ? true : undefined), 60_000);
+    const { stderr } = await run(process.execPath, [cli, 'stop', name, '-y'], { env: cliEnv(), timeout: 120_000 });
+    expect(stderr).toMatch(/STOPPED_BY_USER/);
+    const state = await waitEnd(name);
+    expect(state.termination_reason).toBe('STOPPED_BY_USER');
+    expect(leftovers(state, fleetDir)).toEqual({ processes: 0, namespaces: 0, leases: 0, instances: 0 });
+  });
+
+  it('survives PostgreSQL stopped and started again mid-run', async () => {
+    await survives('postgres', async () => {
+      await deploy(['stop', 'postgresql'], 60_000);
+      await sleep(5000);
+      await deploy(['up'], 180_000);
+    });
+  });
+
+  it('survives the history service killed with SIGKILL and restarted', async () => {
+    await survives('history', () => killService('history'));
+  });
+
+  it('survives the matching service killed with SIGKILL and restarted', async () => {
+    await survives('matching', () => killService('matching'));
+  });
+
+  it('survives one of the two workers killed with SIGKILL', async () => {
+    await survives('worker', async () => {
+      const victim = workers.shift()!;
+      await kill9(victim);
+    });
+    // Two workers again for what follows.
+    await startWorker();
+  });
+
+  it('a run submitted while PostgreSQL is down is accepted once it is back, or refused with a clear message', async () => {
+    const name = `pg-down-${taskQueue.slice(-8)}`;
+    await deploy(['stop', 'postgresql'], 60_000);
+    const outcome = troupe!.submit({ plan: pdPlan(name, 1) }).then(
+      () => null,
+      (err: unknown) => err as Error,
+    );
+    await sleep(8000);
+    await deploy(['up'], 180_000);
+    const refusal = await outcome;
+    if (process.env.TROUPE_TEST_TIMING) console.log(`submitted while PostgreSQL was down: ${refusal ? `refused: ${refusal.message}` : 'accepted'}`);
+    if (refusal === null) {
+      const state = await waitEnd(name);
+      expect(state.status).toBe('DONE');
+      expect(shared.lines(name).sort()).toEqual(['0', '1', '2']);
+    } else {
+      expect(refusal.message).toMatch(/Temporal|unavailable|database|persistence/i);
+      // Refused means not started: nothing runs that the user was told did not.
+      await expect(troupe!.run(name).describe()).rejects.toThrow(/not found/i);
+      expect(shared.lines(name)).toEqual([]);
+    }
+  });
+
+  it('keeps retrying across a full server restart (retry.duration 2m) and ends RETRY_LIMIT_EXCEEDED on time', async () => {
+    const name = `retry-${taskQueue.slice(-8)}`;
+    const yaml = [
+      'type: task',
+      `name: ${name}`,
+      'retry: {on_events: [error], duration: 2m}',
+      'groups:',
+      '  - name: flaky',
+      '    nodes: 1',
+      '    resources: {cpu: 1..}',
+      '    commands:',
+      // A file per attempt: each submission's job runs as a user of its own.
+      `      - date +%s.%N > "$(mktemp ${shared.dir}/${name}.XXXXXX)"; exit 3`,
+    ].join('\n');
+    const attemptTimes = () =>
+      readdirSync(shared.dir)
+        .filter((f) => f.startsWith(`${name}.`))
+        .map((f) => Number(readFileSync(join(shared.dir, f), 'utf8')) * 1000)
+        .sort((a, b) => a - b);
+    const handle = await troupe!.submit({ yaml });
+    const startedAt = (await handle.describe()).startTime.getTime();
+    const deadline = startedAt + 120_000;
+
+    await eventually('two attempts', async () => (attemptTimes().length >= 2 ? true : undefined), 60_000);
+    // The whole server and its database go down for a while, then come back.
+    await deploy(['down'], 120_000);
+    const downAt = Date.now();
+    await sleep(15_000);
+    await deploy(['up'], 180_000);
+    const upAt = Date.now();
+
+    const state = await waitEnd(name, 300_000);
+    const closedAt = (await handle.describe()).closeTime!.getTime();
+    expect(state.termination_reason).toBe('RETRY_LIMIT_EXCEEDED');
+    const attempts = attemptTimes();
+    expect(attempts.filter((t) => t < downAt).length).toBeGreaterThanOrEqual(2);
+    expect(attempts.filter((t) => t > upAt).length).toBeGreaterThanOrEqual(1);
+    // The right time: a failure after the deadline ends the run, the one before it was retried.
+    const last = attempts[attempts.length - 1]!;
+    const previous = attempts[attempts.length - 2]!;
+    expect(previous).toBeLessThan(deadline);
+    expect(closedAt).toBeGreaterThanOrEqual(deadline);
+    expect(closedAt - last).toBeLessThan(30_000);
+    expect(leftovers(state, fleetDir)).toEqual({ processes: 0, namespaces: 0, leases: 0, instances: 0 });
+  }, 6 * 60_000);
+});
