@@ -33,6 +33,8 @@ export interface NodeSshInput {
   home: string | null;
   /** TMPDIR of the job's commands, when it has one of its own. */
   tmpdir: string | null;
+  /** Set in every session besides the job's env (the marker by which a stop finds the job's processes). */
+  sessionEnv: Readonly<Record<string, string>>;
   /** Absolute paths of OpenSSH's programs on the node. */
   sshd: string;
   ssh: string;
@@ -145,6 +147,7 @@ export function renderNodeSsh(input: NodeSshInput): NodeSshFiles {
     `. "$dir/${L.env}" || exit 126`,
     ...(input.home === null ? [] : [`export HOME=${q(input.home)}`]),
     ...(input.tmpdir === null ? [] : [`export TMPDIR=${q(input.tmpdir)}`]),
+    ...Object.entries(input.sessionEnv).map(([name, value]) => `export ${name}=${q(value)}`),
     `export PATH="$dir/${SshLayout.dir}/${SshLayout.bin}:$PATH"`,
     `cd "$dir/${L.workDir}" 2>/dev/null || cd /`,
     'if [ -n "${SSH_ORIGINAL_COMMAND-}" ]; then exec bash -c "$SSH_ORIGINAL_COMMAND"; fi',
@@ -158,6 +161,7 @@ export function renderNodeSsh(input: NodeSshInput): NodeSshFiles {
     `dir=${dir}`,
     // Root's sshd wants its privilege-separation directory; another user's runs without one.
     '[ "$(id -u)" != 0 ] || mkdir -p /run/sshd',
+    `mkdir -p ${state}" || exit ${SSH_SERVER_FAILED_EXIT_CODE}`,
     `rm -f ${state}/${SshLayout.pidFile}"`,
     `${q(input.sshd)} -D -e -f "$dir/${SshLayout.dir}/${SshLayout.serverConfig}" >> ${state}/${SshLayout.serverLog}" 2>&1 < /dev/null &`,
     'sshd_pid=$!',

@@ -54,6 +54,7 @@ function input(overrides: Partial<NodeSshInput> = {}): NodeSshInput {
     user: 'troupe-0123456789',
     home: '/state/runs/r/0/job-1/work',
     tmpdir: null,
+    sessionEnv: { TROUPE_INSTANCE_ID: 'i-1' },
     sshd: '/usr/sbin/sshd',
     ssh: '/usr/bin/ssh',
     ...overrides,
@@ -76,6 +77,7 @@ describe('a node\'s SSH files', () => {
     const session = files[SshLayout.session] ?? '';
     expect(session).toContain(`. "$dir/job.env" || exit 126`);
     expect(session).toContain(`export HOME='/state/runs/r/0/job-1/work'`);
+    expect(session).toContain(`export TROUPE_INSTANCE_ID='i-1'`);
   });
 
   it('known_hosts has every peer\'s host key by address, and strict checking is on', () => {

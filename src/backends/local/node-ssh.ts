@@ -37,6 +37,8 @@ export async function writeNodeSsh(jobDir: string, ip: string, keys: NodeSshKeys
     user: user?.name ?? userInfo().username,
     home: user ? join(jobDir, L.workDir) : null,
     tmpdir: user ? join(jobDir, L.tmpDir) : null,
+    // Its processes are found by their namespaces (network, and pid when isolated).
+    sessionEnv: {},
     sshd: SSHD,
     ssh: SSH,
   });
