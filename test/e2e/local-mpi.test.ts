@@ -9,7 +9,7 @@ import { lookupUser, runUserName } from '../../src/backends/local/run-user';
 import { JobLayout } from '../../src/runner/job-layout';
 import type { RunState } from '../../workflows/run-state';
 import { useLocalTroupe } from '../helpers/local-troupe';
-import { expectNothingLeft, jobDirsOf, sshServersUnder } from '../helpers/inter-node-ssh';
+import { expectNothingLeft, jobDirsOf, sshServersUnder, twoNodeTask } from '../helpers/inter-node-ssh';
 
 /**
  * Inter-node SSH on the local fleet (netns mode, as root): Open MPI's `mpirun` across a launcher
@@ -52,23 +52,6 @@ async function waitRunning(name: string): Promise<RunState> {
     if (Date.now() > deadline || ['FAILED', 'DONE', 'TERMINATED'].includes(state.status)) throw new Error(`${name} is ${state.status}, not running`);
     await new Promise((r) => setTimeout(r, 200));
   }
-}
-
-function twoNodeTask(name: string, masterCommands: string[], extraEnv: string[] = []): string {
-  return [
-    'type: task',
-    `name: ${name}`,
-    ...(extraEnv.length ? ['env:', ...extraEnv.map((e) => `  - ${e}`)] : []),
-    'startup_order: workers-first',
-    'stop_criteria: master-done',
-    'groups:',
-    '  - name: head',
-    '    commands:',
-    ...masterCommands.map((c) => `      - ${JSON.stringify(c)}`),
-    '  - name: peer',
-    '    commands: ["sleep infinity"]',
-    '',
-  ].join('\n');
 }
 
 describe('inter-node SSH on the local fleet', () => {

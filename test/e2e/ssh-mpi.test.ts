@@ -3,8 +3,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
-import { privateKeysUnder, sshServersUnder } from '../helpers/inter-node-ssh';
-import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, type SshFleetEnv } from './ssh-fleet-fixtures';
+import { privateKeysUnder, sshServersUnder, twoNodeTask } from '../helpers/inter-node-ssh';
+import { nodeSshPort } from '../../src/backends/ssh/node-ssh-port';
+import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, waitForRun, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
  * Inter-node SSH on an SSH fleet: the MPI example (a CPU launcher beside two GPU worker groups,
@@ -15,6 +16,8 @@ import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, type SshFl
 const GPUS = { name: 'NVIDIA L40S', memoryMiB: 46068, count: 2 };
 const example = fileURLToPath(new URL('../../examples/mpi-allreduce-local.yml', import.meta.url));
 const hostNames = ['cpu', 'gpu-a1', 'gpu-a2', 'gpu-b'];
+/** SSH hosts offer their free disk (as dstack's do): the default 100GB.. asks for more than a test machine has. */
+const SMALL_DISK = { disk: '1GB..' };
 
 let env: SshFleetEnv;
 const fleetsMade: string[] = [];
@@ -76,6 +79,45 @@ describe('inter-node SSH on an SSH fleet', () => {
 
     await expectAllClean(env, fleet);
     const jobDirs = hostNames.map((n) => env.hosts.host(n).jobBaseDir);
+    expect(sshServersUnder(jobDirs)).toEqual([]);
+    expect(jobDirs.flatMap(privateKeysUnder)).toEqual([]);
+  });
+
+  it("a node of another run cannot log in to this run's nodes; a stopped run's servers are gone", async () => {
+    const fleet = `mpi-ssh-neg-${env.taskQueue.slice(-8)}`;
+    fleetsMade.push(fleet);
+    await applyFleetYaml(env, fleetYaml(env, fleet, hostNames));
+    const a = `ssh-a-${env.taskQueue.slice(-8)}`;
+    await env.troupe.submit({ yaml: twoNodeTask(a, ['sleep infinity'], [], SMALL_DISK), runName: a, fleets: [fleet] });
+    const running = await waitForRun(env, a, (s) => s.jobs.every((j) => j.status === 'RUNNING'));
+    const jobDirs = hostNames.map((n) => env.hosts.host(n).jobBaseDir);
+    expect(sshServersUnder(jobDirs)).toHaveLength(2);
+    const otherIp = running.jobs[1]?.instance?.internal_ip ?? '';
+    const otherPort = nodeSshPort(running.run_uid, 0, 1);
+
+    const b = `ssh-b-${env.taskQueue.slice(-8)}`;
+    const anyHostKey = '-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5';
+    const probe = [
+      // Into run A's node with run B's own key (as the same fleet user): refused.
+      `ssh ${anyHostKey} -p "$OTHER_PORT" "$OTHER_IP" true 2>&1 | tail -n 1; echo "other=\${PIPESTATUS[0]}"`,
+      // With the run's own client config: A's host key is unknown, so it stops before logging in.
+      'ssh -p "$OTHER_PORT" "$OTHER_IP" true 2>&1 | tail -n 1; echo "strict=${PIPESTATUS[0]}"',
+      // Its own peer, by address, with no flags, in the peer's environment.
+      'ssh "$(sed -n 2p <<< "$DSTACK_NODES_IPS")" \'echo "peer-rank=$DSTACK_NODE_RANK"\'',
+    ];
+    const taskB = twoNodeTask(b, probe, [`OTHER_IP=${otherIp}`, `OTHER_PORT=${otherPort}`], SMALL_DISK);
+    const handleB = await env.troupe.submit({ yaml: taskB, runName: b, fleets: [fleet] });
+    const stateB = await handleB.wait();
+    const logB = (await handleB.readLog(0)).data;
+    expect(stateB.status, logB).toBe('DONE');
+    expect(logB).toMatch(/Permission denied \(publickey\)\.\r?\nother=255\r?\n/);
+    expect(logB).toMatch(/Host key verification failed\.\r?\nstrict=255\r?\n/);
+    expect(logB).toContain('peer-rank=1\n');
+    // Run A's servers stayed up meanwhile; stopping the run ends them and removes their keys.
+    expect(sshServersUnder(jobDirs)).toHaveLength(2);
+    await env.troupe.run(a).stop();
+    expect((await env.troupe.run(a).wait()).status).toBe('TERMINATED');
+    await expectAllClean(env, fleet);
     expect(sshServersUnder(jobDirs)).toEqual([]);
     expect(jobDirs.flatMap(privateKeysUnder)).toEqual([]);
   });

@@ -1,10 +1,30 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'vitest';
+import { stringify } from 'yaml';
 import { JobLayout } from '../../src/runner/job-layout';
 import type { RunState } from '../../workflows/run-state';
 
 /** Checks shared by the inter-node SSH tests: the SSH servers of a run's nodes, and what is left after it. */
+
+/**
+ * A two-node task (groups `head` and `peer`, the peer `sleep infinity`), the head's commands
+ * given, `workers-first` and `master-done` as in dstack's MPI examples.
+ */
+export function twoNodeTask(name: string, headCommands: string[], env: string[] = [], resources: Record<string, string> = {}): string {
+  const res = Object.keys(resources).length > 0 ? { resources } : {};
+  return stringify({
+    type: 'task',
+    name,
+    ...(env.length > 0 ? { env } : {}),
+    startup_order: 'workers-first',
+    stop_criteria: 'master-done',
+    groups: [
+      { name: 'head', commands: headCommands, ...res },
+      { name: 'peer', commands: ['sleep infinity'], ...res },
+    ],
+  });
+}
 
 /** The job directories of a local run (from its instances). */
 export function jobDirsOf(state: RunState): string[] {
