@@ -9,7 +9,10 @@ import { lookupUser, runUserName } from '../../src/backends/local/run-user';
 import { JobLayout } from '../../src/runner/job-layout';
 import type { RunState } from '../../workflows/run-state';
 import { useLocalTroupe } from '../helpers/local-troupe';
-import { expectNothingLeft, jobDirsOf, sshServersUnder, twoNodeTask } from '../helpers/inter-node-ssh';
+import { deriveRunSshKeys } from '../../src/secrets/run-ssh-keys';
+import { loadSecretKey } from '../../src/secrets/sealed-env';
+import { nodeGroupWorkflowId, runWorkflowId } from '../../workflows/ids';
+import { expectNothingLeft, jobDirsOf, privateKeysUnder, sshServersUnder, twoNodeTask } from '../helpers/inter-node-ssh';
 
 /**
  * Inter-node SSH on the local fleet (netns mode, as root): Open MPI's `mpirun` across a launcher
@@ -82,6 +85,15 @@ describe('inter-node SSH on the local fleet', () => {
     // The workers ran `sleep infinity` until the launcher was done, then were stopped.
     for (const job of state.jobs.slice(1)) expect(job.termination_reason).toBe('TERMINATED_BY_SERVER');
     await expectNothingLeft(state);
+    // The keys were made by the activity on the node's way: no history of the run or its groups holds one.
+    const clientKey = deriveRunSshKeys(loadSecretKey({ create: false }), state.run_uid, 0).client;
+    expect(privateKeysUnder(stateDir)).toEqual([]);
+    for (const id of [runWorkflowId(name), ...['launcher', 'workers-a', 'workers-b'].map((g) => nodeGroupWorkflowId(runWorkflowId(name), g, 0))]) {
+      const history = JSON.stringify(await env.client.workflow.getHandle(id).fetchHistory());
+      expect(history.length).toBeGreaterThan(1000);
+      expect(history).not.toContain('PRIVATE KEY');
+      expect(history).not.toContain(clientKey.publicKey.split(' ')[1]);
+    }
   });
 
   it("a node of another run cannot log in to this run's nodes; its own peers it can; a stopped run's servers are gone", async () => {
