@@ -1,7 +1,7 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { renderNodeSsh, SshLayout, type NodeSshInput } from '../../src/runner/inter-node-ssh';
 import { deriveRunSshKeys } from '../../src/secrets/run-ssh-keys';
@@ -97,5 +97,20 @@ describe('a node\'s SSH files', () => {
 
   it('refuses a job directory that cannot be written into an SSH config', () => {
     expect(() => renderNodeSsh(input({ jobDir: '/state/a"b' }))).toThrow(/cannot go into an SSH config/);
+  });
+
+  it('a node without sshd runs the job anyway, without inter-node SSH, and says so in its log', () => {
+    const jobDir = mkdtempSync(join(dir, 'job-'));
+    const { files, scripts } = renderNodeSsh(input({ jobDir, sshd: join(jobDir, 'no-such-sshd') }));
+    for (const [name, content] of Object.entries(files)) {
+      mkdirSync(dirname(join(jobDir, SshLayout.dir, name)), { recursive: true });
+      writeFileSync(join(jobDir, SshLayout.dir, name), content, { mode: scripts.includes(name) ? 0o700 : 0o600 });
+    }
+    writeFileSync(join(jobDir, 'launch.sh'), 'echo "commands ran"; exit 3\n');
+    const out = spawnSync('bash', [join(jobDir, SshLayout.dir, SshLayout.run)], { encoding: 'utf8' });
+    expect(out.status).toBe(3);
+    expect(out.stdout).toBe('commands ran\n');
+    expect(out.stderr).toContain('troupe: this node has no inter-node SSH:');
+    expect(existsSync(join(jobDir, SshLayout.dir, SshLayout.state, SshLayout.off))).toBe(true);
   });
 });

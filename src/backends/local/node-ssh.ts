@@ -66,12 +66,14 @@ export async function writeNodeSsh(jobDir: string, ip: string, keys: NodeSshKeys
 /**
  * Waits until the node's SSH server listens (its pid file), so a job is RUNNING only with its
  * server up: with `startup_order: workers-first` the master's `mpirun` finds every peer's. A job
- * that ended first (its server could not start: its log says why) is left to the watch.
+ * that ended first (its server could not start: its log says why), or runs without a server (no
+ * sshd on this machine: its log says so), is not waited for.
  */
 export async function waitForSshServer(jobDir: string, leader: ProcessIdentity, timeoutMs: number): Promise<void> {
-  const pidFile = join(jobDir, SshLayout.dir, SshLayout.state, SshLayout.pidFile);
+  const state = join(jobDir, SshLayout.dir, SshLayout.state);
+  const settled = async () => (await pathExists(join(state, SshLayout.pidFile))) || (await pathExists(join(state, SshLayout.off)));
   const deadline = Date.now() + timeoutMs;
-  while (!(await pathExists(pidFile)) && Date.now() < deadline) {
+  while (!(await settled()) && Date.now() < deadline) {
     if (!(await isAlive(leader))) return;
     await sleep(5);
   }

@@ -137,7 +137,7 @@ export function spawnWrapperScript(jobDir: string, instanceId: string): string {
     wait_for_claim(CLAIM_WAIT_SECONDS),
     // With inter-node SSH, the job is running once its server listens (its pid file), or has ended.
     `if [ -s ${L.started}/${L.pid} ] && [ -e ${SshLayout.dir}/${SshLayout.run} ]; then`,
-    `  for ((i = 0; i < ${CLAIM_WAIT_SECONDS * 20}; i++)); do [ -s ${SshLayout.dir}/${SshLayout.state}/${SshLayout.pidFile} ] || [ -s ${L.exitCode} ] && break; sleep 0.05; done`,
+    `  for ((i = 0; i < ${CLAIM_WAIT_SECONDS * 20}; i++)); do [ -s ${SshLayout.dir}/${SshLayout.state}/${SshLayout.pidFile} ] || [ -e ${SshLayout.dir}/${SshLayout.state}/${SshLayout.off} ] || [ -s ${L.exitCode} ] && break; sleep 0.05; done`,
     'fi',
     `if [ -s ${L.started}/${L.pid} ]; then read -r pid t < ${L.started}/${L.pid}; echo "result started $pid"; exit 0; fi`,
     `if [ -e ${L.started}/${L.stopped} ]; then echo "result stopped"; exit 0; fi`,
