@@ -65,10 +65,8 @@ export const SshLayout = {
 export const SSH_SERVER_FAILED_EXIT_CODE = 123;
 
 export interface NodeSshFiles {
-  /** Path relative to the job directory → content. Secret: hostKey and clientKey. */
+  /** Path relative to the `ssh/` directory → content. Secret: hostKey and clientKey (readable by the job's user only). */
   files: Record<string, string>;
-  /** Relative paths of the private keys (written readable by the job's user only). */
-  secret: string[];
   /** Relative paths of the scripts (executable). */
   scripts: string[];
 }
@@ -204,7 +202,6 @@ export function renderNodeSsh(input: NodeSshInput): NodeSshFiles {
       [SshLayout.run]: run,
       [`${SshLayout.bin}/ssh`]: wrapper,
     },
-    secret: [SshLayout.hostKey, SshLayout.clientKey],
     scripts: [SshLayout.session, SshLayout.run, `${SshLayout.bin}/ssh`],
   };
 }

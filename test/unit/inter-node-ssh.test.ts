@@ -63,7 +63,7 @@ function input(overrides: Partial<NodeSshInput> = {}): NodeSshInput {
 
 describe('a node\'s SSH files', () => {
   it('the server takes only the run\'s key, only for the job\'s user, on the node\'s address, and runs sessions in the job\'s env', () => {
-    const { files, secret: secretFiles } = renderNodeSsh(input());
+    const { files } = renderNodeSsh(input());
     const server = files[SshLayout.serverConfig] ?? '';
     expect(server).toContain('ListenAddress 10.0.0.2\n');
     expect(server).toContain('AllowUsers troupe-0123456789\n');
@@ -73,7 +73,7 @@ describe('a node\'s SSH files', () => {
     const keys = input().keys;
     expect(files[SshLayout.authorizedKeys]).toBe(`${keys.client.publicKey}\n`);
     expect(files[SshLayout.hostKey]).toBe(keys.host.privateKey);
-    expect(secretFiles.sort()).toEqual([SshLayout.clientKey, SshLayout.hostKey].sort());
+    expect(files[SshLayout.clientKey]).toBe(keys.client.privateKey);
     const session = files[SshLayout.session] ?? '';
     expect(session).toContain(`. "$dir/job.env" || exit 126`);
     expect(session).toContain(`export HOME='/state/runs/r/0/job-1/work'`);
