@@ -7,7 +7,8 @@ import { classifyBatchFailure, FailureType, type BatchJobFailure } from '../work
 import { AddressBookSchema } from '../workflows/message-schemas';
 import { jobEventsSignal, runAddressBookQuery, type AddressBook, type JobEvent } from '../workflows/messages';
 import { backendFor } from './backend-lookup';
-import { addressesByGroup, openSecrets, renderFilesFor, UNREACHABLE_LIMIT_MS } from './jobs';
+import type { RunSshKeys } from '../src/secrets/run-ssh-keys';
+import { addressesByGroup, openSecrets, renderFilesFor, runSshKeysFor, UNREACHABLE_LIMIT_MS } from './jobs';
 import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './types';
 
 /**
@@ -177,8 +178,10 @@ export function createJobBatchActivities(backends: BackendRegistry) {
 /** Starts every job of the batch; `running` and `failed` events for all of them, and the refs that run. */
 async function startBatch(target: Backend, input: RunJobsInput, addresses: AddressBook): Promise<{ events: JobEvent[]; running: JobRef[] }> {
   let env: Record<string, string>;
+  let sshKeys: RunSshKeys | null;
   try {
     env = openSecrets(input.run.env);
+    sshKeys = runSshKeysFor(input.run_uid, input.submission, addresses.job_ips.length);
   } catch (err) {
     if (err instanceof ApplicationFailure && err.type === FailureType.SecretKey) {
       return { events: input.jobs.map(({ ref }) => failed(ref, { type: FailureType.SecretKey, message: err.message })), running: [] };
@@ -192,6 +195,7 @@ async function startBatch(target: Backend, input: RunJobsInput, addresses: Addre
     env,
     addresses,
     byGroup: addressesByGroup(addresses.job_ips, input.group_sizes),
+    sshKeys,
   };
   const outcomes = await mapLimit(input.jobs, CONCURRENCY, async ({ ref, plan_job }): Promise<JobEvent> => {
     let files: JobFiles;

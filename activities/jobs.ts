@@ -4,6 +4,7 @@ import type { JobPlan } from '../src/plan/plan-schema';
 import type { AddressBook } from '../workflows/messages';
 import { buildClusterInfo } from '../src/runner/cluster-info';
 import { renderJobFiles } from '../src/runner/job-files';
+import { deriveRunSshKeys, type RunSshKeys } from '../src/secrets/run-ssh-keys';
 import { loadSecretKey, openEnv, SecretKeyError } from '../src/secrets/sealed-env';
 import { FailureType } from '../workflows/failure-types';
 import { backendFor } from './backend-lookup';
@@ -32,6 +33,21 @@ export function openSecrets(env: Readonly<Record<string, string>>): Record<strin
   }
 }
 
+/**
+ * The run's inter-node SSH keys (runs of two or more nodes; null for one node), derived from the
+ * same secret key as sealed env values: made by the worker on first use if it has none, so every
+ * worker that serves one run must share it (TROUPE_SECRET_KEY or TROUPE_SECRET_KEY_FILE).
+ */
+export function runSshKeysFor(runUid: string, submission: number, nodes: number): RunSshKeys | null {
+  if (nodes < 2) return null;
+  try {
+    return deriveRunSshKeys(loadSecretKey({ create: true }), runUid, submission);
+  } catch (err) {
+    if (err instanceof SecretKeyError) throw ApplicationFailure.nonRetryable(err.message, FailureType.SecretKey);
+    throw err;
+  }
+}
+
 /** What rendering a job's files needs from the run (once per start call or batch). */
 export interface JobFilesContext {
   target: Backend;
@@ -42,12 +58,14 @@ export interface JobFilesContext {
   addresses: AddressBook;
   /** addressesByGroup() of the book. */
   byGroup: string[][];
+  /** runSshKeysFor() the run. */
+  sshKeys: RunSshKeys | null;
 }
 
 /** A job's env, hostfile and launch script; throws with the job's name when no shell can carry them (retrying cannot help). */
 export function renderFilesFor(ctx: JobFilesContext, ref: JobRef, planJob: JobPlan): JobFiles {
   try {
-    return renderJobFiles({
+    const files = renderJobFiles({
       run: { ...ctx.run, env: ctx.env },
       runUid: ctx.runUid,
       job: planJob,
@@ -55,6 +73,10 @@ export function renderFilesFor(ctx: JobFilesContext, ref: JobRef, planJob: JobPl
       addresses: ctx.byGroup,
       jobDirectory: ctx.target.jobDirectory(ref),
     });
+    const keys = ctx.sshKeys;
+    if (!keys) return files;
+    const peers = ctx.addresses.job_ips.map((ip, jobNum) => ({ ip, hostPublicKey: keys.host(jobNum).publicKey }));
+    return { ...files, ssh: { client: keys.client, host: keys.host(ref.job_num), peers } };
   } catch (err) {
     throw new Error(`${ref.job_name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   }

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { GroupPlan, JobPlan } from '../plan/plan-schema';
+import type { SshKeyPair } from '../secrets/ssh-key-pair';
 
 /**
  * A backend provisions jobs onto machines and runs their commands there. Every method is
@@ -42,6 +43,21 @@ export interface JobFiles {
   script: string;
   /** The task's image: a backend with containers runs the script in it (the local fleet runs it on the host). */
   image?: string | null;
+  /**
+   * Inter-node SSH (runs of two or more nodes): the backend runs an SSH server on the node that
+   * accepts only `client`, and configures the client side to reach every peer. Made by the
+   * activity from the worker's secret; never in workflow history. Absent: a one-node run.
+   */
+  ssh?: NodeSshKeys | null;
+}
+
+export interface NodeSshKeys {
+  /** The run's client key pair: every node logs in to its peers with it. */
+  client: SshKeyPair;
+  /** This node's host key pair. */
+  host: SshKeyPair;
+  /** Every node of the run in job_num order (this one too): its address and host public key. */
+  peers: Array<{ ip: string; hostPublicKey: string }>;
 }
 
 export interface ProvisionRequest {

@@ -14,7 +14,12 @@ import { quoteShellWord } from './shell-quote';
  *   directory back at its usual path through a descriptor opened before the hiding, so the job
  *   finds its files (DSTACK_MPI_HOSTFILE, `work/`) where the worker wrote them and nothing else;
  * - mounts a /proc of the new pid namespace: the worker and other runs' processes are not there;
- * - in a node network namespace of its own, lets the run's user bind ports below 1024 there.
+ * - in a node network namespace of its own, lets the run's user bind ports below 1024 there (its
+ *   SSH server listens on port 22: src/runner/inter-node-ssh.ts) and gives it a /dev/shm and a
+ *   TMPDIR of its own, as a machine has: programs that name their files by host name, user and
+ *   pid (Open MPI's session directories and shared-memory segments) would otherwise meet the
+ *   files of other nodes, which share this machine's host name and, in their own pid
+ *   namespaces, the same small pids.
  *
  * The job's env file is sourced only after the switch to the run's user (setpriv): a task's
  * `LD_PRELOAD` or `PATH` never reaches a program that runs as root. The script stays pid 1 while
@@ -33,6 +38,8 @@ export interface IsolatedLaunchInput {
   ownNetwork: boolean;
   /** Absolute paths of the programs run as root: nothing is looked up in a PATH. */
   tools: { mount: string; mkdir: string; setpriv: string; sleep: string };
+  /** Run in place of launch.sh, relative to the job's directory (ssh/run.sh: inter-node SSH); default launch.sh. */
+  entry?: string;
 }
 
 /** Exit code of an isolated job whose namespaces could not be set up (its log says why). */
@@ -60,7 +67,12 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
     'exec 3<&-',
     `${q(mount)} -t proc -o nosuid,nodev,noexec proc /proc || ${fail}`,
   ];
-  if (input.ownNetwork) lines.push('echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start');
+  if (input.ownNetwork) {
+    lines.push(
+      'echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start',
+      `${q(mount)} -t tmpfs -o mode=1777,nosuid,nodev troupe-shm /dev/shm || ${fail}`,
+    );
+  }
   const name = q(input.user.name);
   lines.push(
     // Written once the namespaces are ready, just before the commands: the worker reports the job
@@ -68,8 +80,9 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
     `printf '%s %s\\n' "$pid" "$init_start" > ${dir}/${L.started}/${L.nsInit} || ${fail}`,
     `cd ${dir}/${L.workDir} || ${fail}`,
     `export HOME=${dir}/${L.workDir} USER=${name} LOGNAME=${name}`,
+    ...(input.ownNetwork ? [`export TMPDIR=${dir}/${L.tmpDir}`] : []),
     `${q(setpriv)} --reuid=${input.user.uid} --regid=${input.user.gid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs -- \\`,
-    `  bash --noprofile --norc -c '. "$1/${L.env}" && exec bash "$1/${L.launchScript}"' troupe ${dir}`,
+    `  bash --noprofile --norc -c '. "$1/${L.env}" && exec bash "$1/$2"' troupe ${dir} ${q(input.entry ?? L.launchScript)}`,
     'code=$?',
     // Every process but this one gone (bash reaps what is left to it: it is the namespace's init).
     `while [ -n "$stopping" ]; do others=(/proc/[0-9]*); [ "\${#others[@]}" -le 1 ] && break; ${q(sleep)} 0.1; done`,

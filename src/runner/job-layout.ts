@@ -15,6 +15,8 @@ export const JobLayout = {
   isolatedLaunch: 'isolate.sh',
   /** Default working directory of the commands. */
   workDir: 'work',
+  /** TMPDIR of an isolated job on a node of its own (local fleet, netns): a node has its own temporary files. */
+  tmpDir: 'tmp',
   /** stdout and stderr of the commands. */
   log: 'log',
   /** Errors of the wrapper itself (before the commands run). */

@@ -63,10 +63,18 @@ export interface DefaultBackendsOptions {
   temporal?: { connection: ConnectionLike; namespace: string; taskQueue: string };
 }
 
+/** GPUs each local node pretends to have (TROUPE_LOCAL_GPUS, default 0): what a GPU group asks of the local fleet, e.g. for MPI slots. */
+function localGpus(): number {
+  const text = process.env.TROUPE_LOCAL_GPUS ?? '0';
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n)) throw new Error(`TROUPE_LOCAL_GPUS must be a whole number ≥ 0, not ${JSON.stringify(text)}`);
+  return n;
+}
+
 /** The backends a worker has: the local fleet (processes on this machine), and SSH fleets when it can reach their workflows. */
 export function defaultBackends(opts: DefaultBackendsOptions): BackendRegistry {
   const backends: Record<string, Backend> = {
-    [LOCAL_BACKEND]: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto' }),
+    [LOCAL_BACKEND]: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto', gpus: localGpus() }),
   };
   if (opts.temporal) {
     const client = new Client({ connection: opts.temporal.connection, namespace: opts.temporal.namespace });

@@ -2,6 +2,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll } from 'vitest';
+import { runStateQuery } from '../../workflows/messages';
+import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet, makeSharedDir } from './local-fleet';
 import { temporalAddress, testClient, uniqueTaskQueue } from './temporal';
 
@@ -32,6 +34,17 @@ export async function startWorkerProcess(opts: WorkerProcessOptions): Promise<Ch
     child.once('exit', (code) => reject(new Error(`worker exited early (${code})`)));
   });
   return child;
+}
+
+/** The run's state once `check` holds (polled; 90 s at most). */
+export async function waitForRunState(handle: { query: (q: typeof runStateQuery) => Promise<RunState> }, check: (s: RunState) => boolean): Promise<RunState> {
+  const deadline = Date.now() + 90_000;
+  for (;;) {
+    const state = await handle.query(runStateQuery);
+    if (check(state)) return state;
+    if (Date.now() > deadline) throw new Error(`state not reached: ${JSON.stringify(state.jobs.map((j) => j.status))}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 /** kill -9, and wait until the process is gone. */

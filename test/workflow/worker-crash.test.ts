@@ -2,11 +2,10 @@ import type { ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
-import { runStateQuery } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
 import { processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
-import { kill9, startWorkerProcess, useWorkerProcesses } from '../helpers/worker-process-control';
+import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
 /** kill -9 of the worker mid-provisioning and mid-run: the run finishes, each job started once. */
 
@@ -21,16 +20,6 @@ async function startWorker(): Promise<ChildProcess> {
   });
   workers.push(child);
   return child;
-}
-
-async function waitForState(handle: { query: (q: typeof runStateQuery) => Promise<RunState> }, check: (s: RunState) => boolean) {
-  const deadline = Date.now() + 90_000;
-  for (;;) {
-    const state = await handle.query(runStateQuery);
-    if (check(state)) return state;
-    if (Date.now() > deadline) throw new Error(`state not reached: ${JSON.stringify(state.jobs.map((j) => j.status))}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 describe('worker crash', () => {
@@ -49,13 +38,13 @@ describe('worker crash', () => {
     });
 
     // Mid-provisioning: job 0 has its machine, the others are still being provisioned.
-    const provisioning = await waitForState(handle, (s) => s.jobs[0]?.instance !== null);
+    const provisioning = await waitForRunState(handle, (s) => s.jobs[0]?.instance !== null);
     expect(provisioning.jobs.some((j) => j.instance === null)).toBe(true);
     await kill9(worker);
     worker = await startWorker();
 
     // Mid-run: every job is running.
-    await waitForState(handle, (s) => s.jobs.every((j) => j.status === 'RUNNING'));
+    await waitForRunState(handle, (s) => s.jobs.every((j) => j.status === 'RUNNING'));
     await kill9(worker);
     worker = await startWorker();
 
@@ -87,7 +76,7 @@ describe('worker crash', () => {
       workflowId: runWorkflowId(name),
       args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
     });
-    await waitForState(handle, (s) => s.jobs[1]?.status === 'RUNNING' && s.groups[0]?.waiting_for !== null);
+    await waitForRunState(handle, (s) => s.jobs[1]?.status === 'RUNNING' && s.groups[0]?.waiting_for !== null);
     await kill9(worker);
     worker = await startWorker();
     writeFileSync(`${shared.dir}/warm`, '');

@@ -20,6 +20,7 @@ import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
 import { renderIsolatedLaunch } from '../../runner/isolated-launch';
 import { renderJobWrapper } from '../../runner/job-wrapper';
+import { SshLayout } from '../../runner/inter-node-ssh';
 import { secretKeyFile } from '../../secrets/sealed-env';
 import { parseSubnet, poolAddresses, subnetContains } from './address-pool';
 import { InstanceStore, type LocalInstanceRecord, type NetworkMode } from './instance-store';
@@ -39,6 +40,7 @@ import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netns
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
 import { execOnNode } from './node-exec';
+import { waitForSshServer, writeNodeSsh } from './node-ssh';
 import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
 import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
@@ -256,14 +258,16 @@ export class LocalBackend implements Backend {
       const user = this.isolation ? await ensureRunUser(runUserName(job.run_id, job.submission)) : null;
       // Readable by the run's group (its user), not by other runs' users; the scripts that run as root are root's alone.
       const shared: FileOwner | null = user ? { uid: 0, gid: user.gid } : null;
-      const isolated = user ? await this.isolatedFiles(dir, record, user) : null;
+      // Inter-node SSH needs a port 22 of the node's own: netns mode only (node-ssh.ts).
+      const entry = files.ssh && record.netns ? await writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
+      const isolated = user ? await this.isolatedFiles(dir, record, user, entry) : null;
       // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
       await Promise.all([
         writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
         writeFileAtomic(join(dir, L.hostfile), files.hostfile, user ? 0o640 : 0o644, shared),
         writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
         ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
-        writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : {}), user ? 0o700 : 0o755),
+        writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
       ]);
       const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record) });
       return await this.removeEnvIfRefused(dir, this.waitForStart(job, dir, spawned.exited));
@@ -282,23 +286,25 @@ export class LocalBackend implements Backend {
   }
 
   /**
-   * An isolated job's directory: root's, readable by the run's group (0750); `work/` the run
-   * user's; and the script that sets up its namespaces (renderIsolatedLaunch).
+   * An isolated job's directory: root's, readable by the run's group (0750); `work/` (and `tmp/`,
+   * its TMPDIR on a node of its own) the run user's; and the script that sets up its namespaces (renderIsolatedLaunch).
    */
-  private async isolatedFiles(dir: string, record: LocalInstanceRecord, user: RunUser): Promise<{ launch: string; unshare: string }> {
+  private async isolatedFiles(dir: string, record: LocalInstanceRecord, user: RunUser, entry: string | undefined): Promise<{ launch: string; unshare: string }> {
     const tools = this.requireIsolation().tools();
     const submissionDir = join(dir, '..');
     await chown(submissionDir, 0, user.gid);
     await chmod(submissionDir, 0o750);
     await chown(dir, 0, user.gid);
     await chmod(dir, 0o750);
-    const work = join(dir, L.workDir);
-    await mkdir(work, { recursive: true });
-    await chown(work, user.uid, user.gid);
-    await chmod(work, 0o700);
+    for (const own of [L.workDir, ...(record.netns ? [L.tmpDir] : [])]) {
+      const path = join(dir, own);
+      await mkdir(path, { recursive: true });
+      await chown(path, user.uid, user.gid);
+      await chmod(path, 0o700);
+    }
     const keyFile = this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile;
     const hide = await hiddenDirectories(dir, this.options.stateDir, keyFile);
-    const launch = renderIsolatedLaunch({ jobDir: dir, hide, user, ownNetwork: record.netns !== null, tools });
+    const launch = renderIsolatedLaunch({ jobDir: dir, hide, user, ownNetwork: record.netns !== null, tools, entry });
     return { launch, unshare: tools.unshare };
   }
 
@@ -333,6 +339,7 @@ export class LocalBackend implements Backend {
       const claim = await readClaim(dir);
       if (claim.kind === 'started') {
         if (this.isolation) await this.waitForNamespaces(dir, claim.leader);
+        if (await pathExists(join(dir, SshLayout.dir, SshLayout.run))) await waitForSshServer(dir, claim.leader, CLAIM_WAIT_MS);
         return { pid: claim.leader.pid };
       }
       if (claim.kind === 'stopped') {

@@ -56,10 +56,12 @@ async function createUser(name: string): Promise<RunUser> {
   for (let attempt = 1; attempt <= ATTEMPTS; attempt += 1) {
     const known = await lookupUser(name);
     if (known) return known;
-    // No home directory (a job's HOME is its work/ directory). Bash as shell and no password
-    // (`*`: not a locked account, which sshd would refuse) so that a job's own sshd (inter-node
-    // SSH for MPI) can log this user in with a key.
-    const r = await spawner.run('useradd', ['--system', '--user-group', '--no-create-home', '--home-dir', '/nonexistent', '--shell', '/bin/bash', '--password', '*', name]);
+    // No home directory of its own (a job's HOME is its work/ directory): `/`, which exists and
+    // it cannot write, so a session of the job's own sshd (inter-node SSH for MPI) starts without
+    // a "could not chdir to home directory" line in every mpirun log. Bash as shell and no
+    // password (`*`: not a locked account, which sshd would refuse) so that sshd can log this
+    // user in with the run's key.
+    const r = await spawner.run('useradd', ['--system', '--user-group', '--no-create-home', '--home-dir', '/', '--shell', '/bin/bash', '--password', '*', name]);
     // 9: created meanwhile by another worker process.
     if (r.code === 0 || r.code === 9) continue;
     last = r.stderr.trim() || `exit ${r.code}`;

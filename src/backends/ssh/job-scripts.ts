@@ -1,3 +1,4 @@
+import { SshLayout } from '../../runner/inter-node-ssh';
 import { JobLayout as L } from '../../runner/job-layout';
 import { shQuote } from './shell-quote';
 
@@ -134,6 +135,10 @@ export function spawnWrapperScript(jobDir: string, instanceId: string): string {
     `  else ${launch} ${wrapper} & fi`,
     'fi',
     wait_for_claim(CLAIM_WAIT_SECONDS),
+    // With inter-node SSH, the job is running once its server listens (its pid file), or has ended.
+    `if [ -s ${L.started}/${L.pid} ] && [ -e ${SshLayout.dir}/${SshLayout.run} ]; then`,
+    `  for ((i = 0; i < ${CLAIM_WAIT_SECONDS * 20}; i++)); do [ -s ${SshLayout.dir}/${SshLayout.state}/${SshLayout.pidFile} ] || [ -e ${SshLayout.dir}/${SshLayout.state}/${SshLayout.off} ] || [ -s ${L.exitCode} ] && break; sleep 0.05; done`,
+    'fi',
     `if [ -s ${L.started}/${L.pid} ]; then read -r pid t < ${L.started}/${L.pid}; echo "result started $pid"; exit 0; fi`,
     `if [ -e ${L.started}/${L.stopped} ]; then echo "result stopped"; exit 0; fi`,
     `echo "result timeout"; tail -c 2000 ${L.wrapperLog} 2>/dev/null`,
@@ -166,8 +171,10 @@ export function startJobScript(jobDir: string, instanceId: string, nonce: string
     '  umask 077',
     '  mkdir -p "$d" || exit 97',
     '  while IFS=" " read -r name mode len; do',
-    '    case "$name" in ""|*/*|.*) break ;; esac',
-    `    tmp="$d/.$name.${nonce}"`,
+    // A name is a file of the job's directory or of a folder in it (`ssh/bin/ssh`), never outside.
+    '    case "$name" in ""|.*|*/.*|*//*|*/) break ;; esac',
+    '    sub=; case "$name" in */*) sub="${name%/*}/"; mkdir -p "$d/$sub" || exit 97 ;; esac',
+    `    tmp="$d/$sub.\${name##*/}.${nonce}"`,
     '    head -c "$len" > "$tmp" && [ "$(stat -c %s "$tmp")" = "$len" ] || { echo "short upload of $name" >&2; exit 96; }',
     '    chmod "$mode" "$tmp" && mv -f "$tmp" "$d/$name" || exit 96',
     '  done',

@@ -8,10 +8,13 @@ import {
   type JobProcessState,
   type JobRef,
   type LogChunk,
+  type NodeSshKeys,
 } from '../backend';
 import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
 import { renderJobWrapper } from '../../runner/job-wrapper';
+import { renderNodeSsh, SshLayout } from '../../runner/inter-node-ssh';
+import { nodeSshPort } from './node-ssh-port';
 import { connectSsh } from './connect';
 import { isHostUnreachable, SshCommandError, SshError } from './errors';
 import type { HostKeyTrust } from './host-key-trust';
@@ -21,6 +24,7 @@ import {
   CONTAINER_COMMANDS_FILE,
   KILLED_EXIT_CODE,
   INSTANCE_FILE,
+  MARKER_NAME,
   cleanupRunScript,
   LOG_RETENTION_DAYS,
   jobStateScript,
@@ -141,15 +145,39 @@ export class SshRunner {
     });
   }
 
-  /** The job's files (without an image, its launch script too): env (0600: it may hold secrets), hostfile, wrapper, instance id. */
+  /**
+   * The job's files (without an image, its launch script too): env (0600: it may hold secrets),
+   * hostfile, wrapper, instance id; in a run of two or more nodes, its inter-node SSH files
+   * (`ssh/`: keys 0600), and the wrapper starts the job's SSH server first.
+   */
   private jobUploads(job: JobRef, files: JobFiles, image: string | null): Array<[string, string, number]> {
+    const ssh = files.ssh && image === null ? this.nodeSshUploads(job, files.ssh) : [];
     const uploads: Array<[string, string, number]> = [
       [L.env, renderEnvFile(files.env), 0o600],
       [L.hostfile, files.hostfile, 0o644],
-      [L.wrapper, renderJobWrapper(), 0o755],
+      [L.wrapper, renderJobWrapper(ssh.length > 0 ? { entry: `${SshLayout.dir}/${SshLayout.run}` } : {}), 0o755],
       [INSTANCE_FILE, `${job.instance.instance_id}\n`, 0o644],
+      ...ssh,
     ];
     return image !== null ? uploads : [...uploads, [L.launchScript, files.script, 0o755]];
+  }
+
+  /** A server of the job's own on a port derived from the job (nodeSshPort), as the fleet's SSH user. */
+  private nodeSshUploads(job: JobRef, keys: NodeSshKeys): Array<[string, string, number]> {
+    const rendered = renderNodeSsh({
+      jobDir: this.jobDirectory(job),
+      keys,
+      listen: { ip: job.instance.internal_ip, port: nodeSshPort(job.run_id, job.submission, job.job_num) },
+      peerPorts: keys.peers.map((_, jobNum) => nodeSshPort(job.run_id, job.submission, jobNum)),
+      user: this.target.user,
+      home: null,
+      tmpdir: null,
+      // A command started over SSH runs in a session of its own: the marker lets a stop find it.
+      sessionEnv: { [MARKER_NAME]: job.instance.instance_id },
+      sshd: '/usr/sbin/sshd',
+      ssh: '/usr/bin/ssh',
+    });
+    return Object.entries(rendered.files).map(([name, content]) => [`${SshLayout.dir}/${name}`, content, rendered.scripts.includes(name) ? 0o700 : 0o600]);
   }
 
   /** What the spawn step answered: the pid of whichever start won, or why there is none. */

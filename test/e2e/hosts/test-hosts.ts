@@ -285,7 +285,8 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       'ip',
       [
         'netns', 'exec', host.namespace, 'unshare', '-m', '--propagation', 'private', 'sh', '-c',
-        `mount --bind "$0" /usr/local/sbin && exec /usr/sbin/sshd -D -f "$1" -E "$2"`,
+        // A /dev/shm of its own, as a machine has (Open MPI names its shared-memory segments by host name).
+        `mount --bind "$0" /usr/local/sbin && mount -t tmpfs -o mode=1777,nosuid,nodev test-shm /dev/shm && exec /usr/sbin/sshd -D -f "$1" -E "$2"`,
         join(host.dir, 'sbin'), host.sshdConfig, join(host.dir, 'sshd.log'),
       ],
       { stdio: 'ignore' },
