@@ -145,6 +145,12 @@ export class JobWatch {
   private async start(): Promise<void> {
     const session = await this.session();
     const channel = await session.openLongLived(`exec bash --noprofile --norc -c ${shQuote(watcherScript(this.watchersDir))}`, this.startTimeoutMs);
+    // A connection lost (keepalive unanswered) may not close its channels at once: the jobs are
+    // checked on the host (and found unreachable) from that moment.
+    session.onLost(() => {
+      if (this.channel === channel) this.channel = null;
+      channel.close();
+    });
     channel.stderr.on('data', () => undefined);
     await new Promise<void>((resolve, reject) => {
       let pending = '';
