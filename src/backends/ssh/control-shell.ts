@@ -1,5 +1,4 @@
 import { SshError } from './errors';
-import type { CommandResult } from './session';
 
 /**
  * A long-lived bash on a host that runs Troupe's own commands one after the other, so that only
@@ -16,6 +15,14 @@ import type { CommandResult } from './session';
  * error output. Nothing else reaches stdout after the ready mark: whatever the rc files print
  * comes before it and is dropped.
  */
+
+export interface CommandResult {
+  stdout: string;
+  stderr: string;
+  /** The script's exit status (137 when it was killed at its deadline). */
+  exitCode: number | null;
+  signal: string | null;
+}
 
 const READY_MARK = Buffer.from('\x1eTROUPE-READY\n');
 const ANSWER_MARK = Buffer.from('\x1eTROUPE ');

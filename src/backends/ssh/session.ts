@@ -1,17 +1,12 @@
 import type { Client, ClientChannel, SFTPWrapper } from 'ssh2';
-import { CONTROL_SHELL_COMMAND, ControlShell } from './control-shell';
+import { Slots } from '../../concurrency/slots';
+import { CONTROL_SHELL_COMMAND, ControlShell, type CommandResult } from './control-shell';
 import { SshConnectionLostError, SshError, SshTimeoutError } from './errors';
 import type { VerifiedHostKey } from './host-key-trust';
 import type { SshTarget } from './target';
 import type { SshTimeouts } from './timeouts';
 
-export interface CommandResult {
-  stdout: string;
-  stderr: string;
-  /** null when the command ended without an exit status (then `signal` names the signal, e.g. SIGKILL). */
-  exitCode: number | null;
-  signal: string | null;
-}
+export type { CommandResult } from './control-shell';
 
 export interface ExecOptions {
   /** Deadline for this command; the session's `commandMs` when omitted. */
@@ -32,24 +27,6 @@ export const MAX_SESSION_CHANNELS = 8;
  */
 export const MAX_CONTROL_SHELLS = 4;
 
-
-class Slots {
-  private used = 0;
-  private readonly waiting: Array<() => void> = [];
-  constructor(private readonly size: number) {}
-  acquire(): Promise<void> {
-    if (this.used < this.size) {
-      this.used += 1;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => this.waiting.push(resolve));
-  }
-  release(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.used -= 1;
-  }
-}
 
 type Settle = { settled: () => boolean; onSettle: (fn: () => void) => void };
 
