@@ -7,6 +7,7 @@ import {
 } from '@temporalio/client';
 import { ApplicationFailure, TemporalFailure } from '@temporalio/common';
 import { NoCapacityError, SubmissionClosedError } from '../backends/backend';
+import { Slots } from '../concurrency/slots';
 import { FailureType } from '../../workflows/failure-types';
 import { fleetWorkflowId } from '../../workflows/ids';
 import {
@@ -75,6 +76,23 @@ function isNotFound(err: unknown): boolean {
  * Fleets through a Temporal client: one long-lived FleetWorkflow per fleet (id `fleet/<name>`),
  * changed only by Updates. The CLI and the SSH backend both use it.
  */
+/**
+ * Updates in flight per fleet workflow from this process. Temporal refuses more than 10 at once
+ * per workflow (`history.maxInFlightUpdates`, RESOURCE_EXHAUSTED): at 64 hosts the groups of one
+ * run taking and giving back hosts together went past it and spent seconds in retries.
+ */
+const UPDATES_IN_FLIGHT = 6;
+const updateSlots = new Map<string, Slots>();
+
+function slotsOf(workflowId: string): Slots {
+  let slots = updateSlots.get(workflowId);
+  if (!slots) {
+    slots = new Slots(UPDATES_IN_FLIGHT);
+    updateSlots.set(workflowId, slots);
+  }
+  return slots;
+}
+
 export class FleetClient {
   readonly taskQueue: string;
   private readonly queryTimeoutMs: number;
@@ -152,7 +170,7 @@ export class FleetClient {
   /** Takes hosts for the request's jobs (idempotent per job); NoCapacityError or SubmissionClosedError when refused. */
   async allocate(name: string, request: AllocateRequest): Promise<AllocatedHost[]> {
     try {
-      return await this.handle(name).executeUpdate(allocateHostsUpdate, { args: [request] });
+      return await slotsOf(fleetWorkflowId(name)).with(() => this.handle(name).executeUpdate(allocateHostsUpdate, { args: [request] }));
     } catch (err) {
       if (isNotFound(err)) {
         throw new NoCapacityError(`${new FleetNotFoundError(name).message} (run ${request.run_name}, group ${request.group_name})`);
@@ -164,7 +182,7 @@ export class FleetClient {
   /** Refuses later allocations for the submission; returns the hosts it holds (null: no such fleet). */
   async closeSubmission(name: string, ref: SubmissionRef): Promise<HeldHost[] | null> {
     try {
-      return await this.handle(name).executeUpdate(closeSubmissionUpdate, { args: [ref] });
+      return await slotsOf(fleetWorkflowId(name)).with(() => this.handle(name).executeUpdate(closeSubmissionUpdate, { args: [ref] }));
     } catch (err) {
       if (isNotFound(err)) return null;
       throw this.refusal(err, `close run ${ref.run_id} in fleet ${name}`);
@@ -174,7 +192,7 @@ export class FleetClient {
   /** Frees the submission's hosts (null: no such fleet). */
   async release(name: string, request: ReleaseRequest): Promise<number | null> {
     try {
-      return await this.handle(name).executeUpdate(releaseHostsUpdate, { args: [request] });
+      return await slotsOf(fleetWorkflowId(name)).with(() => this.handle(name).executeUpdate(releaseHostsUpdate, { args: [request] }));
     } catch (err) {
       if (isNotFound(err)) return null;
       throw this.refusal(err, `release hosts of fleet ${name}`);

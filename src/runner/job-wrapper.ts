@@ -19,8 +19,11 @@ import { quoteShellWord } from './shell-quote';
  *   `unshare` stays in the job's process group, waits for the namespace's init and returns its code.
  * - `entry`: the script run in place of launch.sh (ssh/run.sh, which starts the node's SSH server
  *   first: src/runner/inter-node-ssh.ts), relative to the job's directory.
+ * - `notifyDir` (SSH hosts): once the code is written, `exit <dir>` goes into every FIFO there, the
+ *   job watchers' (src/backends/ssh/job-watch.ts). Opened read-write, a FIFO never blocks the
+ *   wrapper, and one whose watcher is gone just drops the line.
  */
-export function renderJobWrapper(opts: { isolate?: { unshare: string }; entry?: string } = {}): string {
+export function renderJobWrapper(opts: { isolate?: { unshare: string }; entry?: string; notifyDir?: string } = {}): string {
   const commands = opts.isolate
     ? `exec ${quoteShellWord(opts.isolate.unshare)} --mount --pid --fork bash --noprofile --norc "$dir/${L.isolatedLaunch}"`
     : `. "$dir/${L.env}" && cd "$dir/${L.workDir}" && exec bash "$dir/${opts.entry ?? L.launchScript}"`;
@@ -40,5 +43,6 @@ mkdir -p ${L.workDir}
 ) >> "$dir/${L.log}" 2>&1 < /dev/null
 code=$?
 printf '%s\\n' "$code" > "$dir/${L.exitCode}.tmp" && mv -f "$dir/${L.exitCode}.tmp" "$dir/${L.exitCode}"
-`;
+${opts.notifyDir ? `for f in ${quoteShellWord(opts.notifyDir)}/*.fifo; do [ -p "$f" ] && printf 'exit %s\\n' "$dir" 1<>"$f"; done 2>/dev/null
+` : ''}`;
 }

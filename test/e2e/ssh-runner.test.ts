@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { InstanceUnreachableError, SubmissionClosedError, type JobFiles, type JobRef } from '../../src/backends/backend';
 import {
@@ -78,8 +79,11 @@ describe('SshRunner', () => {
 
   afterEach(async () => {
     await closeAllSshSessions();
-    // After every test: no job process left on any host.
-    for (const name of Object.keys(hosts.hosts)) expect(await hosts.jobProcesses(name), `processes left on ${name}`).toEqual([]);
+    // After every test: no job process left on any host. The control shells of the connections just
+    // closed end as soon as their sshd has seen the close: a moment.
+    for (const name of Object.keys(hosts.hosts)) {
+      await expect.poll(() => hosts.jobProcesses(name), { message: `processes left on ${name}`, timeout: 3_000 }).toEqual([]);
+    }
   });
 
   afterAll(async () => {
@@ -118,6 +122,41 @@ describe('SshRunner', () => {
     await r.stopJob(job, 5);
     expect(await r.startJob(job, files(r, job, ['echo second start']))).toEqual({ pid });
     expect((await r.readLog(job, 0, 1 << 20)).data).not.toContain('second start');
+  });
+
+  it('learns of a running job\'s end from the host: no command is sent while it runs', async () => {
+    const r = runner('cpu');
+    const job = jobRef('cpu');
+    await r.startJob(job, files(r, job, ['echo waiting', 'while [ ! -e go ]; do sleep 0.05; done', 'exit 7']));
+    await logUntil(r, job, /waiting/);
+    const { pid } = (await r.jobState(job)) as { pid: number };
+    const session = await connectSsh(hosts.target('cpu'), trust);
+    const before = session.commandsSent;
+    for (let i = 0; i < 20; i++) {
+      expect(await r.jobState(job)).toEqual({ state: 'running', pid });
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    expect(session.commandsSent).toBe(before);
+
+    // The host is a namespace on this machine: its files are ours to touch.
+    writeFileSync(`${r.jobDirectory(job)}/work/go`, '');
+    const ended = Date.now();
+    expect(await exitedState(r, job)).toBe(7);
+    expect(Date.now() - ended).toBeLessThan(3_000);
+    // One command: the read that the pushed exit called for.
+    expect(session.commandsSent).toBe(before + 1);
+  });
+
+  it('notices a job whose wrapper was killed (no exit to push) through its pid', async () => {
+    const r = runner('cpu');
+    const job = jobRef('cpu');
+    const { pid } = await r.startJob(job, files(r, job, ['echo waiting', 'sleep 1000']));
+    await logUntil(r, job, /waiting/);
+    expect(await r.jobState(job)).toEqual({ state: 'running', pid });
+    process.kill(-pid, 'SIGKILL');
+    const killed = Date.now();
+    expect(await exitedState(r, job)).toBe(137);
+    expect(Date.now() - killed).toBeLessThan(3_000);
   });
 
   it('kills a job that ignores SIGTERM once the grace period is over', async () => {

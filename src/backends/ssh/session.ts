@@ -1,17 +1,12 @@
 import type { Client, ClientChannel, SFTPWrapper } from 'ssh2';
+import { Slots } from '../../concurrency/slots';
+import { CONTROL_SHELL_COMMAND, ControlShell, type CommandResult } from './control-shell';
 import { SshConnectionLostError, SshError, SshTimeoutError } from './errors';
 import type { VerifiedHostKey } from './host-key-trust';
-import { bashCommandLine } from './shell-quote';
 import type { SshTarget } from './target';
 import type { SshTimeouts } from './timeouts';
 
-export interface CommandResult {
-  stdout: string;
-  stderr: string;
-  /** null when the command ended without an exit status (then `signal` names the signal, e.g. SIGKILL). */
-  exitCode: number | null;
-  signal: string | null;
-}
+export type { CommandResult } from './control-shell';
 
 export interface ExecOptions {
   /** Deadline for this command; the session's `commandMs` when omitted. */
@@ -25,26 +20,13 @@ export interface ExecOptions {
  */
 export const MAX_SESSION_CHANNELS = 8;
 
-/** Exit status of each exec channel, recorded as soon as the channel exists. */
-const exitStatus = new WeakMap<ClientChannel, { code: number | null; signal: string | null }>();
+/**
+ * Control shells per connection (each holds a channel for as long as the connection lives): the
+ * commands of a host run in these, up to this many at once, and only opening one pays the login
+ * shell's rc files.
+ */
+export const MAX_CONTROL_SHELLS = 4;
 
-class Slots {
-  private used = 0;
-  private readonly waiting: Array<() => void> = [];
-  constructor(private readonly size: number) {}
-  acquire(): Promise<void> {
-    if (this.used < this.size) {
-      this.used += 1;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => this.waiting.push(resolve));
-  }
-  release(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.used -= 1;
-  }
-}
 
 type Settle = { settled: () => boolean; onSettle: (fn: () => void) => void };
 
@@ -60,6 +42,12 @@ export class SshSession {
   private sftpChannel: Promise<SFTPWrapper> | null = null;
   private active = 0;
   private idleTimer: NodeJS.Timeout | null = null;
+  private readonly idleShells: ControlShell[] = [];
+  /** Control shells open, in use or being opened. */
+  private shellCount = 0;
+  private readonly shellWaiters: Array<{ resolve: (shell: ControlShell) => void; reject: (err: unknown) => void }> = [];
+  /** Commands sent to the host so far (what a bench or a test counts). */
+  commandsSent = 0;
 
   constructor(
     readonly target: SshTarget,
@@ -112,15 +100,7 @@ export class SshSession {
     for (let attempt = 1; ; attempt++) {
       try {
         return await new Promise<ClientChannel>((resolve, reject) =>
-          this.client.exec(command, (err, channel) => {
-            if (err) return reject(err);
-            // A fast command's exit status can arrive in the same packet batch as the channel's
-            // confirmation: record it now, before any listener added after a microtask would miss it.
-            channel.once('exit', (code: number | null, sig?: string) => {
-              exitStatus.set(channel, { code: typeof code === 'number' ? code : null, signal: sig ?? null });
-            });
-            resolve(channel);
-          }),
+          this.client.exec(command, (err, channel) => (err ? reject(err) : resolve(channel))),
         );
       } catch (err) {
         const refused = typeof (err as { reason?: unknown }).reason === 'number';
@@ -130,43 +110,69 @@ export class SshSession {
     }
   }
 
-  /** Runs a bash script (bash --noprofile --norc -c) and collects its output, whatever the exit code. */
+  /**
+   * Runs a bash script (bash --noprofile --norc -c) in one of the connection's control shells and
+   * collects its output, whatever the exit code. At its deadline the script's process group is
+   * killed on the host (exit code 137).
+   */
   exec(script: string, options: ExecOptions = {}): Promise<CommandResult> {
     const timeoutMs = options.timeoutMs ?? this.timeouts.commandMs;
-    return this.guarded('command', timeoutMs, `bash -c ${firstLine(script)}`, async ({ settled, onSettle }) => {
-      await this.slots.acquire();
+    return this.guarded('command', timeoutMs, `bash -c ${firstLine(script)}`, async ({ settled }) => {
+      const shell = await this.takeShell();
       try {
-        const stream = await this.openExecChannel(bashCommandLine(script, timeoutMs));
-        if (settled()) {
-          stream.close();
-          throw new SshError(this.host, 'command abandoned');
-        }
-        onSettle(() => stream.close());
-        return await new Promise<CommandResult>((resolve) => {
-          const out: Buffer[] = [];
-          const err: Buffer[] = [];
-          let exitCode: number | null = null;
-          let signal: string | null = null;
-          stream.on('data', (chunk: Buffer) => out.push(chunk));
-          stream.stderr.on('data', (chunk: Buffer) => err.push(chunk));
-          stream.on('close', () => {
-            const status = exitStatus.get(stream);
-            if (status) {
-              exitCode = status.code;
-              signal = status.signal;
-            }
-            resolve({ stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), exitCode, signal });
-          });
-          stream.end(options.stdin ?? undefined);
-        });
+        if (settled()) throw new SshError(this.host, 'command abandoned');
+        this.commandsSent += 1;
+        return await shell.run(script, timeoutMs, options.stdin);
       } finally {
-        this.slots.release();
+        this.giveBackShell(shell);
       }
-    }).then((result) => {
-      // A channel closed without exit status because the connection died is not a command result.
-      if (result.exitCode === null && result.signal === null && this.lostError) throw this.lostError;
-      return result;
     });
+  }
+
+  /** An idle control shell, a new one while there are fewer than MAX_CONTROL_SHELLS, or the next one given back. */
+  private async takeShell(): Promise<ControlShell> {
+    for (let shell = this.idleShells.pop(); shell; shell = this.idleShells.pop()) {
+      if (!shell.ended) return shell;
+      this.shellCount -= 1;
+    }
+    if (this.shellCount >= MAX_CONTROL_SHELLS) {
+      return new Promise((resolve, reject) => this.shellWaiters.push({ resolve, reject }));
+    }
+    this.shellCount += 1;
+    try {
+      return await this.openControlShell();
+    } catch (err) {
+      this.shellCount -= 1;
+      throw err;
+    }
+  }
+
+  private giveBackShell(shell: ControlShell): void {
+    if (shell.ended) {
+      this.shellCount -= 1;
+      const waiter = this.shellWaiters.shift();
+      if (waiter) this.takeShell().then(waiter.resolve, waiter.reject);
+      return;
+    }
+    const waiter = this.shellWaiters.shift();
+    if (waiter) waiter.resolve(shell);
+    else this.idleShells.push(shell);
+  }
+
+  /** A control shell holds one of the connection's channel slots until it ends. */
+  private async openControlShell(): Promise<ControlShell> {
+    await this.slots.acquire();
+    let channel: ClientChannel;
+    try {
+      channel = await this.openExecChannel(CONTROL_SHELL_COMMAND);
+    } catch (err) {
+      this.slots.release();
+      throw err;
+    }
+    channel.once('close', () => this.slots.release());
+    const shell = new ControlShell(channel, this.host);
+    await shell.ready(this.timeouts.commandMs);
+    return shell;
   }
 
   /** One SFTP operation (the SFTP channel is opened once and shared), bounded like a command. */
@@ -174,6 +180,35 @@ export class SshSession {
     return this.guarded('transfer', timeoutMs ?? this.timeouts.commandMs, what, async () => {
       const sftp = await this.openSftp();
       return operation(sftp);
+    });
+  }
+
+  /**
+   * A channel that stays open until closed (a job watcher): it holds a channel slot and keeps the
+   * connection from closing when idle, for as long as it is open.
+   */
+  openLongLived(command: string, timeoutMs: number): Promise<ClientChannel> {
+    return this.guarded('command', timeoutMs, firstLine(command), async ({ settled }) => {
+      await this.slots.acquire();
+      let channel: ClientChannel;
+      try {
+        channel = await this.openExecChannel(command);
+      } catch (err) {
+        this.slots.release();
+        throw err;
+      }
+      this.active += 1;
+      this.cancelIdleClose();
+      channel.once('close', () => {
+        this.slots.release();
+        this.active -= 1;
+        this.scheduleIdleClose();
+      });
+      if (settled()) {
+        channel.close();
+        throw new SshError(this.host, 'channel abandoned');
+      }
+      return channel;
     });
   }
 

@@ -18,6 +18,7 @@ import { nodeSshPort } from './node-ssh-port';
 import { connectSsh } from './connect';
 import { isHostUnreachable, SshCommandError, SshError } from './errors';
 import type { HostKeyTrust } from './host-key-trust';
+import { JobWatch } from './job-watch';
 import { checkBaseDir, containerName, jobDirectory, runDirectory } from './job-paths';
 import {
   CLAIM_WAIT_SECONDS,
@@ -39,7 +40,7 @@ import {
 import type { CommandResult, SshSession } from './session';
 import { shQuote } from './shell-quote';
 import { describeTarget, type SshTarget } from './target';
-import type { SshTimeouts } from './timeouts';
+import { resolveTimeouts, type SshTimeouts } from './timeouts';
 
 export interface SshRunnerOptions {
   trust: HostKeyTrust;
@@ -76,6 +77,8 @@ export class JobStopFailedError extends SshError {
 export class SshRunner {
   readonly baseDir: string;
   private readonly host: string;
+  /** Exits pushed from the host: a running job costs no command on it (src/backends/ssh/job-watch.ts). */
+  private readonly watch: JobWatch;
 
   constructor(
     readonly target: SshTarget,
@@ -83,6 +86,12 @@ export class SshRunner {
   ) {
     this.baseDir = checkBaseDir(options.baseDir);
     this.host = describeTarget(target);
+    this.watch = new JobWatch(this.watchersDirectory(), () => this.session(), resolveTimeouts(options.timeouts).commandMs);
+  }
+
+  /** Where the job watchers' FIFOs are (a name no run directory can have: those never start with a dot). */
+  watchersDirectory(): string {
+    return `${this.baseDir}/.watchers`;
   }
 
   jobDirectory(job: Pick<JobRef, 'run_id' | 'submission' | 'job_name'>): string {
@@ -155,7 +164,7 @@ export class SshRunner {
     const uploads: Array<[string, string, number]> = [
       [L.env, renderEnvFile(files.env), 0o600],
       [L.hostfile, files.hostfile, 0o644],
-      [L.wrapper, renderJobWrapper(ssh.length > 0 ? { entry: `${SshLayout.dir}/${SshLayout.run}` } : {}), 0o755],
+      [L.wrapper, renderJobWrapper({ notifyDir: this.watchersDirectory(), ...(ssh.length > 0 ? { entry: `${SshLayout.dir}/${SshLayout.run}` } : {}) }), 0o755],
       [INSTANCE_FILE, `${job.instance.instance_id}\n`, 0o644],
       ...ssh,
     ];
@@ -189,17 +198,33 @@ export class SshRunner {
     throw new SshCommandError(this.host, `start ${job.job_name}`, 0, `no process recorded in ${dir} after ${CLAIM_WAIT_SECONDS}s ${rest.join(' ')}`);
   }
 
+  /**
+   * While the host's job watcher vouches that the job runs, answered here without a command on the
+   * host; else (first check, an exit or a lost process reported, the watcher gone) read on the host.
+   */
   async jobState(job: JobRef): Promise<JobProcessState> {
-    return this.reachable(async (session) => {
-      const [state, pid, code] = await this.script(session, 'read the job state', jobStateScript(this.jobDirectory(job)));
-      if (state === 'running') return { state: 'running', pid: Number(pid) };
-      if (state === 'exited') return { state: 'exited', pid: Number(pid), exit_code: Number(code) };
-      return { state: 'absent' };
-    });
+    const dir = this.jobDirectory(job);
+    const watchedPid = this.watch.runningPid(dir);
+    if (watchedPid !== null) return { state: 'running', pid: watchedPid };
+    const since = this.watch.begin(dir);
+    try {
+      const state = await this.reachable(async (session): Promise<JobProcessState> => {
+        const [found, pid, code] = await this.script(session, 'read the job state', jobStateScript(dir));
+        if (found === 'running') return { state: 'running', pid: Number(pid) };
+        if (found === 'exited') return { state: 'exited', pid: Number(pid), exit_code: Number(code) };
+        return { state: 'absent' };
+      });
+      if (state.state === 'running') await this.watch.watchRunning(dir, state.pid, since);
+      else this.watch.forget(dir);
+      return state;
+    } finally {
+      this.watch.end(dir);
+    }
   }
 
   /** SIGTERM to the job's processes (group, session, and any carrying its marker), SIGKILL after the grace period. */
   async stopJob(job: JobRef, graceSeconds: number): Promise<void> {
+    this.watch.forget(this.jobDirectory(job));
     await this.reachable(async (session) => {
       const result = await this.script(
         session,
@@ -254,6 +279,7 @@ export class SshRunner {
    * logs and exit codes; runs released on this host more than `retentionDays` ago go. Idempotent.
    */
   async cleanupRun(runId: string, retentionDays = LOG_RETENTION_DAYS): Promise<void> {
+    this.watch.forget(runDirectory(this.baseDir, runId));
     await this.reachable(async (session) => {
       const script = cleanupRunScript(runDirectory(this.baseDir, runId), retentionDays);
       const result = await this.script(session, 'clean up the run', script, 60_000);

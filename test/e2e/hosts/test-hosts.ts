@@ -5,6 +5,8 @@ import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SshTarget } from '../../../src/backends/ssh/target';
+import { CONTROL_SHELL_COMMAND } from '../../../src/backends/ssh/control-shell';
+import { WATCHER_READY_MARK } from '../../../src/backends/ssh/job-watch';
 import { run, runSync } from './command';
 import { fakeDocker } from './fake-docker';
 import { fakeAmdSmi, fakeNvidiaSmi, fakeRocmSmi, type FakeGpus } from './fake-gpu-tools';
@@ -75,7 +77,7 @@ export interface TestHosts {
   thawHost(name: string): Promise<void>;
   /** Restarts the host's sshd with a freshly generated host key. */
   changeHostKey(name: string): Promise<void>;
-  /** Processes running in the host's namespace, sshd itself and zombies left out. */
+  /** Processes running in the host's namespace; sshd itself, Troupe's control shells and zombies left out. */
   jobProcesses(name: string): Promise<JobProcess[]>;
   /** Arguments of every `docker run` on a host with the fake docker, oldest first. */
   dockerRuns(name: string): Promise<string[][]>;
@@ -464,7 +466,7 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
         }
         const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
         const procState = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
-        if (comm === 'sshd' || procState === 'Z') continue;
+        if (comm === 'sshd' || procState === 'Z' || isControlShell(stat, cmdline)) continue;
         out.push({ pid, command: cmdline || `[${comm}]` });
       }
       return out;
@@ -485,4 +487,22 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
     },
   };
   return api;
+}
+
+/**
+ * A control shell of Troupe's connection (src/backends/ssh/control-shell.ts) or its job watcher
+ * (job-watch.ts): a bash an exec request started, child of the session's sshd. Not a job's
+ * process: each ends with its channel.
+ */
+function isControlShell(stat: string, cmdline: string): boolean {
+  const controlShell = cmdline === CONTROL_SHELL_COMMAND.replace(/^exec /, '');
+  const watcher = cmdline.startsWith('bash --noprofile --norc -c ') && cmdline.includes(WATCHER_READY_MARK);
+  if (!controlShell && !watcher) return false;
+  const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  try {
+    const parentStat = readFileSync(`/proc/${parent}/stat`, 'utf8');
+    return parentStat.slice(parentStat.indexOf('(') + 1, parentStat.lastIndexOf(')')) === 'sshd';
+  } catch {
+    return false;
+  }
 }
