@@ -14,7 +14,8 @@ function isPayloadJson(node: Json): node is { metadata?: Record<string, string>;
   return node !== null && typeof node === 'object' && 'metadata' in node && typeof (node as { data?: unknown }).data === 'string';
 }
 
-async function showPayloads(node: Json, codec: PayloadCodec | null): Promise<Json> {
+/** Proto-JSON (a history export, `temporal workflow show -o json`) with each payload's data as text. */
+export async function showPayloads(node: Json, codec: PayloadCodec | null): Promise<Json> {
   if (Array.isArray(node)) return await Promise.all(node.map((n) => showPayloads(n, codec)));
   if (node === null || typeof node !== 'object') return node;
   if (isPayloadJson(node)) {
