@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import type { Payload, PayloadCodec } from '@temporalio/common';
-import { temporal } from '@temporalio/proto';
+import proto from '@temporalio/proto';
 import type { CodecKeyring } from './codec-keys';
 
 /**
@@ -13,6 +13,8 @@ import type { CodecKeyring } from './codec-keys';
 export const ENCRYPTED_ENCODING = 'binary/encrypted';
 export const KEY_ID_METADATA = 'encryption-key-id';
 
+// The package is CommonJS: Node's ESM loader gives it as a default export only.
+const { Payload: PayloadMessage } = proto.temporal.api.common.v1;
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
 const utf8 = (text: string): Uint8Array => Buffer.from(text, 'utf8');
@@ -38,7 +40,7 @@ export class EncryptionCodec implements PayloadCodec {
     const cipher = createCipheriv('aes-256-gcm', key, iv);
     // The key id is bound to the ciphertext, so a payload cannot be relabelled with another key's id.
     cipher.setAAD(utf8(id));
-    const plain = temporal.api.common.v1.Payload.encode(payload).finish();
+    const plain = PayloadMessage.encode(payload).finish();
     const body = Buffer.concat([iv, cipher.update(plain), cipher.final(), cipher.getAuthTag()]);
     return { metadata: { encoding: utf8(ENCRYPTED_ENCODING), [KEY_ID_METADATA]: utf8(id) }, data: body };
   }
@@ -65,7 +67,7 @@ export class EncryptionCodec implements PayloadCodec {
     } catch {
       throw new UnknownCodecKeyError(`payload encrypted with codec key "${id}" does not open with that key (altered or corrupt)`);
     }
-    const decoded = temporal.api.common.v1.Payload.decode(plain);
+    const decoded = PayloadMessage.decode(plain);
     return { metadata: decoded.metadata, data: decoded.data };
   }
 }
