@@ -21,7 +21,7 @@ RUN apt-get update \
 # files a fleet names (identity_file: ~/.ssh/id_ed25519) and the known_hosts of its hosts.
 RUN groupadd --system --gid 10001 troupe \
  && useradd --system --uid 10001 --gid troupe --home-dir /home/troupe --create-home --shell /usr/sbin/nologin troupe \
- && install -d -o troupe -g troupe -m 0700 /var/lib/troupe /home/troupe/.ssh
+ && install -d -o troupe -g troupe -m 0700 /var/lib/troupe /var/lib/troupe-keys /home/troupe/.ssh
 
 WORKDIR /app
 # The default state dir would be inside /app, which the worker may not write.

@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
+import { troupeDataConverter } from '../src/codec/data-converter';
 import { defaultDevServerOptions, startDevServer, stopDevServer, type DevServerOptions } from '../src/devserver/dev-server';
 import { runWorkflowId } from '../workflows/ids';
 import { runStateQuery, stopRunSignal } from '../workflows/messages';
@@ -336,7 +337,7 @@ async function main(): Promise<void> {
     temporalAddress = (await startDevServer(devServer)).address;
   }
   const connection = await Connection.connect({ address: temporalAddress });
-  const client = new Client({ connection });
+  const client = new Client({ connection, dataConverter: troupeDataConverter() });
   const mode = process.getuid?.() === 0 ? 'local fleet with network namespaces' : 'local fleet on loopback addresses';
   console.log(`crash test: ${KILLS} kills, seed ${SEED}, ${mode}, files in ${workDir}`);
 

@@ -12,6 +12,7 @@
 import { fileURLToPath } from 'node:url';
 import { NativeConnection, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { quietBundler } from '../src/worker/create-worker';
+import { failureConverterPath, troupeDataConverter } from '../src/codec/data-converter';
 import { fmt, median, percentile } from './harness/stats';
 import { startBenchTemporal } from './harness/temporal-env';
 
@@ -20,11 +21,12 @@ const env = await startBenchTemporal('hops');
 console.log(`hop-latency: Temporal: ${env.kind}`);
 const { code } = await bundleWorkflowCode({
   workflowsPath: fileURLToPath(new URL('./harness/hop-workflows.ts', import.meta.url)),
+  failureConverterPath,
   logger: quietBundler,
 });
 const taskQueue = `bench-hops-${process.pid}`;
 const connection = await NativeConnection.connect({ address: env.address });
-const worker = await Worker.create({ connection, taskQueue, workflowBundle: { code }, activities: { noop: async () => undefined } });
+const worker = await Worker.create({ connection, taskQueue, workflowBundle: { code }, dataConverter: troupeDataConverter(), activities: { noop: async () => undefined } });
 const running = worker.run();
 
 const steps = (stamps: number[], per: number) => stamps.slice(1).map((t, i) => (t - (stamps[i] ?? t)) / per);

@@ -15,6 +15,7 @@ import { LocalBackend } from '../src/backends/local/local-backend';
 import { SimulatedBackend } from '../src/backends/simulated/simulated-backend';
 import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 import { createTroupeWorker } from '../src/worker/create-worker';
+import { failureConverterPath } from '../src/codec/data-converter';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import { runStateQuery, stopRunSignal, type RunInputArg } from '../workflows/messages';
 import { makePlan } from '../test/helpers/plans';
@@ -36,6 +37,8 @@ const worker = await createTroupeWorker({
   connection: workerConnection,
   namespace: 'default',
   taskQueue,
+  // Without the payload codec: the saved histories replay in CI with no key.
+  dataConverter: { failureConverterPath },
   backends: {
     simulated: new SimulatedBackend({ groupProvisioning: true }),
     'simulated-one-by-one': new SimulatedBackend({ groupProvisioning: false }),

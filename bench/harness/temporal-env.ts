@@ -6,6 +6,7 @@ import { DefaultLogger, NativeConnection, Runtime, Worker, bundleWorkflowCode, t
 import { createActivities, type BackendRegistry } from '../../activities';
 import { defaultDevServerOptions, startDevServer, stopDevServer } from '../../src/devserver/dev-server';
 import { quietBundler, workflowsPath } from '../../src/worker/create-worker';
+import { failureConverterPath, troupeDataConverter } from '../../src/codec/data-converter';
 import { freePort } from '../../test/helpers/free-port';
 import { childrenOf, cpuSeconds, reapedChildrenCpuSeconds } from './cpu';
 
@@ -67,7 +68,7 @@ export async function startBenchTemporal(label: string): Promise<BenchTemporal> 
     address: server.address,
     kind: 'dev server',
     serverCpuSeconds: () => cpuSeconds(server.pid),
-    client: new Client({ connection }),
+    client: new Client({ connection, dataConverter: troupeDataConverter() }),
     bundleCode: code,
     bundlePath,
     stateDir,
@@ -85,7 +86,7 @@ export async function startBenchTemporal(label: string): Promise<BenchTemporal> 
 async function connectAndBundle(address: string, stateDir: string) {
   // The benches read whole histories: a page of a 4,096-node run's is larger than gRPC's default 4 MB.
   const connection = await Connection.connect({ address, channelArgs: { 'grpc.max_receive_message_length': 64 * 1024 * 1024 } });
-  const { code } = await bundleWorkflowCode({ workflowsPath, logger: quietBundler });
+  const { code } = await bundleWorkflowCode({ workflowsPath, failureConverterPath, logger: quietBundler });
   const bundlePath = join(stateDir, 'workflow-bundle.js');
   writeFileSync(bundlePath, code);
   return { connection, code, bundlePath };
@@ -115,7 +116,7 @@ async function connectBenchTemporal(address: string, stateDir: string): Promise<
     kind: `deployment at ${address}`,
     // PostgreSQL starts a backend per connection: its children are read again each time.
     serverCpuSeconds: () => (deployDir ? deploymentCpuSeconds(deployDir) : Number.NaN),
-    client: new Client({ connection }),
+    client: new Client({ connection, dataConverter: troupeDataConverter() }),
     bundleCode: code,
     bundlePath,
     stateDir,
@@ -138,6 +139,7 @@ export async function startInProcessWorker(env: BenchTemporal, taskQueue: string
     connection,
     taskQueue,
     workflowBundle: { code: env.bundleCode },
+    dataConverter: troupeDataConverter(),
     activities: createActivities(backends),
     ...extra,
   });

@@ -5,6 +5,7 @@
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
 import { DEFAULT_MAX_ACTIVITIES } from '../../src/worker/create-worker';
+import { troupeDataConverter } from '../../src/codec/data-converter';
 import { SimulatedBackend } from '../../src/backends/simulated/simulated-backend';
 import { SharedSimulatedBackend } from './shared-simulated-backend';
 import { quietRuntime } from './temporal-env';
@@ -23,6 +24,7 @@ const worker = await Worker.create({
   connection,
   taskQueue: config.task_queue,
   workflowBundle: { codePath: config.bundle_path },
+  dataConverter: troupeDataConverter(),
   activities: createActivities(backends),
   maxConcurrentActivityTaskExecutions: config.max_concurrent_activities ?? DEFAULT_MAX_ACTIVITIES,
 });

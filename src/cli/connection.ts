@@ -4,6 +4,7 @@ import type { NativeConnection } from '@temporalio/worker';
 import { TroupeClient } from '../client';
 import { DEFAULT_TASK_QUEUE } from '../../workflows/ids';
 import { CliError } from './command';
+import { troupeDataConverter } from '../codec/data-converter';
 
 /**
  * Where the Temporal service is and how to reach it: flags first, then the environment (the
@@ -128,8 +129,10 @@ function unreachable(settings: ConnectionSettings, err: unknown): CliError {
 /** A Troupe client over a connection of its own (close it with `close()`). */
 export async function connectClient(settings: ConnectionSettings): Promise<TroupeClient> {
   const tls = tlsConfig(settings);
+  const dataConverter = troupeDataConverter();
   try {
     return await TroupeClient.connect({
+      dataConverter,
       address: settings.address,
       namespace: settings.namespace,
       taskQueue: settings.taskQueue,

@@ -14,6 +14,7 @@ const commands: Record<string, () => Promise<{ command: Command }>> = {
   worker: () => import('./commands/worker'),
   setup: () => import('./commands/setup'),
   fleet: () => import('./commands/fleet'),
+  'codec-server': () => import('./commands/codec-server'),
 };
 
 function usage(): string {

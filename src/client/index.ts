@@ -1,6 +1,8 @@
 /** The Troupe client SDK: submit runs, read their state and logs, stop them, from your own code. */
 export { TroupeClient } from './troupe-client';
-export type { ListOptions, RunSummary, SubmitRequest, TroupeClientOptions } from './troupe-client';
+export type { ConnectDataConverter, ListOptions, RunSummary, SubmitRequest, TroupeClientOptions } from './troupe-client';
+export { troupeDataConverter, failureConverterPath } from '../codec/data-converter';
+export { loadCodecKeyring, codecKeyFile, CodecKeyError } from '../codec/codec-keys';
 export { RunHandle } from './run-handle';
 export type { JobLogChunk, ReadLogOptions, StreamLogsOptions, WatchOptions } from './run-handle';
 export {

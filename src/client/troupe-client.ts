@@ -24,6 +24,8 @@ import {
   TroupeSearchAttributes,
 } from './search-attributes';
 import { assertWorkersPolling } from './worker-presence';
+import type { DataConverter } from '@temporalio/common';
+import { troupeDataConverter } from '../codec/data-converter';
 
 export interface TroupeClientOptions {
   /** Task queue the Troupe workers poll. Default `troupe`. */
@@ -34,6 +36,14 @@ export interface TroupeClientOptions {
   address?: string;
   /** How long a run's state query may take. Default 10 s. */
   queryTimeoutMs?: number;
+}
+
+export interface ConnectDataConverter {
+  /**
+   * Default: troupeDataConverter(), the payload codec with the key file TROUPE_CODEC_KEY_FILE
+   * (the workers' key). A client built around your own `Client` must pass that converter to it.
+   */
+  dataConverter?: DataConverter;
 }
 
 export interface SubmitRequest {
@@ -115,10 +125,12 @@ export class TroupeClient {
   }
 
   /** Connects to Temporal and returns a client that owns the connection (close it with `close()`). */
-  static async connect(options: ConnectionOptions & TroupeClientOptions = {}): Promise<TroupeClient> {
-    const { taskQueue, namespace, queryTimeoutMs, ...connectionOptions } = options;
+  static async connect(options: ConnectionOptions & TroupeClientOptions & ConnectDataConverter = {}): Promise<TroupeClient> {
+    const { taskQueue, namespace, queryTimeoutMs, dataConverter, ...connectionOptions } = options;
+    // Before connecting: a bad key file is the user's to fix, not an unreachable service.
+    const converter = dataConverter ?? troupeDataConverter();
     const connection = await Connection.connect(connectionOptions);
-    const temporal = new Client({ connection, namespace: namespace ?? 'default' });
+    const temporal = new Client({ connection, namespace: namespace ?? 'default', dataConverter: converter });
     const troupe = new TroupeClient(temporal, {
       address: connectionOptions.address ?? '127.0.0.1:7233',
       ...(taskQueue !== undefined ? { taskQueue } : {}),

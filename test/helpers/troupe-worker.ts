@@ -1,13 +1,14 @@
 import { bundleWorkflowCode, type WorkflowBundle } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
 import { quietBundler, workflowsPath } from '../../src/worker/create-worker';
+import { failureConverterPath } from '../../src/codec/data-converter';
 import { startWorker, uniqueTaskQueue } from './temporal';
 
 let bundle: Promise<WorkflowBundle> | null = null;
 
 /** Troupe's workflows, bundled once per test file. */
 export function troupeWorkflowBundle(): Promise<WorkflowBundle> {
-  bundle ??= bundleWorkflowCode({ workflowsPath, logger: quietBundler });
+  bundle ??= bundleWorkflowCode({ workflowsPath, failureConverterPath, logger: quietBundler });
   return bundle;
 }
 

@@ -30,7 +30,7 @@ function freshUserName(): string {
 }
 
 describe('hiddenDirectories', () => {
-  it('hides the state directory, the key directory and the outermost closed ancestor, none inside another', async () => {
+  it('hides the state directory, the key directories and the outermost closed ancestor, none inside another', async () => {
     const closed = join(scratch, 'closed');
     const state = join(closed, 'state');
     const job = join(state, 'runs', 'r', '0', 'job');
@@ -40,15 +40,20 @@ describe('hiddenDirectories', () => {
     writeFileSync(join(keys, 'secret.key'), 'k', { mode: 0o600 });
     chmodSync(scratch, 0o755);
     chmodSync(closed, 0o700);
-    expect(await hiddenDirectories(job, state, join(keys, 'secret.key'))).toEqual([keys, closed]);
+    expect(await hiddenDirectories(job, state, [join(keys, 'secret.key')])).toEqual([keys, closed]);
     // Traversable all the way: the state directory itself; a key inside it adds nothing; no key file, nothing for it.
     chmodSync(closed, 0o755);
-    expect(await hiddenDirectories(job, state, join(state, 'secret.key'))).toEqual([state]);
-    expect(await hiddenDirectories(job, state, join(scratch, 'missing', 'secret.key'))).toEqual([state]);
+    expect(await hiddenDirectories(job, state, [join(state, 'secret.key')])).toEqual([state]);
+    expect(await hiddenDirectories(job, state, [join(scratch, 'missing', 'secret.key')])).toEqual([state]);
     // The key beside the state directory (`.troupe/secret.key` and `.troupe/state`): its directory covers both.
-    expect(await hiddenDirectories(job, state, join(closed, 'secret.key'))).toEqual([state]);
+    expect(await hiddenDirectories(job, state, [join(closed, 'secret.key')])).toEqual([state]);
     writeFileSync(join(closed, 'secret.key'), 'k', { mode: 0o600 });
-    expect(await hiddenDirectories(job, state, join(closed, 'secret.key'))).toEqual([closed]);
+    expect(await hiddenDirectories(job, state, [join(closed, 'secret.key')])).toEqual([closed]);
+    // A codec key file elsewhere (TROUPE_CODEC_KEY_FILE): its directory is hidden as well.
+    const codecKeys = join(scratch, 'codec');
+    mkdirSync(codecKeys);
+    writeFileSync(join(codecKeys, 'codec.keys'), 'k', { mode: 0o600 });
+    expect(await hiddenDirectories(job, state, [join(closed, 'secret.key'), join(codecKeys, 'codec.keys')])).toEqual([codecKeys, closed]);
   });
 });
 
@@ -127,7 +132,7 @@ describe.skipIf(!root)('renderIsolatedLaunch in real namespaces (as root)', () =
     writeFileSync(join(job, L.launchScript), renderLaunchScript({ commands, workingDir: null, image: null }), { mode: 0o750 });
     chownSync(join(job, L.launchScript), 0, user.gid);
     const tools = isolationTools();
-    const hide = await hiddenDirectories(job, state, null);
+    const hide = await hiddenDirectories(job, state, []);
     writeFileSync(join(job, L.isolatedLaunch), renderIsolatedLaunch({ jobDir: job, hide, user, ownNetwork: false, tools }), { mode: 0o700 });
     const r = spawnSync(tools.unshare, ['--mount', '--pid', '--fork', 'bash', join(job, L.isolatedLaunch)], { encoding: 'utf8', env: { PATH: '/usr/bin:/bin' } });
     expect(r.status).toBe(0);

@@ -102,7 +102,7 @@ describe('troupe setup', () => {
 
   it('registers the attributes in a fresh namespace (TEMPORAL_NAMESPACE), then leaves them as they are', async () => {
     const namespace = await freshNamespace('troupe-setup');
-    const scoped = new Client({ connection: client.connection, namespace });
+    const scoped = new Client({ connection: client.connection, namespace, dataConverter: client.options.dataConverter });
     expect(await refusal(scoped.workflow.count('TroupeRunStatus="RUNNING"'))).toMatch(/TroupeRunStatus/);
 
     const first = await troupeSetup([], { TEMPORAL_NAMESPACE: namespace });

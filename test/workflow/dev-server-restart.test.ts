@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
+import { troupeDataConverter } from '../../src/codec/data-converter';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defaultDevServerOptions, runningDevServer, startDevServer, stopDevServer, type DevServerOptions } from '../../src/devserver/dev-server';
 import { runWorkflowId } from '../../workflows/ids';
@@ -34,7 +35,7 @@ beforeAll(async () => {
   opts = defaultDevServerOptions({ stateDir, port: await freePort(), uiPort: await freePort(), dbFile: join(stateDir, 'temporal.db') });
   const server = await startDevServer(opts);
   connection = await Connection.connect({ address: server.address });
-  client = new Client({ connection });
+  client = new Client({ connection, dataConverter: troupeDataConverter() });
 });
 
 afterAll(async () => {

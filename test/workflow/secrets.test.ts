@@ -2,8 +2,10 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { describe, expect, it } from 'vitest';
+import { loadCodecKeyring } from '../../src/codec/codec-keys';
+import { EncryptionCodec } from '../../src/codec/payload-codec';
+import { historiesText } from '../helpers/history-text';
 import { makeLocalFleet, makeSharedDir } from '../helpers/local-fleet';
 import { useLocalTroupe } from '../helpers/local-troupe';
 
@@ -28,26 +30,11 @@ const env = useLocalTroupe(fleet, {
   },
 });
 
-/** Payload data is base64 in a history export: decode every payload so its plain text can be searched. */
-function decodePayloads(node: unknown): unknown {
-  if (Array.isArray(node)) return node.map(decodePayloads);
-  if (node === null || typeof node !== 'object') return node;
-  const entries = Object.entries(node as Record<string, unknown>);
-  const isPayload = 'metadata' in (node as object) && typeof (node as { data?: unknown }).data === 'string';
-  return Object.fromEntries(
-    entries.map(([k, v]) => [k, isPayload && k === 'data' ? Buffer.from(v as string, 'base64').toString('utf8') : decodePayloads(v)]),
-  );
-}
-
-/** Every event of the run and of its group children, payloads decoded, as one text. */
+/** Every event of the run and of its group children, payloads decrypted (what a key holder sees), as one text. */
 async function fullHistory(runWorkflowId: string): Promise<string> {
-  const texts: string[] = [];
-  for await (const info of env.client.workflow.list({ query: `WorkflowId STARTS_WITH "${runWorkflowId}"` })) {
-    const history = await env.client.workflow.getHandle(info.workflowId, info.runId).fetchHistory();
-    texts.push(JSON.stringify(decodePayloads(JSON.parse(historyToJSON(history)))));
-  }
-  expect(texts.length).toBeGreaterThanOrEqual(3);
-  return texts.join('\n');
+  const { workflows, text } = await historiesText(env.client, runWorkflowId, new EncryptionCodec(loadCodecKeyring({ create: false })));
+  expect(workflows).toBeGreaterThanOrEqual(3);
+  return text;
 }
 
 describe('secrets', () => {

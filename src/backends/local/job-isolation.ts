@@ -82,13 +82,15 @@ async function realOrResolved(path: string): Promise<string> {
 
 /**
  * What an isolated job must not see, outermost first, none inside another: the fleet's state
- * directory (every run's files, leases, instance records), the secret key's directory, and the
+ * directory (every run's files, leases, instance records), the directories of the secret and codec keys, and the
  * outermost ancestor of the job's directory that the run's user could not traverse anyway (its
  * directory is bound back at its path, so the job reaches it through the hidden ones).
  */
-export async function hiddenDirectories(jobDir: string, stateDir: string, keyFile: string | null): Promise<string[]> {
+export async function hiddenDirectories(jobDir: string, stateDir: string, keyFiles: ReadonlyArray<string | null>): Promise<string[]> {
   const candidates = [await realOrResolved(stateDir)];
-  if (keyFile && existsSync(keyFile)) candidates.push(dirname(await realOrResolved(keyFile)));
+  for (const keyFile of keyFiles) {
+    if (keyFile && existsSync(keyFile)) candidates.push(dirname(await realOrResolved(keyFile)));
+  }
   const closed = await outermostClosedAncestor(resolve(jobDir));
   if (closed) candidates.push(closed);
   const job = resolve(jobDir);

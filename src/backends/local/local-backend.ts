@@ -22,6 +22,7 @@ import { renderIsolatedLaunch } from '../../runner/isolated-launch';
 import { renderJobWrapper } from '../../runner/job-wrapper';
 import { SshLayout } from '../../runner/inter-node-ssh';
 import { secretKeyFile } from '../../secrets/sealed-env';
+import { codecKeyFile } from '../../codec/codec-keys';
 import { parseSubnet, poolAddresses, subnetContains } from './address-pool';
 import { InstanceStore, type LocalInstanceRecord, type NetworkMode } from './instance-store';
 import {
@@ -78,6 +79,8 @@ export interface LocalBackendOptions {
   isolation?: boolean;
   /** Hidden from isolated jobs with its directory; default: the secret key file of this process (TROUPE_SECRET_KEY_FILE). */
   secretKeyFile?: string | null;
+  /** Hidden the same way; default: the codec key file of this process (TROUPE_CODEC_KEY_FILE). */
+  codecKeyFile?: string | null;
 }
 
 /** The default state directory of the local fleet (TROUPE_LOCAL_STATE_DIR overrides it). */
@@ -302,8 +305,11 @@ export class LocalBackend implements Backend {
       await chown(path, user.uid, user.gid);
       await chmod(path, 0o700);
     }
-    const keyFile = this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile;
-    const hide = await hiddenDirectories(dir, this.options.stateDir, keyFile);
+    const keyFiles = [
+      this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile,
+      this.options.codecKeyFile === undefined ? codecKeyFile() : this.options.codecKeyFile,
+    ];
+    const hide = await hiddenDirectories(dir, this.options.stateDir, keyFiles);
     const launch = renderIsolatedLaunch({ jobDir: dir, hide, user, ownNetwork: record.netns !== null, tools, entry });
     return { launch, unshare: tools.unshare };
   }

@@ -7,6 +7,7 @@ import { isolationNotice } from '../../backends/local/isolation-mode';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
 import { createTroupeWorker, defaultBackends, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
+import { troupeDataConverter } from '../../codec/data-converter';
 import { CliError, type Command } from '../command';
 import { connectionHelp, connectionOptions, connectionSettings, connectWorker, describeConnection } from '../connection';
 import { parseOrUsage, renderUsage } from '../render/usage';
@@ -64,15 +65,17 @@ export const command: Command = async (args) => {
   if (maxActivities !== undefined && (!Number.isInteger(maxActivities) || maxActivities < 10)) {
     throw new CliError(`--max-activities must be a whole number of at least 10 (got "${values['max-activities']}")`, 2);
   }
+  const dataConverter = troupeDataConverter();
   const connection = await connectWorker(settings);
   try {
-    const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue };
+    const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue, dataConverter };
     const backends = chooseBackends(defaultBackends({ stateDir, temporal }), values.backend);
     const worker = await createTroupeWorker({
       connection,
       namespace: settings.namespace,
       taskQueue: settings.taskQueue,
       backends,
+      dataConverter,
       ...(values.identity ? { identity: values.identity } : {}),
       ...(maxActivities !== undefined ? { maxConcurrentActivities: maxActivities } : {}),
     });

@@ -1,0 +1,64 @@
+import { parseArgs } from 'node:util';
+import { codecKeyFile, loadCodecKeyring } from '../../codec/codec-keys';
+import { DEFAULT_CODEC_PORT, startCodecServer } from '../../codec/codec-server';
+import { EncryptionCodec } from '../../codec/payload-codec';
+import { CliError, type Command } from '../command';
+import { parseOrUsage, renderUsage } from '../render/usage';
+
+/** The embedded dev server's Web UI, by both names a browser may use for it. */
+const DEFAULT_CORS_ORIGINS = ['http://127.0.0.1:8233', 'http://localhost:8233'];
+
+const options = {
+  port: { type: 'string' },
+  host: { type: 'string' },
+  'cors-origin': { type: 'string', multiple: true },
+  namespace: { type: 'string', multiple: true },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+const help = renderUsage(
+  'troupe codec-server [--port N] [--cors-origin URL]...',
+  [
+    "Serves Temporal's remote codec endpoint (POST /encode, POST /decode) with this machine's codec",
+    'keys, so the Web UI (and `temporal workflow show --codec-endpoint URL`) show decoded payloads',
+    'to whoever can reach it. Keep it on loopback: it decrypts for anyone who can call it.',
+  ].join('\n'),
+  [
+    ['--port N', `port (default ${DEFAULT_CODEC_PORT})`],
+    ['--host ADDR', 'address to bind (default 127.0.0.1)'],
+    ['--cors-origin URL', `Web UI origin allowed to call it (repeatable; default ${DEFAULT_CORS_ORIGINS.join(' and ')})`],
+    ['--namespace NAME', 'serve only these namespaces (repeatable; default all), by the X-Namespace header'],
+    ['', `keys: TROUPE_CODEC_KEY_FILE (default ${codecKeyFile()})`],
+    ['-h, --help', 'this help'],
+  ],
+);
+
+export const command: Command = async (args) => {
+  const { values } = parseOrUsage(() => parseArgs({ args, options }), help);
+  if (values.help) {
+    process.stdout.write(`${help}\n`);
+    return 0;
+  }
+  const port = values.port === undefined ? DEFAULT_CODEC_PORT : Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a port number (got "${values.port}")`, 2);
+  const corsOrigins = values['cors-origin'] ?? DEFAULT_CORS_ORIGINS;
+  for (const origin of corsOrigins) {
+    if (!/^https?:\/\/[^/\s]+$/.test(origin)) throw new CliError(`--cors-origin must be an origin like http://127.0.0.1:8233, without a path (got "${origin}")`, 2);
+  }
+  // Never creates a key: a new key here could decode nothing the workers wrote.
+  const keyring = loadCodecKeyring({ create: false });
+  const { server, url } = await startCodecServer({
+    codec: new EncryptionCodec(keyring),
+    corsOrigins,
+    namespaces: values.namespace ?? [],
+    host: values.host ?? '127.0.0.1',
+    port,
+  });
+  process.stderr.write(`Codec server on ${url} (codec key ${keyring.current.id}, ${keyring.byId.size} key(s)); CORS for ${corsOrigins.join(', ')}. Ctrl-C stops it.\n`);
+  await new Promise<void>((resolve) => {
+    const stop = () => server.close(() => resolve());
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
+  return 0;
+};

@@ -1,0 +1,142 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Payload, PayloadCodec } from '@temporalio/common';
+import { z } from 'zod';
+
+/**
+ * Temporal's remote codec endpoint over a PayloadCodec, for the Web UI and `temporal --codec-endpoint`:
+ * `POST /encode` and `POST /decode` (also under `/{namespace}/`), JSON bodies
+ * `{"payloads":[{"metadata":{"encoding":"<base64>"},"data":"<base64>"}]}` in and out.
+ * The namespace comes from the `X-Namespace` header (or the path); CORS answers only the
+ * configured origins, so a page of another origin cannot have the browser decode for it.
+ */
+
+/** Where `troupe codec-server` listens by default, and so where the embedded dev server's Web UI looks for it. */
+export const DEFAULT_CODEC_PORT = 8234;
+
+export interface CodecServerOptions {
+  codec: PayloadCodec;
+  /** Browser origins allowed to call (the Web UI's), exactly as the browser sends them. */
+  corsOrigins: readonly string[];
+  /** Namespaces served; empty: every namespace. */
+  namespaces: readonly string[];
+  host: string;
+  port: number;
+}
+
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+const PayloadJsonSchema = z.object({
+  metadata: z.record(z.string(), z.string()).optional(),
+  data: z.string().optional(),
+});
+const BodySchema = z.object({ payloads: z.array(PayloadJsonSchema) });
+type PayloadJson = z.infer<typeof PayloadJsonSchema>;
+
+const base64 = (bytes: Uint8Array): string => Buffer.from(bytes).toString('base64');
+
+export function payloadFromJson(json: PayloadJson): Payload {
+  return {
+    metadata: Object.fromEntries(Object.entries(json.metadata ?? {}).map(([k, v]) => [k, new Uint8Array(Buffer.from(v, 'base64'))])),
+    data: new Uint8Array(Buffer.from(json.data ?? '', 'base64')),
+  };
+}
+
+export function payloadToJson(payload: Payload): PayloadJson {
+  return {
+    metadata: Object.fromEntries(Object.entries(payload.metadata ?? {}).map(([k, v]) => [k, base64(v)])),
+    data: base64(payload.data ?? new Uint8Array()),
+  };
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+async function readBody(req: IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    const buf = chunk as Buffer;
+    size += buf.length;
+    if (size > MAX_BODY_BYTES) throw new HttpError(413, `request body over ${MAX_BODY_BYTES} bytes`);
+    chunks.push(buf);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function route(path: string): { operation: 'encode' | 'decode'; pathNamespace: string | null } | null {
+  const match = /^(?:\/([^/]+))?\/(encode|decode)\/?$/.exec(path);
+  if (!match) return null;
+  return { operation: match[2] as 'encode' | 'decode', pathNamespace: match[1] ? decodeURIComponent(match[1]) : null };
+}
+
+function setCors(req: IncomingMessage, res: ServerResponse, origins: readonly string[]): void {
+  const origin = req.headers.origin;
+  if (origin === undefined || !origins.includes(origin)) return;
+  res.setHeader('Access-Control-Allow-Origin', origin);
+  res.setHeader('Vary', 'Origin');
+  res.setHeader('Access-Control-Allow-Methods', 'POST, OPTIONS');
+  res.setHeader('Access-Control-Allow-Headers', 'Content-Type, X-Namespace, Authorization');
+  res.setHeader('Access-Control-Allow-Credentials', 'true');
+  res.setHeader('Access-Control-Max-Age', '600');
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  res.writeHead(status, { 'Content-Type': 'application/json' });
+  res.end(JSON.stringify(body));
+}
+
+async function handle(opts: CodecServerOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  setCors(req, res, opts.corsOrigins);
+  const target = route(new URL(req.url ?? '/', 'http://codec').pathname);
+  if (!target) throw new HttpError(404, 'not found: the codec server answers POST /encode and POST /decode');
+  if (req.method === 'OPTIONS') {
+    res.writeHead(204);
+    res.end();
+    return;
+  }
+  if (req.method !== 'POST') throw new HttpError(405, `${req.method ?? '?'} not allowed: use POST`);
+  const header = req.headers['x-namespace'];
+  const namespace = (Array.isArray(header) ? header[0] : header) ?? target.pathNamespace ?? 'default';
+  if (opts.namespaces.length > 0 && !opts.namespaces.includes(namespace)) {
+    throw new HttpError(403, `namespace "${namespace}" is not served by this codec server`);
+  }
+  let parsed: z.infer<typeof BodySchema>;
+  try {
+    parsed = BodySchema.parse(JSON.parse(await readBody(req)));
+  } catch (err) {
+    if (err instanceof HttpError) throw err;
+    throw new HttpError(400, 'the body must be JSON {"payloads":[{"metadata":{...base64},"data":"base64"}]}');
+  }
+  const payloads = parsed.payloads.map(payloadFromJson);
+  let out: Payload[];
+  try {
+    out = target.operation === 'encode' ? await opts.codec.encode(payloads) : await opts.codec.decode(payloads);
+  } catch (err) {
+    throw new HttpError(400, err instanceof Error ? err.message : String(err));
+  }
+  send(res, 200, { payloads: out.map(payloadToJson) });
+}
+
+/** Starts listening; resolves once bound (the port is the given one, or the one chosen for 0). */
+export async function startCodecServer(opts: CodecServerOptions): Promise<{ server: Server; url: string }> {
+  const server = createServer((req, res) => {
+    handle(opts, req, res).catch((err: unknown) => {
+      const status = err instanceof HttpError ? err.status : 500;
+      send(res, status, { message: err instanceof Error ? err.message : String(err) });
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port, opts.host, () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
+  return { server, url: `http://${host}:${port}` };
+}
