@@ -1,14 +1,25 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectSsh, HostKeyTrust } from '../../src/backends/ssh';
+import { TroupeClient } from '../../src/client';
+import { FleetClient } from '../../src/fleet/fleet-client';
+import { fleetSpecOf } from '../../src/fleet/fleet-spec';
+import { loadFleetConfig } from '../../src/plan';
+import { temporalAddress, uniqueTaskQueue } from '../helpers/temporal';
+import { kill9 } from '../helpers/worker-process-control';
 import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, waitForRun, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
  * An SSH fleet at the scale of a small cluster: 64 real sshd hosts in network namespaces (8 CPU
  * hosts, 28 with an L40S, 28 with an A10G), one run of 64 nodes in 3 groups. While the jobs run
  * no command reaches any host (exits are pushed by the hosts' watchers); 8 hosts that lose their
- * network mid-run fail their jobs INSTANCE_UNREACHABLE and the other 56 are cleaned and freed.
+ * network mid-run fail their jobs INSTANCE_UNREACHABLE and the other 56 are cleaned and freed
+ * (last: those 8 stay down); a worker killed mid-start leaves the run to the next one, with every
+ * job started once.
  */
 
 const L40S = { name: 'NVIDIA L40S', memoryMiB: 46068, count: 1 };
@@ -17,6 +28,7 @@ const CPU_HOSTS = Array.from({ length: 8 }, (_, i) => `cpu-${i}`);
 const L40S_HOSTS = Array.from({ length: 28 }, (_, i) => `l40s-${i}`);
 const A10G_HOSTS = Array.from({ length: 28 }, (_, i) => `a10g-${i}`);
 const ALL = [...CPU_HOSTS, ...L40S_HOSTS, ...A10G_HOSTS];
+const cli = fileURLToPath(new URL('../../bin/troupe.js', import.meta.url));
 
 let env: SshFleetEnv;
 let fleetName: string | null = null;
@@ -110,6 +122,55 @@ describe('an SSH fleet of 64 hosts', () => {
     expect(new Set(final.jobs.map((j) => j.instance?.internal_ip)).size).toBe(64);
   }, 300_000);
 
+  it('the worker killed with SIGKILL mid-start at 64 hosts: the next one finishes the run, every job started once', async () => {
+    // `troupe worker` as a user runs it, on a task queue of its own (fleet and run workflows too).
+    const taskQueue = uniqueTaskQueue('ssh-scale-kill');
+    const fleets = new FleetClient(env.client, { taskQueue });
+    const troupe = new TroupeClient(env.client, { taskQueue });
+    const stateDir = mkdtempSync(join(tmpdir(), 'troupe-ssh-scale-worker-'));
+    const start = () => startCliWorker({ TROUPE_TASK_QUEUE: taskQueue, TROUPE_STATE_DIR: stateDir, TROUPE_KNOWN_HOSTS: env.hosts.knownHostsFile });
+    let worker = await start();
+    const run = `kill-run-${taskQueue.slice(-6)}`;
+    const fleet = `kill-${taskQueue.slice(-6)}`;
+    try {
+      const file = join(env.dir, `${fleet}.yml`);
+      const yaml = fleetYaml(env, fleet, ALL);
+      writeFileSync(file, yaml);
+      await fleets.apply(fleetSpecOf(loadFleetConfig(yaml, file, { environ: {} }), file));
+      const go = join(env.dir, `${run}.go`);
+      const handle = await troupe.submit({ yaml: task(run, `while [ ! -e ${go} ]; do sleep 0.2; done`), fleets: [fleet], checkWorkers: false });
+      // A query waits for the workflow's worker: while the killed one's tasks time out it may not
+      // be answered (RunUnreachableError); ask again.
+      const running = async (n: number) => {
+        const deadline = Date.now() + 180_000;
+        for (;;) {
+          const state = await handle.state().catch((err: unknown) => {
+            if (Date.now() > deadline) throw err;
+            return null;
+          });
+          if (state && state.jobs.filter((j) => j.status === 'RUNNING').length >= n) return;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      };
+      await running(16);
+      await kill9(worker);
+      worker = await start();
+      await running(64);
+      writeFileSync(go, '');
+      const final = await handle.wait();
+      expect(final.status, final.message ?? '').toBe('DONE');
+      expect(starts(run)).toEqual(Array.from({ length: 64 }, (_, i) => i));
+      await expectAllClean({ ...env, fleets }, fleet);
+      await fleets.delete(fleet, { force: true });
+    } finally {
+      // A failed test must not leave the run's 64 jobs behind for the next one.
+      await troupe.run(run).abort().catch(() => undefined);
+      await troupe.run(run).wait().catch(() => undefined);
+      await kill9(worker);
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  }, 300_000);
+
   it('8 hosts losing their network mid-run: their jobs fail INSTANCE_UNREACHABLE, the run is torn down, the other 56 hosts cleaned and freed', async () => {
     const { fleet, run } = names('lost');
     await applyFleetYaml(env, fleetYaml(env, fleet, ALL));
@@ -139,3 +200,22 @@ describe('an SSH fleet of 64 hosts', () => {
     expect(byStatus('unreachable')).toBe(8);
   }, 300_000);
 });
+
+/** `troupe worker` in its own process (the CLI as users run it), resolved once it polls. */
+async function startCliWorker(extraEnv: Record<string, string>): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [cli, 'worker', '--backend', 'ssh'], {
+    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), ...extraEnv },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+      if (process.env.DEBUG_SCALE) process.stderr.write(chunk);
+      if (stderr.includes('Troupe worker on')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`troupe worker exited early (${code}): ${stderr}`)));
+  });
+  return child;
+}
+
