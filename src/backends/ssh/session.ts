@@ -159,17 +159,23 @@ export class SshSession {
     else this.idleShells.push(shell);
   }
 
-  /** A control shell holds one of the connection's channel slots until it ends. */
-  private async openControlShell(): Promise<ControlShell> {
+  /** An exec channel that holds one of the connection's channel slots until it closes. */
+  private async openSlottedChannel(command: string): Promise<ClientChannel> {
     await this.slots.acquire();
     let channel: ClientChannel;
     try {
-      channel = await this.openExecChannel(CONTROL_SHELL_COMMAND);
+      channel = await this.openExecChannel(command);
     } catch (err) {
       this.slots.release();
       throw err;
     }
     channel.once('close', () => this.slots.release());
+    return channel;
+  }
+
+  /** A control shell holds one of the connection's channel slots until it ends. */
+  private async openControlShell(): Promise<ControlShell> {
+    const channel = await this.openSlottedChannel(CONTROL_SHELL_COMMAND);
     const shell = new ControlShell(channel, this.host);
     await shell.ready(this.timeouts.commandMs);
     return shell;
@@ -189,18 +195,10 @@ export class SshSession {
    */
   openLongLived(command: string, timeoutMs: number): Promise<ClientChannel> {
     return this.guarded('command', timeoutMs, firstLine(command), async ({ settled }) => {
-      await this.slots.acquire();
-      let channel: ClientChannel;
-      try {
-        channel = await this.openExecChannel(command);
-      } catch (err) {
-        this.slots.release();
-        throw err;
-      }
+      const channel = await this.openSlottedChannel(command);
       this.active += 1;
       this.cancelIdleClose();
       channel.once('close', () => {
-        this.slots.release();
         this.active -= 1;
         this.scheduleIdleClose();
       });
