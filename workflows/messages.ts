@@ -1,4 +1,4 @@
-import { defineQuery, defineSignal } from '@temporalio/workflow';
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { AddressBook, JobEvent } from './message-schemas';
 import type { JobState, RunState } from './run-state';
 
@@ -25,3 +25,23 @@ export const addressesReadySignal = defineSignal<[{ job_nums: number[]; book?: A
 /** The current submission's address book (null before it is complete, or for another submission). */
 export const runAddressBookQuery = defineQuery<AddressBook | null, [{ submission: number }]>('runAddressBook');
 export const mayStartSignal = defineSignal<[{ job_nums: number[] }]>('mayStart');
+
+/** What `scaleGroup` answers once the group has its new size. */
+export interface ScaleGroupResult {
+  group: string;
+  /** The group's size now. */
+  nodes: number;
+  /** Global ranks of the nodes added (RUNNING, or READY with a probe). */
+  added: number[];
+  /** Global ranks of the nodes removed (stopped, their machines released). */
+  removed: number[];
+  /** The version of the address book on the nodes after the change. */
+  peers_version: number;
+}
+
+/**
+ * User → run (Troupe's extension): resize a group declared `nodes: MIN..MAX`. Validated before it
+ * is accepted (the group, its bounds, the run's state); answers once the new nodes run (or are
+ * READY with a probe) or the removed ones are stopped and released.
+ */
+export const scaleGroupUpdate = defineUpdate<ScaleGroupResult, [{ group: string; nodes: number }]>('scaleGroup');

@@ -39,6 +39,19 @@ export const JobTerminationReasonSchema = z.enum([
 ]);
 export type JobTerminationReason = z.infer<typeof JobTerminationReasonSchema>;
 
+/** A node's earlier machine: what it was and how it ended (kept for `troupe logs --attempt` and `troupe ps`). */
+export const JobAttemptSchema = z.object({
+  attempt: z.number().int().nonnegative(),
+  instance: InstanceSchema.nullable(),
+  status: z.string(),
+  termination_reason: z.string().nullable(),
+  message: z.string().nullable(),
+  exit_code: z.number().int().nullable(),
+  running_at: z.string().nullable(),
+  finished_at: z.string().nullable(),
+});
+export type JobAttempt = z.infer<typeof JobAttemptSchema>;
+
 export const JobStateSchema = z.object({
   job_num: z.number().int(),
   job_name: z.string(),
@@ -58,6 +71,14 @@ export const JobStateSchema = z.object({
   /** When its readiness probe first passed (groups with `ready:`). */
   ready_at: z.string().nullable().default(null),
   finished_at: z.string().nullable(),
+  /** Which machine of this rank this is: 0 first, +1 per restart (or per reuse of the rank by a resize). */
+  attempt: z.number().int().nonnegative().default(0),
+  /** Times Troupe replaced this node after a failure (its group's `on_failure`). */
+  restarts: z.number().int().nonnegative().default(0),
+  /** Removed by a resize (`troupe scale`): its rank is no longer part of the run. */
+  removed: z.boolean().default(false),
+  /** The node's earlier attempts, oldest first (the last 10). */
+  previous_attempts: z.array(JobAttemptSchema).default([]),
 });
 export type JobState = z.infer<typeof JobStateSchema>;
 
@@ -82,6 +103,10 @@ export const RunStateSchema = z.object({
       nodes: z.number().int(),
       /** What the group waits for before it may start, e.g. "prefill (ready 0/1), decode (ready 1/1)". */
       waiting_for: z.string().nullable().default(null),
+      /** `nodes: MIN..MAX`: the bounds of `troupe scale` (null: a fixed size). */
+      nodes_range: z.object({ min: z.number().int(), max: z.number().int() }).nullable().default(null),
+      /** Restarts of the group's nodes so far (its `on_failure`). */
+      restarts: z.number().int().nonnegative().default(0),
     }),
   ),
   jobs: z.array(JobStateSchema),
@@ -90,5 +115,7 @@ export const RunStateSchema = z.object({
    * empty, and the jobs are read a page at a time with the `runJobs` query (the SDK does it).
    */
   jobs_paged: z.boolean().default(false),
+  /** Version of the live address book on the nodes (peers.json); 0 before the first. */
+  peers_version: z.number().int().nonnegative().default(0),
 });
 export type RunState = z.infer<typeof RunStateSchema>;

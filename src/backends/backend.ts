@@ -29,6 +29,12 @@ export const JobRefSchema = z.object({
   submission: z.number().int().nonnegative(),
   job_num: z.number().int().nonnegative(),
   job_name: z.string(),
+  /**
+   * 0 (or absent) for a node's first machine; +1 each time the run replaces the node (a restart) or
+   * gives its rank to a new node (a resize). Part of the backend's key: every attempt has its own
+   * instance, job directory and log.
+   */
+  attempt: z.number().int().nonnegative().optional(),
   instance: InstanceSchema,
 });
 export type JobRef = z.infer<typeof JobRefSchema>;
@@ -49,6 +55,15 @@ export interface JobFiles {
    * activity from the worker's secret; never in workflow history. Absent: a one-node run.
    */
   ssh?: NodeSshKeys | null;
+  /** The first address book of the node (`peers.json`, TROUPE_PEERS_FILE); later ones come with writePeers(). */
+  peers?: PeersFile | null;
+}
+
+/** A version of a run's live address book, as written to every node's `peers.json`. */
+export interface PeersFile {
+  version: number;
+  /** The JSON text of the book (workflows/peers-book.ts makes it). */
+  json: string;
 }
 
 export interface NodeSshKeys {
@@ -108,6 +123,18 @@ export interface Backend {
    */
   releaseRun(runId: string, submission: number): Promise<void>;
   readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk>;
+  /**
+   * Gives back the instance of one job attempt (its process stopped first, as stopJob), leaving
+   * the rest of the submission as it is: a node replaced by a restart, or removed by a resize.
+   * Its log and exit code stay, as after releaseRun. Idempotent; releaseRun still covers it.
+   */
+  releaseJob(job: JobRef, graceSeconds: number): Promise<void>;
+  /**
+   * Replaces the job's `peers.json` atomically with this version of the address book, readable by
+   * the job's user only; never replaces a later version with an earlier one (a retried call).
+   * A job whose directory is gone (released) is left alone.
+   */
+  writePeers(job: JobRef, peers: PeersFile): Promise<void>;
   /**
    * Runs a short bash script on the job's node, in its network (readiness probes run where the job
    * runs, not from the worker's network). Resolves with the exit code and the first line of output;

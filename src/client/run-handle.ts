@@ -366,9 +366,10 @@ export class RunHandle {
       submission: 0,
       submitted_at: info.startTime.toISOString(),
       finished_at: finishedAt,
-      groups: (memo?.groups ?? []).map((g, index) => ({ index, name: g.name, nodes: g.nodes, waiting_for: null })),
+      groups: (memo?.groups ?? []).map((g, index) => ({ index, name: g.name, nodes: g.nodes, waiting_for: null, nodes_range: null, restarts: 0 })),
       jobs: [],
       jobs_paged: false,
+      peers_version: 0,
     };
   }
 }

@@ -40,6 +40,27 @@ export const ReadyProbeSchema = z.object({
 });
 export type ReadyProbe = z.infer<typeof ReadyProbeSchema>;
 
+/**
+ * Troupe's extension: what happens when a node of the group fails while the run goes on.
+ * `fail-run` (the default) fails the run as dstack does (its `retry` then applies to the whole
+ * run); `restart-node` replaces the failed node with a fresh machine at the same global rank;
+ * `restart-group` replaces every node of the group. At most `max_restarts` restarts of the group
+ * within `within_s` seconds (null: over the whole run); one more fails the run.
+ */
+export const OnFailureSchema = z.object({
+  action: z.enum(['fail-run', 'restart-node', 'restart-group']),
+  max_restarts: z.number().int().nonnegative(),
+  within_s: z.number().int().positive().nullable(),
+});
+export type OnFailure = z.infer<typeof OnFailureSchema>;
+
+/** Troupe's extension: how many of a group's nodes must be READY before its dependents start. */
+export const ReadyQuorumSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('count'), value: z.number().int().positive() }),
+  z.object({ kind: z.literal('percent'), value: z.number().positive().max(100) }),
+]);
+export type ReadyQuorum = z.infer<typeof ReadyQuorumSchema>;
+
 export const GroupPlanSchema = z.object({
   index: z.number().int().nonnegative(),
   name: z.string(),
@@ -51,6 +72,16 @@ export const GroupPlanSchema = z.object({
   depends_on: z.array(z.number().int().nonnegative()).optional(),
   /** Troupe's extension: the readiness probe; without one a node is ready once its commands run. */
   ready: ReadyProbeSchema.nullable().optional(),
+  /** Troupe's extension (`ready: {min: K}` or `{min: "50%"}`): dependents start once this many nodes are READY (absent: all). */
+  ready_min: ReadyQuorumSchema.nullable().optional(),
+  /** Troupe's extension (`nodes: MIN..MAX`): the bounds `troupe scale` may resize the group within; `nodes` is MIN at start. */
+  nodes_range: z.object({ min: z.number().int().positive(), max: z.number().int().positive() }).nullable().optional(),
+  /** Troupe's extension: the group's failure policy (absent: fail-run). */
+  on_failure: OnFailureSchema.nullable().optional(),
+  /** Troupe's extension: when a group this one depends on restarts, keep this group's nodes running or restart them too. */
+  on_dependency_restart: z.enum(['keep', 'restart']).optional(),
+  /** Troupe's extension: a command run on each node of this group when the addresses of the groups it depends on change. */
+  on_peers_change: z.string().nullable().optional(),
 });
 export type GroupPlan = z.infer<typeof GroupPlanSchema>;
 
@@ -65,6 +96,8 @@ export const JobPlanSchema = z.object({
   /** The group's commands, NOT yet interpolated: addresses are only known after provisioning. */
   commands: z.array(z.string()),
   ports: z.array(PortMappingSchema),
+  /** 0 for a node's first machine; +1 each time Troupe replaces it (a restart) or reuses its rank (a resize). */
+  attempt: z.number().int().nonnegative().optional(),
 });
 export type JobPlan = z.infer<typeof JobPlanSchema>;
 

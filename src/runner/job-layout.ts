@@ -30,6 +30,8 @@ export const JobLayout = {
   stopped: 'stopped',
   /** Isolated jobs: `pid starttime` of the job's pid-namespace init, which probes enter (in `started/`). */
   nsInit: 'ns_init',
+  /** The run's live address book (TROUPE_PEERS_FILE), replaced atomically on every change. */
+  peers: 'peers.json',
   /** Exit code of the commands, written when they end. */
   exitCode: 'exit_code',
 } as const;
