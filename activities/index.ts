@@ -1,6 +1,7 @@
 import { createFleetActivities } from './fleet';
 import { createJobBatchActivities } from './job-batches';
 import { createJobActivities } from './jobs';
+import { createPeersActivities } from './peers';
 import { createProvisioningActivities } from './provisioning';
 import { createTeardownActivities } from './teardown';
 import type { BackendRegistry, TroupeActivities } from './types';
@@ -13,6 +14,7 @@ export function createActivities(backends: BackendRegistry): TroupeActivities {
     ...createJobActivities(backends),
     ...createJobBatchActivities(backends),
     ...createTeardownActivities(backends),
+    ...createPeersActivities(backends),
     ...createFleetActivities(),
   };
 }

@@ -7,8 +7,9 @@ import { classifyBatchFailure, FailureType, type BatchJobFailure } from '../work
 import { AddressBookSchema } from '../workflows/message-schemas';
 import { jobEventsSignal, runAddressBookQuery, type AddressBook, type JobEvent } from '../workflows/messages';
 import { backendFor } from './backend-lookup';
+import { mapLimit } from '../src/concurrency/map-limit';
 import type { RunSshKeys } from '../src/secrets/run-ssh-keys';
-import { addressesByGroup, openSecrets, renderFilesFor, runSshKeysFor, UNREACHABLE_LIMIT_MS } from './jobs';
+import { openSecrets, viewOfBook, renderFilesFor, runSshKeysFor, UNREACHABLE_LIMIT_MS } from './jobs';
 import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './types';
 
 /**
@@ -45,17 +46,6 @@ function heartbeatEvery(ctx: Context, details: ProgressDetails, everyMs = 2_000)
   return () => clearInterval(timer);
 }
 
-/** `fn` over `items` with at most `limit` calls in flight; results in input order. */
-async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const results = new Array<R>(items.length);
-  let next = 0;
-  const lane = async () => {
-    for (let i = next++; i < items.length; i = next++) results[i] = await fn(items[i] as T);
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
-  return results;
-}
-
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
@@ -72,7 +62,10 @@ async function sendEvents(ctx: Context, runWorkflowId: string, submission: numbe
   }
 }
 
-const failed = (job: JobRef, failure: BatchJobFailure): JobEvent => ({ kind: 'failed', job_num: job.job_num, ...classifyBatchFailure(failure) });
+/** The attempt an event is about, when not a node's first machine. */
+const attemptOf = (job: JobRef): { attempt?: number } => (job.attempt ? { attempt: job.attempt } : {});
+
+const failed = (job: JobRef, failure: BatchJobFailure): JobEvent => ({ kind: 'failed', job_num: job.job_num, ...attemptOf(job), ...classifyBatchFailure(failure) });
 
 async function askAddressBook(ctx: Context, runWorkflowId: string, submission: number): Promise<AddressBook> {
   const answer = await ctx.client.workflow.getHandle(runWorkflowId).query(runAddressBookQuery, { submission });
@@ -194,20 +187,21 @@ async function startBatch(target: Backend, input: RunJobsInput, addresses: Addre
     runUid: input.run_uid,
     env,
     addresses,
-    byGroup: addressesByGroup(addresses.job_ips, input.group_sizes),
+    view: viewOfBook(addresses, input.group_sizes),
     sshKeys,
   };
   const outcomes = await mapLimit(input.jobs, CONCURRENCY, async ({ ref, plan_job }): Promise<JobEvent> => {
     let files: JobFiles;
     try {
       files = renderFilesFor(ctx, ref, plan_job);
+      if (addresses.peers) files = { ...files, peers: { version: addresses.peers.version, json: JSON.stringify(addresses.peers) } };
     } catch (err) {
       return failed(ref, { type: FailureType.InvalidJobFiles, message: messageOf(err) });
     }
     for (let attempt = 1; ; attempt++) {
       try {
         const { pid } = await target.startJob(ref, files);
-        return { kind: 'running', job_num: ref.job_num, pid };
+        return { kind: 'running', job_num: ref.job_num, ...attemptOf(ref), pid };
       } catch (err) {
         // Released, or a stop claimed the job first: starting it now would leak a process.
         if (err instanceof SubmissionClosedError) return failed(ref, { type: FailureType.SubmissionClosed, message: err.message });
@@ -280,7 +274,7 @@ async function supervise(
         if (!live.has(job.ref.job_num) || !job.awaitingReady) return;
         if (ready) {
           job.awaitingReady = false;
-          probeEvents.push({ kind: 'ready', job_num: job.ref.job_num });
+          probeEvents.push({ kind: 'ready', job_num: job.ref.job_num, ...attemptOf(job.ref) });
         } else if (Date.now() + probe.interval_s * 1000 >= readyDeadline) {
           job.awaitingReady = false;
           probeEvents.push(failed(job.ref, { type: FailureType.NotReady, message: `${job.label} not ready after ${probe.timeout_s}s: ${job.lastAnswer}` }));
@@ -328,7 +322,7 @@ async function supervise(
       job.unreachableSince = null;
       if (state?.state === 'exited') {
         live.delete(job.ref.job_num);
-        events.push({ kind: 'exited', job_num: job.ref.job_num, exit_code: state.exit_code });
+        events.push({ kind: 'exited', job_num: job.ref.job_num, ...attemptOf(job.ref), exit_code: state.exit_code });
       } else if (state?.state === 'absent') {
         live.delete(job.ref.job_num);
         events.push(failed(job.ref, { type: FailureType.JobVanished, message: `${job.ref.job_name} on ${job.ref.instance.host}: its process and job directory are gone` }));

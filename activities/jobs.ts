@@ -23,6 +23,34 @@ export function addressesByGroup(jobIps: readonly string[], groupSizes: readonly
   });
 }
 
+/** What the nodes of a book see: the ranks still in the run, their addresses by group, and the cluster's lists. */
+export interface BookView {
+  ranks: number[];
+  ips: string[];
+  gpus: number[];
+  byGroup: string[][];
+  /** True when some ranks were removed (entries are then not rank-indexed). */
+  sparse: boolean;
+}
+
+export function viewOfBook(book: AddressBook, groupSizes: readonly number[]): BookView {
+  if (!book.job_groups) {
+    return { ranks: book.job_ips.map((_, n) => n), ips: book.job_ips, gpus: book.gpus_per_node, byGroup: addressesByGroup(book.job_ips, groupSizes), sparse: false };
+  }
+  const removed = new Set(book.removed ?? []);
+  const ranks = book.job_ips.map((_, n) => n).filter((n) => !removed.has(n));
+  const groups = Math.max(groupSizes.length, ...book.job_groups.map((g) => g + 1));
+  const byGroup: string[][] = Array.from({ length: groups }, () => []);
+  for (const n of ranks) byGroup[book.job_groups[n] ?? 0]?.push(book.job_ips[n] ?? '');
+  return {
+    ranks,
+    ips: ranks.map((n) => book.job_ips[n] ?? ''),
+    gpus: ranks.map((n) => book.gpus_per_node[n] ?? 0),
+    byGroup,
+    sparse: removed.size > 0,
+  };
+}
+
 /** The job's env with its sealed values opened: only here, on the way to the node. */
 export function openSecrets(env: Readonly<Record<string, string>>): Record<string, string> {
   try {
@@ -56,8 +84,8 @@ export interface JobFilesContext {
   /** The run's env with its sealed values opened. */
   env: Record<string, string>;
   addresses: AddressBook;
-  /** addressesByGroup() of the book. */
-  byGroup: string[][];
+  /** viewOfBook() of the book. */
+  view: BookView;
   /** runSshKeysFor() the run. */
   sshKeys: RunSshKeys | null;
 }
@@ -65,17 +93,18 @@ export interface JobFilesContext {
 /** A job's env, hostfile and launch script; throws with the job's name when no shell can carry them (retrying cannot help). */
 export function renderFilesFor(ctx: JobFilesContext, ref: JobRef, planJob: JobPlan): JobFiles {
   try {
+    const { view } = ctx;
     const files = renderJobFiles({
-      run: { ...ctx.run, env: ctx.env },
+      run: { ...ctx.run, env: ctx.env, nodes_num: view.ips.length },
       runUid: ctx.runUid,
       job: planJob,
-      cluster: buildClusterInfo(ctx.addresses.job_ips, ctx.addresses.gpus_per_node, ref.job_num),
-      addresses: ctx.byGroup,
+      cluster: buildClusterInfo(view.ips, view.gpus, ref.job_num, view.sparse ? view.ranks : undefined),
+      addresses: view.byGroup,
       jobDirectory: ctx.target.jobDirectory(ref),
     });
     const keys = ctx.sshKeys;
     if (!keys) return files;
-    const peers = ctx.addresses.job_ips.map((ip, jobNum) => ({ ip, hostPublicKey: keys.host(jobNum).publicKey }));
+    const peers = view.ranks.map((jobNum, i) => ({ ip: view.ips[i] ?? '', hostPublicKey: keys.host(jobNum).publicKey }));
     return { ...files, ssh: { client: keys.client, host: keys.host(ref.job_num), peers } };
   } catch (err) {
     throw new Error(`${ref.job_name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });

@@ -1,5 +1,5 @@
 /** What the activities take and give: a module of types alone, so that every activity file and the workflows can import it without a circle. */
-import type { Backend, Instance, JobRef, LogChunk, ProvisionRequest } from '../src/backends/backend';
+import type { Backend, Instance, JobRef, LogChunk, PeersFile, ProvisionRequest } from '../src/backends/backend';
 import type { AddressBook } from '../workflows/messages';
 import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
 import type { BatchJobFailure } from '../workflows/failure-types';
@@ -48,6 +48,19 @@ export interface StopJobsInput extends BackendCall {
   grace_s: number;
 }
 
+/** A version of the live address book for these jobs' peers.json, then each group's on_peers_change on its nodes. */
+export interface PublishPeersInput extends BackendCall {
+  peers: PeersFile;
+  jobs: JobRef[];
+  hooks: Array<{ job: JobRef; label: string; command: string }>;
+  hook_timeout_s: number;
+}
+
+/** How each hook ended: its exit code and first line of output. */
+export interface PublishPeersResult {
+  hooks: Array<{ job_num: number; label: string; exit_code: number; output: string }>;
+}
+
 export interface ReleaseRunInput extends BackendCall {
   run_id: string;
   submission: number;
@@ -69,5 +82,7 @@ export interface TroupeActivities {
   runJobs(input: RunJobsInput): Promise<void>;
   stopJobs(input: StopJobsInput): Promise<void>;
   releaseRun(input: ReleaseRunInput): Promise<void>;
+  releaseJobs(input: StopJobsInput): Promise<void>;
+  publishPeers(input: PublishPeersInput): Promise<PublishPeersResult>;
   readJobLog(input: ReadLogInput): Promise<LogChunk>;
 }

@@ -18,25 +18,55 @@ export function initialState(input: RunInput): RunState {
     submission: 0,
     submitted_at: now,
     finished_at: null,
-    groups: input.plan.groups.map((g) => ({ index: g.index, name: g.name, nodes: g.nodes, waiting_for: null })),
+    groups: input.plan.groups.map((g) => ({ index: g.index, name: g.name, nodes: g.nodes, waiting_for: null, nodes_range: g.nodes_range ?? null, restarts: 0 })),
     jobs: input.plan.jobs.map((job) => freshJob(job.job_num, job.job_name, job.node_group_index, job.node_group_name, job.node_group_job_index, now)),
     jobs_paged: false,
+    peers_version: 0,
   };
 }
 
-function freshJob(job_num: number, job_name: string, group_index: number, group_name: string, group_job_index: number, now: string): JobState {
+export function freshJob(job_num: number, job_name: string, group_index: number, group_name: string, group_job_index: number, now: string): JobState {
   return {
     job_num, job_name, group_index, group_name, group_job_index,
     status: 'PROVISIONING', termination_reason: null, message: null, instance: null, pid: null, exit_code: null,
     submitted_at: now, provisioned_at: null, running_at: null, ready_at: null, finished_at: null,
+    attempt: 0, restarts: 0, removed: false, previous_attempts: [],
   };
 }
 
-/** The next submission: every job fresh again. */
-export function resubmitJobs(state: RunState): void {
+/** How many earlier attempts of one node the run's state keeps. */
+const ATTEMPTS_KEPT = 10;
+
+/**
+ * The node's next machine: its current attempt goes to `previous_attempts` (ended as `ended`
+ * says, if it had not ended yet), and the rank starts again, provisioning. A restart counts in
+ * `restarts`; a rank reused by a resize does not.
+ */
+export function nextAttempt(job: JobState, ended: { status: JobState['status']; reason: JobTerminationReason; message: string | null }, restart: boolean): void {
+  if (!isJobFinished(job)) endJob(job, ended.status, ended.reason, ended.message);
+  const previous = {
+    attempt: job.attempt, instance: job.instance, status: job.status, termination_reason: job.termination_reason,
+    message: job.message, exit_code: job.exit_code, running_at: job.running_at, finished_at: job.finished_at,
+  };
+  const fresh = freshJob(job.job_num, job.job_name, job.group_index, job.group_name, job.group_job_index, new Date().toISOString());
+  Object.assign(job, fresh, {
+    attempt: job.attempt + 1,
+    restarts: job.restarts + (restart ? 1 : 0),
+    previous_attempts: [...job.previous_attempts, previous].slice(-ATTEMPTS_KEPT),
+  });
+}
+
+/** Jobs that are part of the run now (not removed by a resize). */
+export function activeJobs(state: RunState): JobState[] {
+  return state.jobs.filter((job) => !job.removed);
+}
+
+/** The next submission: every job of the task fresh again, groups at their first size (ranks added by resizes are gone). */
+export function resubmitJobs(state: RunState, input: RunInput): void {
   const now = new Date().toISOString();
   state.submission += 1;
-  state.jobs = state.jobs.map((job) => freshJob(job.job_num, job.job_name, job.group_index, job.group_name, job.group_job_index, now));
+  state.jobs = input.plan.jobs.map((job) => freshJob(job.job_num, job.job_name, job.node_group_index, job.node_group_name, job.node_group_job_index, now));
+  state.groups = state.groups.map((group) => ({ ...group, nodes: input.plan.groups[group.index]?.nodes ?? group.nodes }));
 }
 
 export function isJobFinished(job: JobState): boolean {
@@ -52,7 +82,7 @@ export function endJob(job: JobState, status: JobState['status'], reason: JobTer
 
 export function applyJobEvent(state: RunState, event: JobEvent): void {
   const job = state.jobs[event.job_num];
-  if (!job || isJobFinished(job)) return;
+  if (!job || isJobFinished(job) || (event.attempt ?? 0) !== job.attempt) return;
   const now = new Date().toISOString();
   switch (event.kind) {
     case 'provisioned':
@@ -88,11 +118,19 @@ export function describeJob(job: JobState): string {
   return `job ${job.job_num} (${job.group_name}/${job.group_job_index})${where} failed: ${job.termination_reason}${job.message ? `: ${job.message}` : ''}`;
 }
 
-/** The submission's address book, once every job has an address (null before). */
+/**
+ * The submission's address book, once every job has had an address (null before). A node being
+ * replaced keeps its last address here (what a node started now gets in DSTACK_*; peers.json says
+ * it is restarting); ranks removed by a resize are listed as removed.
+ */
 export function addressBookOf(state: RunState): AddressBook | null {
-  if (!state.jobs.every((job) => job.instance !== null)) return null;
+  const ips = state.jobs.map((job) => job.instance?.internal_ip ?? job.previous_attempts.at(-1)?.instance?.internal_ip ?? null);
+  if (ips.some((ip, n) => ip === null && !state.jobs[n]?.removed)) return null;
+  const removed = state.jobs.filter((job) => job.removed).map((job) => job.job_num);
   return {
-    job_ips: state.jobs.map((job) => job.instance?.internal_ip ?? ''),
-    gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? 0),
+    job_ips: ips.map((ip) => ip ?? ''),
+    gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? job.previous_attempts.at(-1)?.instance?.gpus ?? 0),
+    job_groups: state.jobs.map((job) => job.group_index),
+    ...(removed.length > 0 ? { removed } : {}),
   };
 }

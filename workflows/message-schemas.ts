@@ -41,20 +41,52 @@ export const RunInputSchema = z.object({
 export type RunInput = z.infer<typeof RunInputSchema>;
 export type RunInputArg = z.input<typeof RunInputSchema>;
 
+/** The run's live address book, as every node's peers.json holds it (README: TROUPE_PEERS_FILE). */
+export const PeersBookSchema = z.object({
+  version: z.number().int().nonnegative(),
+  run_name: z.string(),
+  groups: z.array(
+    z.object({
+      name: z.string(),
+      index: z.number().int(),
+      nodes: z.array(
+        z.object({
+          rank: z.number().int(),
+          group_rank: z.number().int(),
+          /** Null while the node is restarting (no machine). */
+          ip: z.string().nullable(),
+          gpus: z.number().int().nonnegative(),
+          attempt: z.number().int().nonnegative(),
+          status: z.enum(['starting', 'running', 'ready', 'restarting', 'ended']),
+          ready: z.boolean(),
+        }),
+      ),
+    }),
+  ),
+});
+export type PeersBook = z.infer<typeof PeersBookSchema>;
+
 /** Group child → run: what happened to one job. */
+/**
+ * Which machine of the rank an event is about (absent: 0). Events of an earlier attempt (a node
+ * replaced by a restart, its old batch still reporting) are ignored by the run.
+ */
+const attempt = z.number().int().nonnegative().optional();
+
 export const JobEventSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('provisioned'), job_num: z.number().int(), instance: InstanceSchema }),
+  z.object({ kind: z.literal('provisioned'), job_num: z.number().int(), attempt, instance: InstanceSchema }),
   z.object({
     kind: z.literal('failed'),
     job_num: z.number().int(),
+    attempt,
     reason: JobTerminationReasonSchema,
     message: z.string(),
     /** Which retry event this failure is (null: not retryable). */
     retry_event: z.enum(['no-capacity', 'interruption', 'error']).nullable(),
   }),
-  z.object({ kind: z.literal('running'), job_num: z.number().int(), pid: z.number().int() }),
-  z.object({ kind: z.literal('ready'), job_num: z.number().int() }),
-  z.object({ kind: z.literal('exited'), job_num: z.number().int(), exit_code: z.number().int() }),
+  z.object({ kind: z.literal('running'), job_num: z.number().int(), attempt, pid: z.number().int() }),
+  z.object({ kind: z.literal('ready'), job_num: z.number().int(), attempt }),
+  z.object({ kind: z.literal('exited'), job_num: z.number().int(), attempt, exit_code: z.number().int() }),
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;
 export const AddressBookSchema = z.object({
@@ -62,5 +94,14 @@ export const AddressBookSchema = z.object({
   job_ips: z.array(z.string()),
   /** GPUs of every job, in job_num order. */
   gpus_per_node: z.array(z.number().int().nonnegative()),
+  /**
+   * The group of every job, in job_num order (a resize appends ranks after every group, so ranks
+   * need not be contiguous per group). Absent: contiguous, by the groups' sizes.
+   */
+  job_groups: z.array(z.number().int().nonnegative()).optional(),
+  /** Ranks removed by a resize: no address of theirs is handed to a node. */
+  removed: z.array(z.number().int().nonnegative()).optional(),
+  /** The live address book at this point (peers.json), when the run keeps one. */
+  peers: PeersBookSchema.optional(),
 });
 export type AddressBook = z.infer<typeof AddressBookSchema>;

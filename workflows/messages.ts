@@ -1,9 +1,11 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import type { JobRef } from '../src/backends/backend';
+import type { JobPlan } from '../src/plan/plan-schema';
 import type { AddressBook, JobEvent } from './message-schemas';
 import type { JobState, RunState } from './run-state';
 
 /** The messages between a user, a run and its group children (their schemas: workflows/message-schemas.ts). */
-export type { AddressBook, JobEvent, RunInput, RunInputArg, RunOptions, RunOptionsInput } from './message-schemas';
+export type { AddressBook, JobEvent, PeersBook, RunInput, RunInputArg, RunOptions, RunOptionsInput } from './message-schemas';
 
 /** User → run. */
 export const stopRunSignal = defineSignal<[{ abort: boolean }]>('stopRun');
@@ -25,6 +27,15 @@ export const addressesReadySignal = defineSignal<[{ job_nums: number[]; book?: A
 /** The current submission's address book (null before it is complete, or for another submission). */
 export const runAddressBookQuery = defineQuery<AddressBook | null, [{ submission: number }]>('runAddressBook');
 export const mayStartSignal = defineSignal<[{ job_nums: number[] }]>('mayStart');
+
+/**
+ * Run → group (groups that heal or scale): new machines for these ranks, each at its `attempt`
+ * (a restart replaces a node, a resize adds one); `release`: the attempts they replace, given back
+ * once the new ones are provisioned (so a replacement never lands on the machine it replaces).
+ */
+export const newAttemptsSignal = defineSignal<[{ jobs: JobPlan[]; release: JobRef[] }]>('newAttempts');
+/** Run → group: these new attempts may start now, with the address book as it is now. */
+export const startAttemptsSignal = defineSignal<[{ jobs: Array<{ job_num: number; attempt: number }>; book: AddressBook }]>('startAttempts');
 
 /** What `scaleGroup` answers once the group has its new size. */
 export interface ScaleGroupResult {

@@ -54,3 +54,11 @@ export const supervisedActivities = proxyActivities<TroupeActivities>({
   cancellationType: ActivityCancellationType.TRY_CANCEL,
   retry: { initialInterval: '500ms', maximumInterval: '10s', nonRetryableErrorTypes: [FailureType.UnknownBackend] },
 });
+
+/** Stopping and giving back machines must finish: retried with back-off for a long while. */
+export const teardownActivities = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '5m',
+  scheduleToCloseTimeout: '30m',
+  heartbeatTimeout: '30s',
+  retry: { initialInterval: '1s', maximumInterval: '30s' },
+});

@@ -19,4 +19,9 @@ export interface NodeGroupInput {
   retry_deadline_ms: number | null;
   /** Group 0 starts unlocked; every other group waits for the run to unlock it after job 0's attempt. */
   unlocked: boolean;
+  /**
+   * The run heals or resizes groups (on_failure, a nodes range, on_peers_change, a quorum): the
+   * group then lives until the run ends, taking new attempts of its ranks.
+   */
+  live: boolean;
 }

@@ -1,7 +1,7 @@
 import { setHandler } from '@temporalio/workflow';
 import type { Instance, JobRef } from '../src/backends/backend';
 import type { JobPlan } from '../src/plan/plan-schema';
-import { addressesReadySignal, mayStartSignal, unlockGroupSignal, type AddressBook } from './messages';
+import { addressesReadySignal, mayStartSignal, newAttemptsSignal, startAttemptsSignal, unlockGroupSignal, type AddressBook } from './messages';
 import type { NodeGroupInput } from './node-group-input';
 
 /** One group child as plain data: what the run told it and where its jobs are. */
@@ -23,7 +23,13 @@ export interface GroupState {
   runnersAnswered: boolean;
   /** Reports to the run not yet awaited. */
   inFlight: Array<Promise<void>>;
+  /** New attempts the run asked for (restarts, resizes), not yet taken up. */
+  attemptRequests: Array<{ jobs: JobPlan[]; release: JobRef[] }>;
+  /** New attempts the run lets start (`job_num.attempt`), with the book to start them with. */
+  attemptStarts: Map<string, AddressBook>;
 }
+
+export const attemptKey = (jobNum: number, attempt: number): string => `${jobNum}.${attempt}`;
 
 export function newGroupState(input: NodeGroupInput): GroupState {
   return {
@@ -36,6 +42,8 @@ export function newGroupState(input: NodeGroupInput): GroupState {
     settled: new Set(),
     runnersAnswered: false,
     inFlight: [],
+    attemptRequests: [],
+    attemptStarts: new Map(),
   };
 }
 
@@ -52,6 +60,12 @@ export function setGroupHandlers(group: GroupState): void {
   setHandler(mayStartSignal, ({ job_nums }) => {
     for (const n of job_nums) group.mayStart.add(n);
   });
+  setHandler(newAttemptsSignal, (request) => {
+    group.attemptRequests.push(request);
+  });
+  setHandler(startAttemptsSignal, ({ jobs, book }) => {
+    for (const { job_num, attempt } of jobs) group.attemptStarts.set(attemptKey(job_num, attempt), book);
+  });
 }
 
 export function jobRef(input: NodeGroupInput, group: GroupState, job: JobPlan): JobRef {
@@ -61,6 +75,7 @@ export function jobRef(input: NodeGroupInput, group: GroupState, job: JobPlan): 
     submission: input.submission,
     job_num: job.job_num,
     job_name: job.job_name,
+    ...(job.attempt ? { attempt: job.attempt } : {}),
     instance: group.instances.get(job.job_num) as Instance,
   };
 }

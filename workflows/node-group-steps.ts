@@ -3,10 +3,13 @@ import type { JobRef } from '../src/backends/backend';
 import type { JobPlan } from '../src/plan/plan-schema';
 import { classifyBatchFailure, type BatchJobFailure } from './failure-types';
 import { classifyProvisioningFailure, classifyRunningFailure } from './failures';
-import { jobEventsSignal, type JobEvent } from './messages';
+import { jobEventsSignal, type AddressBook, type JobEvent } from './messages';
 import { batchActivities, provisionJobsActivity, supervisedActivities } from './node-group-activities';
 import type { NodeGroupInput } from './node-group-input';
 import { hostsOf, jobRef, labelOf, type GroupState } from './node-group-state';
+
+/** The attempt an event is about, when not a node's first machine. */
+export const attemptOf = (job: { attempt?: number | undefined }): { attempt?: number } => (job.attempt ? { attempt: job.attempt } : {});
 
 /** What happened to the group's jobs, to the run. */
 export function reportToRun(input: NodeGroupInput, events: JobEvent[]): Promise<void> {
@@ -32,7 +35,7 @@ export async function provision(input: NodeGroupInput, group: GroupState, jobs: 
     });
     const reported = reportToRun(input, jobs.flatMap((job) => {
       const instance = group.instances.get(job.job_num);
-      return instance ? [{ kind: 'provisioned' as const, job_num: job.job_num, instance }] : [];
+      return instance ? [{ kind: 'provisioned' as const, job_num: job.job_num, ...attemptOf(job), instance }] : [];
     }));
     // Handled now, rethrown where the workflow awaits it (an unhandled rejection fails the task).
     reported.catch(() => undefined);
@@ -41,20 +44,26 @@ export async function provision(input: NodeGroupInput, group: GroupState, jobs: 
   } catch (err) {
     if (isCancellation(err)) throw err;
     const failure = classifyProvisioningFailure(err);
-    await reportToRun(input, jobs.map((job) => ({ kind: 'failed' as const, job_num: job.job_num, ...failure })));
+    await reportToRun(input, jobs.map((job) => ({ kind: 'failed' as const, job_num: job.job_num, ...attemptOf(job), ...failure })));
     return false;
   }
 }
 
 /** Waits for the runners of all the placed jobs at once; tells the run of those that never answered. */
 export async function awaitRunners(input: NodeGroupInput, group: GroupState, placed: JobPlan[]): Promise<void> {
-  const failures = await waitForRunners(input, placed.map((job) => jobRef(input, group, job)), labelOf(placed));
-  const failedNums = new Set(failures.map((f) => f.job_num));
-  for (const job of placed) (failedNums.has(job.job_num) ? group.settled : group.runnerReady).add(job.job_num);
+  const failed = await awaitRunnersOf(input, group, placed);
+  for (const job of placed) (failed.has(job.job_num) ? group.settled : group.runnerReady).add(job.job_num);
   group.runnersAnswered = true;
+}
+
+/** Waits for the runners of `placed` at once; reports those that never answered, and returns their ranks. */
+export async function awaitRunnersOf(input: NodeGroupInput, group: GroupState, placed: JobPlan[]): Promise<Set<number>> {
+  const failures = await waitForRunners(input, placed.map((job) => jobRef(input, group, job)), labelOf(placed));
   if (failures.length > 0) {
-    await reportToRun(input, failures.map(({ job_num, ...failure }) => ({ kind: 'failed' as const, job_num, ...classifyBatchFailure(failure) })));
+    const attempts = new Map(placed.map((job) => [job.job_num, attemptOf(job)]));
+    await reportToRun(input, failures.map(({ job_num, ...failure }) => ({ kind: 'failed' as const, job_num, ...attempts.get(job_num), ...classifyBatchFailure(failure) })));
   }
+  return new Set(failures.map((f) => f.job_num));
 }
 
 async function waitForRunners(input: NodeGroupInput, jobs: JobRef[], label: string): Promise<Array<BatchJobFailure & { job_num: number }>> {
@@ -75,7 +84,7 @@ async function waitForRunners(input: NodeGroupInput, jobs: JobRef[], label: stri
  * One activity starts the batch and supervises it until its last job ends; it reports to the run
  * itself. Without the book in the group's state, the activity reads it from the run.
  */
-export async function runBatch(input: NodeGroupInput, group: GroupState, batch: JobPlan[]): Promise<void> {
+export async function runBatch(input: NodeGroupInput, group: GroupState, batch: JobPlan[], book: AddressBook | null = group.addresses): Promise<void> {
   const jobs = batch.map((job) => ({ ref: jobRef(input, group, job), plan_job: job }));
   const refs = jobs.map((j) => j.ref);
   try {
@@ -86,7 +95,7 @@ export async function runBatch(input: NodeGroupInput, group: GroupState, batch: 
         submission: input.submission,
         run: { run_name: input.run.run_name, nodes_num: input.run.nodes_num, env: input.run.env, image: input.run.image, working_dir: input.run.working_dir },
         run_uid: input.run_uid,
-        addresses: group.addresses,
+        addresses: book,
         group_sizes: input.group_sizes,
         jobs,
         probe: input.group.ready ?? null,
@@ -97,6 +106,6 @@ export async function runBatch(input: NodeGroupInput, group: GroupState, batch: 
     if (isCancellation(err)) throw err;
     // Jobs that already ended keep their outcome: the run ignores events for them.
     const failure = classifyRunningFailure(err);
-    await reportToRun(input, refs.map((ref) => ({ kind: 'failed' as const, job_num: ref.job_num, ...failure })));
+    await reportToRun(input, refs.map((ref) => ({ kind: 'failed' as const, job_num: ref.job_num, ...attemptOf(ref), ...failure })));
   }
 }

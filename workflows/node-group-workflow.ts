@@ -1,6 +1,7 @@
 import { condition } from '@temporalio/workflow';
 import type { NodeGroupInput } from './node-group-input';
-import { newGroupState, setGroupHandlers, startableJobs } from './node-group-state';
+import { serveNewAttempts } from './node-group-attempts';
+import { newGroupState, setGroupHandlers, startableJobs, type GroupState } from './node-group-state';
 import { awaitRunners, provision, runBatch } from './node-group-steps';
 
 export type { NodeGroupInput } from './node-group-input';
@@ -15,6 +16,13 @@ export type { NodeGroupInput } from './node-group-input';
 export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
   const group = newGroupState(input);
   setGroupHandlers(group);
+  // A group that may heal or grow lives until the run ends it, taking new attempts of its ranks.
+  if (input.live) await Promise.all([startInitialJobs(input, group), serveNewAttempts(input, group)]);
+  else await startInitialJobs(input, group);
+}
+
+/** The group's first machines: provisioned, their runners awaited, started a batch at a time as the run allows. */
+async function startInitialJobs(input: NodeGroupInput, group: GroupState): Promise<void> {
   const [master, ...others] = input.jobs;
   if (master === undefined) return;
 

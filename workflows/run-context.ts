@@ -1,8 +1,10 @@
 import { upsertSearchAttributes } from '@temporalio/workflow';
 import type { RetryEvent, RetryPolicy } from '../src/plan/plan-schema';
-import type { RunInput } from './messages';
+import type { AddressBook, RunInput } from './messages';
 import { initialState } from './job-transitions';
 import type { RunState, RunStatus } from './run-state';
+import { isLivePlan, newLiveRun, type LiveRun } from './run-live';
+import type { Submission } from './submission';
 
 /** How a submission ended, before teardown. */
 export type Outcome =
@@ -31,6 +33,12 @@ export interface Run {
   eventsClosedFor: number | null;
   /** Groups that another group waits for: one of their jobs ending before it is ready fails the run. */
   dependedOn: Set<number>;
+  /** Healing, resizing and live peers (null: the run uses none of them). */
+  live: LiveRun | null;
+  /** The submission under way (its group children), for the handlers that act on it. */
+  submissionNow: Submission | null;
+  /** The address book as the submission's first jobs got it (what `runAddressBook` answers in a run that is not live). */
+  announced: AddressBook | null;
 }
 
 export function newRun(input: RunInput): Run {
@@ -46,6 +54,9 @@ export function newRun(input: RunInput): Run {
     failureEvents: new Map(),
     eventsClosedFor: null,
     dependedOn: new Set(input.plan.groups.flatMap((g) => g.depends_on ?? [])),
+    live: isLivePlan(input.plan) ? newLiveRun(input.plan) : null,
+    submissionNow: null,
+    announced: null,
   };
 }
 

@@ -10,27 +10,16 @@ import { rootMessage } from './failures';
 import { nodeGroupWorkflowId } from './ids';
 import { NodeGroupWorkflow, type NodeGroupInput } from './node-group-workflow';
 import type { Run } from './run-context';
+import type { Submission } from './submission';
 
-/** One submission's group children, started together and cancelled together. */
-export interface Submission {
-  scope: CancellationScope;
-  children: ChildWorkflowHandle<typeof NodeGroupWorkflow>[];
-  /** Settle when each child has ended (a cancelled child's end is not a failure). */
-  childResults: Promise<void>[];
-  /** The first child that failed on its own, as the run's message. */
-  childFailure: string | null;
-  /** Jobs already told they may start. */
-  signalled: Set<number>;
-  /** Signals sent but not yet awaited. */
-  delivered: Promise<unknown> | null;
-  runningSinceMs: number | null;
-}
+export type { Submission } from './submission';
 
 /** A child per group, in a scope the submission's end cancels. */
 export async function startGroups(run: Run): Promise<Submission> {
   const scope = new CancellationScope();
   const children = await scope.run(() => Promise.all(run.input.plan.groups.map((group) => startGroup(run, group.index))));
   const submission: Submission = { scope, children, childResults: [], childFailure: null, signalled: new Set(), delivered: null, runningSinceMs: null };
+  run.submissionNow = submission;
   submission.childResults = children.map((child, i) =>
     child.result().catch((err: unknown) => {
       if (!isCancellation(err)) submission.childFailure ??= `group ${run.input.plan.groups[i]?.name}: ${rootMessage(err)}`;
@@ -65,6 +54,7 @@ function startGroup(run: Run, index: number): Promise<ChildWorkflowHandle<typeof
     retry: run.retry,
     retry_deadline_ms: run.retryDeadlineMs,
     unlocked: index === 0,
+    live: run.live !== null,
   };
   return startChild(NodeGroupWorkflow, {
     workflowId: nodeGroupWorkflowId(state.run_id, group.name, state.submission),

@@ -1,4 +1,4 @@
-import { describeJob, endJob, isJobFinished } from './job-transitions';
+import { activeJobs, describeJob, endJob, isJobFinished } from './job-transitions';
 import type { Outcome, Run } from './run-context';
 import type { Submission } from './run-groups';
 import { isJobReady } from './startup-order';
@@ -7,13 +7,15 @@ import { isJobReady } from './startup-order';
 export function endedEarly(run: Run, submission: Submission): Outcome | null {
   const { state } = run;
   if (run.stopRequest) return { kind: 'stopped', abort: run.stopRequest.abort };
-  const failed = state.jobs.find((job) => job.status === 'FAILED');
+  const failed = state.jobs.find((job) => job.status === 'FAILED' && !job.removed);
   if (failed) {
     const retryEvent = run.failureEvents.has(failed.job_num) ? (run.failureEvents.get(failed.job_num) ?? null) : 'error';
     return { kind: 'failed', job_num: failed.job_num, retry_event: retryEvent, message: describeJob(failed) };
   }
   if (submission.childFailure) return { kind: 'failed', job_num: null, retry_event: null, message: submission.childFailure };
-  const endedUnready = state.jobs.find((job) => run.dependedOn.has(job.group_index) && job.finished_at !== null && !isJobReady(run.input.plan, job));
+  const endedUnready = state.jobs.find(
+    (job) => !job.removed && run.dependedOn.has(job.group_index) && job.finished_at !== null && !isJobReady(run.input.plan, job),
+  );
   if (endedUnready) {
     const label = `${endedUnready.group_name}/${endedUnready.group_job_index}`;
     return { kind: 'failed', job_num: endedUnready.job_num, retry_event: 'error', message: `${label} exited before it was ready` };
@@ -22,10 +24,9 @@ export function endedEarly(run: Run, submission: Submission): Outcome | null {
 }
 
 export function stopCriteriaMet(run: Run): Outcome | null {
-  const { jobs } = run.state;
-  const master = jobs[0];
+  const master = run.state.jobs[0];
   if (run.input.plan.stop_criteria === 'master-done' && master?.exit_code === 0) return { kind: 'done' };
-  if (jobs.every((job) => job.exit_code === 0)) return { kind: 'done' };
+  if (activeJobs(run.state).every((job) => job.exit_code === 0)) return { kind: 'done' };
   return null;
 }
 

@@ -3,6 +3,8 @@ import { addressesReadySignal, mayStartSignal, unlockGroupSignal, type AddressBo
 import { setStatus, type Outcome, type Run } from './run-context';
 import { endedEarly, maxDurationExceeded, stopCriteriaMet } from './run-outcomes';
 import type { Submission } from './run-groups';
+import { healFailures, restartDependents, startNewAttempts } from './run-healing';
+import { currentPeers, noteBookSent, publishPeers } from './run-peers';
 import { dependencyWaits, jobsAllowedToStart, usesDependencies } from './startup-order';
 
 /**
@@ -20,8 +22,12 @@ export function unlockOtherGroups(submission: Submission): Promise<unknown> {
  * One signal per group: the book is ready (in it when small, else to read from this run), and
  * which of the group's jobs may start now. Awaited with the next signals, in the startup loop.
  */
-export function announceAddresses(run: Run, submission: Submission, book: AddressBook): void {
+export function announceAddresses(run: Run, submission: Submission, addresses: AddressBook): void {
   const { state } = run;
+  const peers = currentPeers(run);
+  const book: AddressBook = { ...addresses, peers };
+  run.announced = book;
+  if (run.live) noteBookSent(run.live, state.jobs, peers.version);
   const first = jobsAllowedToStart(run.input.plan, state.jobs);
   first.forEach((n) => submission.signalled.add(n));
   const inline = JSON.stringify(book).length * submission.children.length <= ADDRESS_BOOK_INLINE_MAX_BYTES ? { book } : {};
@@ -47,6 +53,14 @@ export async function startInOrderAndWatch(run: Run, submission: Submission): Pr
       });
     }
     await letAllowedJobsStart(run, submission);
+    if (run.live) {
+      // Healing and live peers: failed nodes replaced (or the budget's end), new attempts let start, books sent.
+      const exhausted = healFailures(run, submission);
+      if (exhausted) return exhausted;
+      restartDependents(run, submission);
+      await startNewAttempts(run, submission);
+      publishPeers(run);
+    }
     if (submission.runningSinceMs === null && state.jobs.some((job) => job.running_at !== null)) {
       submission.runningSinceMs = Date.now();
       setStatus(run, 'RUNNING');

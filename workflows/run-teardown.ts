@@ -1,18 +1,10 @@
-import { proxyActivities } from '@temporalio/workflow';
-import type { TroupeActivities } from '../activities/types';
 import type { JobRef } from '../src/backends/backend';
 import { rootMessage } from './failures';
+import { teardownActivities } from './node-group-activities';
 import { endJob, isJobFinished } from './job-transitions';
 import { setStatus, type Outcome, type Run } from './run-context';
 import type { JobState, JobTerminationReason, RunTerminationReason } from './run-state';
 
-/** Teardown must finish: retried with back-off for a long while, never cancelled. */
-const teardownActivities = proxyActivities<TroupeActivities>({
-  startToCloseTimeout: '5m',
-  scheduleToCloseTimeout: '30m',
-  heartbeatTimeout: '30s',
-  retry: { initialInterval: '1s', maximumInterval: '30s' },
-});
 
 /** Every started process stopped, every machine released; the jobs still open end as the outcome says. */
 export async function teardown(run: Run, outcome: Outcome): Promise<void> {
@@ -23,7 +15,7 @@ export async function teardown(run: Run, outcome: Outcome): Promise<void> {
       ? outcome.abort ? ['ABORTED', 'ABORTED_BY_USER'] : ['TERMINATED', 'TERMINATED_BY_USER']
       : ['TERMINATED', 'TERMINATED_BY_SERVER'];
   const toStop: JobRef[] = state.jobs.flatMap((job) =>
-    job.instance && job.exit_code === null
+    job.instance && job.exit_code === null && !job.removed
       ? [{ run_id: state.run_uid, run_name: input.plan.run_name, submission: state.submission, job_num: job.job_num, job_name: job.job_name, instance: job.instance }]
       : [],
   );

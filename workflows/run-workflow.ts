@@ -11,7 +11,9 @@ import type { TroupeActivities } from '../activities/types';
 import { addressBookOf, resubmitJobs } from './job-transitions';
 import type { RunInput, RunInputArg } from './messages';
 import { newRun, setStatus, type Outcome, type Run } from './run-context';
+import { newLiveRun } from './run-live';
 import { setRunHandlers } from './run-handlers';
+import { setScaleHandler } from './run-scaling';
 import { startGroups } from './run-groups';
 import { addressDeadlineMs, addressesTimedOut, endedEarly, mayRetry } from './run-outcomes';
 import { answerOf, type RunState } from './run-state';
@@ -33,6 +35,7 @@ const { describeBackend } = proxyLocalActivities<TroupeActivities>({
 export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   const run = newRun(await parseInput(arg));
   setRunHandlers(run);
+  setScaleHandler(run);
   try {
     // Whether the backend provisions a group in one call only matters to groups of several nodes.
     if (run.input.plan.groups.some((g) => g.nodes > 1)) {
@@ -48,8 +51,10 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
       }
       await sleep(backoffS * 1000);
       backoffS = Math.min(backoffS * 2, 300);
-      resubmitJobs(run.state);
+      resubmitJobs(run.state, run.input);
       run.failureEvents.clear();
+      run.live = run.live ? newLiveRun(run.input.plan) : null;
+      run.announced = null;
     }
   } catch (err) {
     if (!isCancellation(err)) throw err;

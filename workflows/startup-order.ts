@@ -15,7 +15,7 @@ export function usesDependencies(plan: Plan): boolean {
   return plan.groups.some((g) => (g.depends_on ?? []).length > 0);
 }
 
-/** Per group: what it still waits for ("prefill (ready 0/1), decode (ready 1/1)"), or null. */
+/** Per group: what it still waits for ("prefill (ready 0/1), decode (ready 1/3, needs 2)"), or null. */
 export function dependencyWaits(plan: Plan, jobs: readonly JobState[]): (string | null)[] {
   return plan.groups.map((group) => {
     const deps = group.depends_on ?? [];
@@ -23,16 +23,30 @@ export function dependencyWaits(plan: Plan, jobs: readonly JobState[]): (string 
     if (pending.length === 0) return null;
     return deps
       .map((d) => {
-        const members = jobs.filter((j) => j.group_index === d);
+        const members = membersOf(jobs, d);
         const ready = members.filter((j) => isJobReady(plan, j)).length;
-        return `${plan.groups[d]?.name ?? d} (ready ${ready}/${members.length})`;
+        const needed = quorumOf(plan, d, members.length);
+        return `${plan.groups[d]?.name ?? d} (ready ${ready}/${members.length}${needed < members.length ? `, needs ${needed}` : ''})`;
       })
       .join(', ');
   });
 }
 
+function membersOf(jobs: readonly JobState[], groupIndex: number): JobState[] {
+  return jobs.filter((j) => j.group_index === groupIndex && !j.removed);
+}
+
+/** How many of a group's `size` nodes must be READY for its dependents (`ready: {min}`; else all). */
+export function quorumOf(plan: Plan, groupIndex: number, size: number): number {
+  const min = plan.groups[groupIndex]?.ready_min;
+  if (!min) return size;
+  const needed = min.kind === 'count' ? min.value : Math.ceil((min.value * size) / 100);
+  return Math.max(1, Math.min(size, needed));
+}
+
 function groupReady(plan: Plan, jobs: readonly JobState[], groupIndex: number): boolean {
-  return jobs.filter((j) => j.group_index === groupIndex).every((j) => isJobReady(plan, j));
+  const members = membersOf(jobs, groupIndex);
+  return members.filter((j) => isJobReady(plan, j)).length >= quorumOf(plan, groupIndex, members.length);
 }
 
 /**
@@ -44,9 +58,9 @@ function groupReady(plan: Plan, jobs: readonly JobState[], groupIndex: number): 
 export function jobsAllowedToStart(plan: Plan, jobs: readonly JobState[]): number[] {
   if (usesDependencies(plan)) {
     const waits = dependencyWaits(plan, jobs);
-    return jobs.filter((job) => waits[job.group_index] === null).map((job) => job.job_num);
+    return jobs.filter((job) => !job.removed && waits[job.group_index] === null).map((job) => job.job_num);
   }
-  const all = jobs.map((job) => job.job_num);
+  const all = jobs.filter((job) => !job.removed).map((job) => job.job_num);
   const master = jobs[0];
   const workers = jobs.slice(1);
   switch (plan.startup_order) {

@@ -27,14 +27,15 @@ export function renderJobEnv(input: JobEnvInput): Record<string, string> {
   if (nodes !== run.nodes_num) {
     throw new Error(`ClusterInfo has ${nodes} job addresses but the run has ${run.nodes_num} nodes`);
   }
-  if (job.job_num >= nodes) throw new Error(`job ${job.job_num} is out of range: the run has ${nodes} nodes`);
+  const at = cluster.ranks ? cluster.ranks.indexOf(job.job_num) : job.job_num;
+  if (at < 0 || at >= nodes) throw new Error(`job ${job.job_num} is out of range: the run has ${nodes} nodes`);
   const missing = cluster.job_ips.findIndex((ip) => !ip);
   if (missing !== -1) throw new Error(`job ${missing} has no address: a node must never see an empty one`);
   const perNode = cluster.gpus_per_node;
   if (perNode.length > 0 && perNode.length !== nodes) {
     throw new Error(`ClusterInfo has ${nodes} job addresses but ${perNode.length} GPU counts (gpus_per_node)`);
   }
-  const gpusHere = perNode.length > 0 ? (perNode[job.job_num] ?? 0) : cluster.gpus_per_job;
+  const gpusHere = perNode.length > 0 ? (perNode[at] ?? 0) : cluster.gpus_per_job;
   const gpusTotal = perNode.length > 0 ? perNode.reduce((sum, n) => sum + n, 0) : nodes * cluster.gpus_per_job;
   return {
     DSTACK_RUN_NAME: run.run_name,

@@ -1,0 +1,206 @@
+import type { ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { WorkflowHandle } from '@temporalio/client';
+import { runWorkflowId } from '../../workflows/ids';
+import { runStateQuery, scaleGroupUpdate, stopRunSignal } from '../../workflows/messages';
+import type { Plan } from '../../src/plan/plan-schema';
+import type { JobState, RunState } from '../../workflows/run-state';
+import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
+import { alive, askRouter, serverPidIn, servicePlan } from './local-heal-fixtures';
+
+/**
+ * Groups that heal and scale while the run goes on, on the local fleet (network namespaces, real
+ * processes, worker processes killed with SIGKILL): a decode node killed is replaced at its rank
+ * while the router and prefill keep running; its budget's end fails the run; decode resized
+ * 1 → 3 → 2; a quorum lets the router start before the last prefill node is READY.
+ */
+
+const env = useWorkerProcesses('heal');
+const { fleet, shared, taskQueue, workers } = env;
+const started: string[] = [];
+
+async function startWorker(): Promise<ChildProcess> {
+  const child = await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir });
+  workers.push(child);
+  return child;
+}
+
+async function startRun(name: string, plan: Plan): Promise<WorkflowHandle> {
+  started.push(name);
+  return await env.client.workflow.start('RunWorkflow', {
+    taskQueue,
+    workflowId: runWorkflowId(name),
+    args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
+  });
+}
+
+// Runs a failed test left going are stopped by a worker of their own before the fleet is removed.
+afterAll(async () => {
+  const worker = await startWorker();
+  for (const name of started) {
+    const handle = env.client.workflow.getHandle(runWorkflowId(name));
+    const state = (await handle.query(runStateQuery).catch(() => null)) as RunState | null;
+    if (!state || ['DONE', 'FAILED', 'TERMINATED'].includes(state.status)) continue;
+    await handle.signal(stopRunSignal, { abort: false }).catch(() => undefined);
+    await handle.result().catch(() => undefined);
+  }
+  await kill9(worker);
+}, 120_000);
+
+const netnsOf = (job: JobState | undefined): string => {
+  const netns = job?.instance?.details.netns;
+  if (!netns) throw new Error(`job ${job?.job_num} has no namespace`);
+  return netns;
+};
+const ipOf = (job: JobState | undefined): string => job?.instance?.internal_ip ?? '';
+const hookLines = (path: string): string[] => (existsSync(path) ? readFileSync(path, 'utf8').split('\n').filter(Boolean) : []);
+
+async function waitForLine(path: string, check: (line: string) => boolean): Promise<string> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const line = hookLines(path).find(check);
+    if (line) return line;
+    if (Date.now() > deadline) throw new Error(`no such line in ${path}: ${hookLines(path).join(' | ')}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const allUp = (s: RunState) => s.status === 'RUNNING' && s.jobs.filter((j) => !j.removed).every((j) => j.status === 'READY' || (j.group_name === 'router' && j.status === 'RUNNING'));
+
+describe('a decode node that fails is replaced while the run goes on', () => {
+  it('restart-node: a new machine at rank 2, READY again, the router told by its hook; the router and prefill keep their pids; past the budget the run fails', async () => {
+    const worker = await startWorker();
+    const hookLog = `${shared.dir}/restart-hooks.log`;
+    const name = `heal-restart-${taskQueue}`;
+    const handle = await startRun(name, servicePlan(name, { on_failure: { action: 'restart-node', max_restarts: 2, within_s: null } }, { hookLog }));
+    const before = await waitForRunState(handle, allUp);
+    const [router, prefill, decode] = before.jobs;
+    const routerPid = serverPidIn(netnsOf(router));
+    const prefillPid = serverPidIn(netnsOf(prefill));
+    expect((await askRouter(ipOf(router))).text).toBe('Hello, world');
+
+    process.kill(serverPidIn(netnsOf(decode)), 'SIGKILL');
+    const healed = await waitForRunState(handle, (s) => s.jobs[2]?.attempt === 1 && s.jobs[2].status === 'READY');
+    const replacement = healed.jobs[2];
+    expect(replacement?.restarts).toBe(1);
+    expect(healed.groups[2]?.restarts).toBe(1);
+    expect(ipOf(replacement)).not.toBe(ipOf(decode));
+    expect(replacement?.previous_attempts[0]).toMatchObject({ attempt: 0, status: 'FAILED', exit_code: 137 });
+    // The replaced machine was given back.
+    await waitForRunState(handle, () => !existsSync(`/run/netns/${netnsOf(decode)}`));
+    // The router's hook saw the new address, and a request goes through the new decode node.
+    await waitForLine(hookLog, (line) => line.endsWith(` ${ipOf(replacement)}`));
+    expect((await askRouter(ipOf(router))).text).toBe('Hello, world');
+    expect(serverPidIn(netnsOf(router))).toBe(routerPid);
+    expect(serverPidIn(netnsOf(prefill))).toBe(prefillPid);
+    expect(healed.jobs[0]).toMatchObject({ attempt: 0, pid: router?.pid, restarts: 0 });
+    expect(healed.jobs[1]).toMatchObject({ attempt: 0, pid: prefill?.pid, restarts: 0 });
+    expect(healed.peers_version).toBeGreaterThan(before.peers_version);
+
+    // Two more failures: the second restart is the last the budget allows, the third fails the run.
+    process.kill(serverPidIn(netnsOf(replacement)), 'SIGKILL');
+    const second = await waitForRunState(handle, (s) => s.jobs[2]?.attempt === 2 && s.jobs[2].status === 'READY');
+    process.kill(serverPidIn(netnsOf(second.jobs[2])), 'SIGKILL');
+    const end = (await handle.result()) as RunState;
+    expect(end.status).toBe('FAILED');
+    expect(end.message).toMatch(/^group decode: restart budget exhausted \(2 of max_restarts 2\); last failure: job 2 \(decode\/0\) on local failed: CONTAINER_EXITED_WITH_ERROR: exited with code 137/);
+    expect(alive(routerPid)).toBe(false);
+    await kill9(worker);
+  }, 240_000);
+
+  it('kill -9 of the worker during a restart: the same outcome, each attempt started once', async () => {
+    let worker = await startWorker();
+    const hookLog = `${shared.dir}/crash-hooks.log`;
+    const name = `heal-crash-${taskQueue}`;
+    const handle = await startRun(name, servicePlan(name, { on_failure: { action: 'restart-node', max_restarts: 3, within_s: 600 } }, { hookLog }));
+    const before = await waitForRunState(handle, allUp);
+    const routerPid = serverPidIn(netnsOf(before.jobs[0]));
+    process.kill(serverPidIn(netnsOf(before.jobs[2])), 'SIGKILL');
+    await waitForRunState(handle, (s) => s.jobs[2]?.attempt === 1);
+    await kill9(worker);
+    worker = await startWorker();
+    const healed = await waitForRunState(handle, (s) => s.jobs[2]?.attempt === 1 && s.jobs[2].status === 'READY');
+    expect(healed.jobs[2]?.restarts).toBe(1);
+    // One server in the new node, none in the old one's namespace (gone), the router untouched.
+    expect(() => serverPidIn(netnsOf(healed.jobs[2]))).not.toThrow();
+    await waitForRunState(handle, () => !existsSync(`/run/netns/${netnsOf(before.jobs[2])}`));
+    await waitForLine(hookLog, (line) => line.endsWith(` ${ipOf(healed.jobs[2])}`));
+    expect(serverPidIn(netnsOf(healed.jobs[0]))).toBe(routerPid);
+    expect((await askRouter(ipOf(healed.jobs[0]))).text).toBe('Hello, world');
+    await handle.signal(stopRunSignal, { abort: false });
+    expect(((await handle.result()) as RunState).termination_reason).toBe('STOPPED_BY_USER');
+    await kill9(worker);
+  }, 240_000);
+});
+
+describe('resizing a running group', () => {
+  it('decode 1 → 3 → 2: new ranks after the others, the highest removed, the router told each time', async () => {
+    let worker = await startWorker();
+    const hookLog = `${shared.dir}/scale-hooks.log`;
+    const name = `heal-scale-${taskQueue}`;
+    const handle = await startRun(name, servicePlan(name, { nodes: 1, nodes_range: { min: 1, max: 3 } }, { hookLog }));
+    const before = await waitForRunState(handle, allUp);
+    const routerPid = serverPidIn(netnsOf(before.jobs[0]));
+
+    await expect(handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 5 }] })).rejects.toThrow(/group decode takes 1\.\.3 nodes \(its nodes range\), not 5/);
+    await expect(handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'router', nodes: 2 }] })).rejects.toThrow(/group router has a fixed size/);
+
+    const up = await handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 3 }] });
+    expect(up).toMatchObject({ group: 'decode', nodes: 3, added: [3, 4], removed: [] });
+    expect(up.peers_version).toBeGreaterThan(before.peers_version);
+    const grown = await handle.query(runStateQuery);
+    expect(grown.jobs.slice(3).map((j) => [j.group_name, j.group_job_index, j.status])).toEqual([['decode', 1, 'READY'], ['decode', 2, 'READY']]);
+    expect(grown.groups[2]?.nodes).toBe(3);
+    const decodeIps = [2, 3, 4].map((n) => ipOf(grown.jobs[n]));
+    const grownLine = hookLines(hookLog).at(-1) ?? '';
+    expect(grownLine.split(' ')[1]).toBe(String(up.peers_version));
+    expect(grownLine.split(' ')[2]?.split(',').sort()).toEqual([...decodeIps].sort());
+
+    // Killed in the middle of the next resize: the next worker finishes it.
+    const down = handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 2 }] });
+    await new Promise((r) => setTimeout(r, 200));
+    await kill9(worker);
+    worker = await startWorker();
+    expect(await down).toMatchObject({ group: 'decode', nodes: 2, added: [], removed: [4] });
+    const shrunk = await handle.query(runStateQuery);
+    expect(shrunk.jobs[4]).toMatchObject({ removed: true, status: 'TERMINATED' });
+    await waitForRunState(handle, () => !existsSync(`/run/netns/${netnsOf(grown.jobs[4])}`));
+    const shrunkLine = hookLines(hookLog).at(-1) ?? '';
+    expect(shrunkLine.split(' ')[2]?.split(',').sort()).toEqual([decodeIps[0], decodeIps[1]].sort());
+    expect(serverPidIn(netnsOf(shrunk.jobs[0]))).toBe(routerPid);
+    // Grown again, the group takes back the rank it gave up.
+    const again = await handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 3 }] });
+    expect(again.added).toEqual([4]);
+    expect((await handle.query(runStateQuery)).jobs[4]).toMatchObject({ removed: false, attempt: 1, status: 'READY' });
+    expect((await askRouter(ipOf(shrunk.jobs[0]))).text).toBe('Hello, world');
+
+    await handle.signal(stopRunSignal, { abort: false });
+    const end = (await handle.result()) as RunState;
+    expect(end.termination_reason).toBe('STOPPED_BY_USER');
+    await kill9(worker);
+  }, 240_000);
+});
+
+describe('quorum', () => {
+  it('prefill of 3 with ready: {min: 2}: the router starts after the second READY, before the third', async () => {
+    const worker = await startWorker();
+    const gate = `${shared.dir}/open-prefill-2`;
+    const name = `heal-quorum-${taskQueue}`;
+    // Prefill node 2 is READY only once the test opens its gate, which it does once the router runs.
+    const gatedProbe = { check: { kind: 'command' as const, command: `[ "$DSTACK_NODE_GROUP_NODE_RANK" != 2 ] || [ -e ${gate} ]` }, interval_s: 0.3, timeout_s: 60 };
+    const plan = servicePlan(name, {}, { hookLog: `${shared.dir}/quorum-hooks.log`, prefillNodes: 3, prefill: { ready: gatedProbe, ready_min: { kind: 'count', value: 2 } } });
+    const handle = await startRun(name, plan);
+    const routerUp = await waitForRunState(handle, (s) => s.jobs[0]?.status === 'RUNNING');
+    const prefills = routerUp.jobs.filter((j) => j.group_name === 'prefill');
+    expect(prefills.filter((j) => j.status === 'READY')).toHaveLength(2);
+    expect(prefills.find((j) => j.group_job_index === 2)?.status).toBe('RUNNING');
+    writeFileSync(gate, '');
+    const all = await waitForRunState(handle, (s) => s.jobs.filter((j) => j.group_name === 'prefill').every((j) => j.status === 'READY'));
+    const third = all.jobs.find((j) => j.group_name === 'prefill' && j.group_job_index === 2);
+    expect(Date.parse(all.jobs[0]?.running_at ?? '')).toBeLessThan(Date.parse(third?.ready_at ?? ''));
+    await handle.signal(stopRunSignal, { abort: false });
+    await handle.result();
+    await kill9(worker);
+  }, 180_000);
+});

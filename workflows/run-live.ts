@@ -1,0 +1,82 @@
+import type { GroupPlan, JobPlan, Plan } from '../src/plan/plan-schema';
+import type { PeersBook } from './messages';
+import type { JobState } from './run-state';
+
+/**
+ * What a run keeps to heal and resize its groups while it goes on, and to keep every node's
+ * address book (peers.json) current. Plain data, changed only by the run's steps.
+ */
+export interface LiveRun {
+  /** Per group: when each of its restarts began (workflow time, ms): the `on_failure` budget. */
+  restartTimes: number[][];
+  /** New attempts provisioned or provisioning, not yet let start: rank → attempt. */
+  attemptsToStart: Map<number, number>;
+  /** Groups with a restart under way: back once every node of theirs is READY again. */
+  restartingGroups: Set<number>;
+  /** Groups to restart (`on_dependency_restart: restart`) once the group they depend on is back. */
+  dependentsToRestart: Set<number>;
+  /** Groups being resized (one resize at a time per group). */
+  resizing: Set<number>;
+  /** Ranks added by a resize that have not run yet: a failure of theirs undoes the addition. */
+  addedByResize: Set<number>;
+  /** Plans of the ranks added by resizes (the task's plan has the first ranks only). */
+  addedPlans: Map<number, JobPlan>;
+  peers: LivePeers;
+}
+
+export interface LivePeers {
+  /** The current book (its version goes up when its content changes). */
+  book: PeersBook | null;
+  /** The book's content without its version: how a change is seen. */
+  key: string;
+  /** Per rank: the attempt and book version its node has. */
+  sent: Map<number, { attempt: number; version: number }>;
+  /** Per group with `on_peers_change`: the state of its dependencies its hooks last saw. */
+  hookKeys: Map<number, string>;
+  publishing: boolean;
+}
+
+/** A run heals, resizes or keeps live peers when any group asks for it (Troupe's extensions). */
+export function isLivePlan(plan: Plan): boolean {
+  return plan.groups.some((g) => (g.on_failure && g.on_failure.action !== 'fail-run') || g.nodes_range || g.on_peers_change || g.ready_min);
+}
+
+export function newLiveRun(plan: Plan): LiveRun {
+  return {
+    restartTimes: plan.groups.map(() => []),
+    attemptsToStart: new Map(),
+    restartingGroups: new Set(),
+    dependentsToRestart: new Set(),
+    resizing: new Set(),
+    addedByResize: new Set(),
+    addedPlans: new Map(),
+    peers: { book: null, key: '', sent: new Map(), hookKeys: new Map(), publishing: false },
+  };
+}
+
+/** The plan of a rank at its current attempt: the task's, or the one a resize made. */
+export function jobPlanOf(plan: Plan, live: LiveRun | null, job: JobState): JobPlan {
+  const base = plan.jobs[job.job_num] ?? live?.addedPlans.get(job.job_num);
+  if (!base) throw new Error(`no plan for job ${job.job_num}`);
+  return job.attempt > 0 ? { ...base, attempt: job.attempt } : base;
+}
+
+/** A new rank of `group` (a resize): dstack's job name, the group's commands and ports. */
+export function newRankPlan(runName: string, group: GroupPlan, jobNum: number, groupRank: number): JobPlan {
+  return {
+    job_num: jobNum,
+    job_name: `${runName}-${jobNum}-0`,
+    node_group_index: group.index,
+    node_group_name: group.name,
+    node_group_job_index: groupRank,
+    global_master: false,
+    group_master: false,
+    commands: [...group.commands],
+    ports: group.ports.map((p) => ({ ...p })),
+  };
+}
+
+/** Groups that list `index` in their depends_on. */
+export function dependentsOf(plan: Plan, index: number): GroupPlan[] {
+  return plan.groups.filter((g) => (g.depends_on ?? []).includes(index));
+}

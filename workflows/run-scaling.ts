@@ -1,0 +1,138 @@
+import { ApplicationFailure, condition, setHandler } from '@temporalio/workflow';
+import type { JobRef } from '../src/backends/backend';
+import type { GroupPlan } from '../src/plan/plan-schema';
+import { activeJobs, endJob, freshJob, isJobFinished, nextAttempt } from './job-transitions';
+import { teardownActivities } from './node-group-activities';
+import { newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResult } from './messages';
+import type { Run } from './run-context';
+import { jobRefOf } from './run-job-refs';
+import { jobPlanOf, newRankPlan, type LiveRun } from './run-live';
+import { peersSettled } from './run-peers';
+import type { JobState } from './run-state';
+import type { Submission } from './submission';
+import { isJobReady } from './startup-order';
+
+/**
+ * Resizing a running group within its `nodes: MIN..MAX` (Troupe's extension), as a Temporal
+ * Update: checked before it is accepted, answered once the new nodes run (READY with a probe) or
+ * the removed ones are stopped and their machines given back, and every node has the new book.
+ * New nodes take new ranks after every existing one (or a rank this group gave up before);
+ * removed nodes are the group's highest ranks.
+ */
+export function setScaleHandler(run: Run): void {
+  setHandler(
+    scaleGroupUpdate,
+    async ({ group: name, nodes }) => {
+      const { live, submissionNow: submission } = run;
+      const group = groupNamed(run, name);
+      // The validator let it in: a run with a ranged group is live and, RUNNING, has a submission.
+      if (!live || !submission) throw ApplicationFailure.nonRetryable(`run ${run.input.plan.run_name} is not running`, 'ScaleFailed');
+      live.resizing.add(group.index);
+      try {
+        return await resize(run, live, submission, group, nodes);
+      } finally {
+        live.resizing.delete(group.index);
+      }
+    },
+    { validator: ({ group: name, nodes }) => validate(run, name, nodes) },
+  );
+}
+
+function groupNamed(run: Run, name: string): GroupPlan {
+  const group = run.input.plan.groups.find((g) => g.name === name);
+  if (!group) throw new Error(`run ${run.input.plan.run_name} has no group "${name}" (its groups: ${run.input.plan.groups.map((g) => g.name).join(', ')})`);
+  return group;
+}
+
+/** Refusals say what to change; nothing of a refused update reaches the run's history. */
+function validate(run: Run, name: string, nodes: number): void {
+  const group = groupNamed(run, name);
+  const range = group.nodes_range;
+  if (!range) throw new Error(`group ${name} has a fixed size (nodes: ${group.nodes}); declare nodes: MIN..MAX in the task to resize it`);
+  if (!Number.isInteger(nodes) || nodes < range.min || nodes > range.max) {
+    throw new Error(`group ${name} takes ${range.min}..${range.max} nodes (its nodes range), not ${nodes}`);
+  }
+  const { state } = run;
+  if (state.status !== 'RUNNING' || run.stopRequest || !run.live || !run.submissionNow) {
+    throw new Error(`run ${run.input.plan.run_name} is ${run.stopRequest ? 'stopping' : state.status}: a group is resized while the run is RUNNING`);
+  }
+  if (run.live.resizing.has(group.index)) throw new Error(`group ${name} is being resized already; try again when that ends`);
+  if (run.live.restartingGroups.has(group.index)) throw new Error(`group ${name} is restarting; try again once its nodes are READY`);
+}
+
+async function resize(run: Run, live: LiveRun, submission: Submission, group: GroupPlan, nodes: number): Promise<ScaleGroupResult> {
+  const members = activeJobs(run.state).filter((job) => job.group_index === group.index);
+  let added: number[] = [];
+  let removed: number[] = [];
+  if (nodes > members.length) added = await grow(run, live, submission, group, nodes - members.length);
+  else if (nodes < members.length) removed = await shrink(run, group, members, members.length - nodes);
+  const stateGroup = run.state.groups[group.index];
+  if (stateGroup) stateGroup.nodes = activeJobs(run.state).filter((job) => job.group_index === group.index).length;
+  run.version += 1;
+  // Answered once every running node has the book that shows the change.
+  await condition(() => peersSettled(run) || run.state.status !== 'RUNNING');
+  return { group: group.name, nodes: stateGroup?.nodes ?? nodes, added, removed, peers_version: run.state.peers_version };
+}
+
+/** `count` new nodes: a rank this group gave up before, else the next rank of the run. */
+async function grow(run: Run, live: LiveRun, submission: Submission, group: GroupPlan, count: number): Promise<number[]> {
+  const { state } = run;
+  const jobs: JobState[] = [];
+  for (let i = 0; i < count; i++) {
+    const reused = state.jobs.find((job) => job.removed && job.group_index === group.index);
+    if (reused) {
+      reused.removed = false;
+      nextAttempt(reused, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: null }, false);
+      jobs.push(reused);
+      continue;
+    }
+    const jobNum = state.jobs.length;
+    const groupRank = state.jobs.filter((job) => job.group_index === group.index).length;
+    const plan = newRankPlan(run.input.plan.run_name, group, jobNum, groupRank);
+    live.addedPlans.set(jobNum, plan);
+    const job = freshJob(jobNum, plan.job_name, group.index, group.name, groupRank, new Date().toISOString());
+    state.jobs.push(job);
+    jobs.push(job);
+  }
+  for (const job of jobs) {
+    live.addedByResize.add(job.job_num);
+    live.attemptsToStart.set(job.job_num, job.attempt);
+    // The start-up order's first pass must not also tell the group about them.
+    submission.signalled.add(job.job_num);
+  }
+  const plans = jobs.map((job) => jobPlanOf(run.input.plan, live, job));
+  await submission.children[group.index]?.signal(newAttemptsSignal, { jobs: plans, release: [] });
+  run.version += 1;
+  const plan = run.input.plan;
+  await condition(() => run.state.status !== 'RUNNING' || jobs.every((job) => job.removed || isJobFinished(job) || (job.running_at !== null && isJobReady(plan, job))));
+  for (const job of jobs) live.addedByResize.delete(job.job_num);
+  const failed = jobs.find((job) => job.removed || isJobFinished(job));
+  if (failed) {
+    const why = failed.message ?? failed.termination_reason ?? 'it ended';
+    throw ApplicationFailure.nonRetryable(`${group.name}/${failed.group_job_index} (job ${failed.job_num}) did not start: ${why}`, 'ScaleFailed');
+  }
+  if (run.state.status !== 'RUNNING') throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before ${group.name} grew`, 'ScaleFailed');
+  return jobs.map((job) => job.job_num);
+}
+
+/** The group's `count` highest ranks: out of the run at once, then stopped and their machines given back. */
+async function shrink(run: Run, group: GroupPlan, members: JobState[], count: number): Promise<number[]> {
+  const victims = [...members].sort((a, b) => b.job_num - a.job_num).slice(0, count);
+  const size = members.length - count;
+  const refs: JobRef[] = [];
+  for (const job of victims) {
+    const ref = jobRefOf(run, job);
+    if (ref) refs.push(ref);
+    job.removed = true;
+    run.live?.attemptsToStart.delete(job.job_num);
+    if (!isJobFinished(job)) endJob(job, 'TERMINATED', 'TERMINATED_BY_SERVER', `removed: ${group.name} resized to ${size}`);
+  }
+  run.version += 1;
+  if (refs.length > 0) {
+    await teardownActivities.releaseJobs.executeWithOptions(
+      { summary: `remove ${group.name} rank${refs.length === 1 ? '' : 's'} ${victims.map((j) => j.job_num).join(', ')} (resized to ${size})` },
+      [{ backend: run.input.backend, jobs: refs, grace_s: run.input.options.stop_grace_s }],
+    );
+  }
+  return victims.map((job) => job.job_num);
+}
