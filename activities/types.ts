@@ -48,6 +48,12 @@ export interface StopJobsInput extends BackendCall {
   grace_s: number;
 }
 
+/** Job attempts whose machines go back (their processes stopped first, with this grace). */
+export interface ReleaseJobsInput extends BackendCall {
+  jobs: JobRef[];
+  grace_s: number;
+}
+
 export interface ReleaseRunInput extends BackendCall {
   run_id: string;
   submission: number;
@@ -68,6 +74,7 @@ export interface TroupeActivities {
   waitRunnersReady(input: WaitRunnersInput): Promise<{ failed: Array<BatchJobFailure & { job_num: number }> }>;
   runJobs(input: RunJobsInput): Promise<void>;
   stopJobs(input: StopJobsInput): Promise<void>;
+  releaseJobs(input: ReleaseJobsInput): Promise<void>;
   releaseRun(input: ReleaseRunInput): Promise<void>;
   readJobLog(input: ReadLogInput): Promise<LogChunk>;
 }
