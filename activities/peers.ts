@@ -28,10 +28,5 @@ export function createPeersActivities(backends: BackendRegistry) {
       });
     },
 
-    /** Gives back the machines of these job attempts (replaced or removed), each stopped first. */
-    async releaseJobs({ backend, jobs, grace_s }: { backend: string; jobs: PublishPeersInput['jobs']; grace_s: number }): Promise<void> {
-      const target = backendFor(backends, backend);
-      await whileHeartbeating(() => mapLimit(jobs, CONCURRENCY, (job) => target.releaseJob(job, grace_s)));
-    },
   };
 }

@@ -61,6 +61,12 @@ export interface PublishPeersResult {
   hooks: Array<{ job_num: number; label: string; exit_code: number; output: string }>;
 }
 
+/** Job attempts whose machines go back (their processes stopped first, with this grace). */
+export interface ReleaseJobsInput extends BackendCall {
+  jobs: JobRef[];
+  grace_s: number;
+}
+
 export interface ReleaseRunInput extends BackendCall {
   run_id: string;
   submission: number;
@@ -81,8 +87,8 @@ export interface TroupeActivities {
   waitRunnersReady(input: WaitRunnersInput): Promise<{ failed: Array<BatchJobFailure & { job_num: number }> }>;
   runJobs(input: RunJobsInput): Promise<void>;
   stopJobs(input: StopJobsInput): Promise<void>;
+  releaseJobs(input: ReleaseJobsInput): Promise<void>;
   releaseRun(input: ReleaseRunInput): Promise<void>;
-  releaseJobs(input: StopJobsInput): Promise<void>;
   publishPeers(input: PublishPeersInput): Promise<PublishPeersResult>;
   readJobLog(input: ReadLogInput): Promise<LogChunk>;
 }

@@ -1,5 +1,5 @@
 import { condition, setHandler } from '@temporalio/workflow';
-import { allocate, applySpec, closeSubmission, heldHost, holdersOf, release, validateSpec } from './fleet-hosts';
+import { allocate, applySpec, closeSubmission, heldHost, holdersOf, release, releaseJobHost, validateSpec } from './fleet-hosts';
 import {
   allocateHostsUpdate,
   applyFleetUpdate,
@@ -7,6 +7,7 @@ import {
   deleteFleetUpdate,
   fleetStateQuery,
   releaseHostsUpdate,
+  releaseJobHostUpdate,
   type FleetHostState,
   type FleetState,
 } from './fleet-messages';
@@ -48,6 +49,7 @@ export function setFleetHandlers(fleet: Fleet, { AllocateRequestSchema, FleetSpe
     return state.hosts.filter((h) => h.holder?.run_id === run_id && h.holder.submission === submission).map(heldHost);
   });
   setHandler(releaseHostsUpdate, (request) => release(state, request));
+  setHandler(releaseJobHostUpdate, (request) => releaseJobHost(state, request));
   setHandler(
     deleteFleetUpdate,
     () => {

@@ -2,7 +2,8 @@ import { ApplicationFailure } from '@temporalio/workflow';
 import type { Resources } from '../src/config/resources-schema';
 import { describeResources, hostShortfalls, pickHosts } from '../src/fleet/host-match';
 import { FailureType } from './failure-types';
-import type { AllocateRequest, FleetHostSpec, FleetHostState, FleetSpec, FleetState, HeldHost, ReleaseRequest } from './fleet-messages';
+import { isHeldBy, type JobAttemptKey } from '../src/fleet/job-holder';
+import type { AllocateRequest, FleetHostSpec, FleetHostState, FleetSpec, FleetState, HeldHost, JobHostRelease, ReleaseRequest } from './fleet-messages';
 
 /** How a fleet's hosts change: applied specs, allocations and releases, as pure changes of its state. */
 
@@ -68,34 +69,48 @@ export function allocate(state: FleetState, req: AllocateRequest): HeldHost[] {
     throw ApplicationFailure.nonRetryable(`submission ${submissionKey} was already released`, FailureType.SubmissionClosed);
   }
   if (state.deleted) throw ApplicationFailure.retryable(`fleet ${state.name} is being deleted`, FailureType.NoCapacity);
-  const heldBy = (jobNum: number) =>
-    state.hosts.find((h) => h.holder?.run_id === req.run_id && h.holder.submission === req.submission && h.holder.job_num === jobNum);
-
-  // Idempotent: a job that already holds a host keeps it; only the others get new ones.
-  const chosen = new Map<number, FleetHostState>();
+  // Idempotent: a job attempt that already holds a host keeps it; only the others get new ones
+  // (a replacement gets another host than the attempt before it, which still holds its own).
+  const key = (job: { job_num: number; attempt?: number }) => `${job.job_num}/${job.attempt ?? 0}`;
+  const chosen = new Map<string, FleetHostState>();
   for (const job of req.jobs) {
-    const held = heldBy(job.job_num);
-    if (held) chosen.set(job.job_num, held);
+    const held = heldBy(state, { run_id: req.run_id, submission: req.submission, ...job });
+    if (held) chosen.set(key(job), held);
   }
-  const missing = req.jobs.filter((job) => !chosen.has(job.job_num));
+  const missing = req.jobs.filter((job) => !chosen.has(key(job)));
   if (missing.length > 0) {
     const taken = new Set([...chosen.values()].map((h) => h.index));
     const picked = pickHosts(state.hosts, req.resources, missing.length, taken);
     if (!picked) throw noCapacity(state, req.group_name, req.resources, missing.length);
-    missing.forEach((job, i) => chosen.set(job.job_num, picked[i] as FleetHostState));
+    missing.forEach((job, i) => chosen.set(key(job), picked[i] as FleetHostState));
   }
   // All or nothing: holders are written only once every job of the request has a host.
   return req.jobs.map((job) => {
-    const host = chosen.get(job.job_num) as FleetHostState;
-    host.holder = { run_id: req.run_id, run_name: req.run_name, submission: req.submission, job_num: job.job_num, job_name: job.job_name };
+    const host = chosen.get(key(job)) as FleetHostState;
+    host.holder = {
+      run_id: req.run_id,
+      run_name: req.run_name,
+      submission: req.submission,
+      job_num: job.job_num,
+      job_name: job.job_name,
+      // Attempt 0 holds as before attempts existed (same state, same Update results).
+      ...(job.attempt ? { attempt: job.attempt } : {}),
+    };
     return heldHost(host);
   });
 }
 
+/** The host a job attempt holds. */
+function heldBy(state: FleetState, job: JobAttemptKey): FleetHostState | undefined {
+  return state.hosts.find((h) => isHeldBy(h.holder, job));
+}
+
 export function heldHost(host: FleetHostState): HeldHost {
+  const attempt = host.holder?.attempt;
   return {
     job_num: host.holder?.job_num ?? -1,
     job_name: host.holder?.job_name ?? '',
+    ...(attempt ? { attempt } : {}),
     host_index: host.index,
     target: withVerifiedKeys(host),
     internal_ip: host.internal_ip ?? host.spec.target.hostname,
@@ -126,15 +141,27 @@ export function release(state: FleetState, { run_id, submission, lost }: Release
   let released = 0;
   for (const host of state.hosts) {
     if (host.holder?.run_id !== run_id || host.holder.submission !== submission) continue;
-    const gone = lost?.find((l) => l.host_index === host.index);
-    if (gone) {
-      host.status = 'unreachable';
-      host.reason = `lost while ${host.holder.run_name}/job ${host.holder.job_num} ran on it (${gone.reason}); apply the fleet again to probe it`;
-    }
-    host.holder = null;
+    freeHost(host, lost?.find((l) => l.host_index === host.index)?.reason ?? null);
     released += 1;
   }
   return released;
+}
+
+/** Frees the host of one job attempt alone; the submission stays open (its other jobs run on). */
+export function releaseJobHost(state: FleetState, req: JobHostRelease): number {
+  const host = heldBy(state, req);
+  if (!host) return 0;
+  freeHost(host, req.lost_reason ?? null);
+  return 1;
+}
+
+/** A host given back; one that could not be cleaned up (`lostReason`) is marked unreachable until the fleet is applied again. */
+function freeHost(host: FleetHostState, lostReason: string | null): void {
+  if (lostReason !== null && host.holder) {
+    host.status = 'unreachable';
+    host.reason = `lost while ${host.holder.run_name}/job ${host.holder.job_num} ran on it (${lostReason}); apply the fleet again to probe it`;
+  }
+  host.holder = null;
 }
 
 export function holdersOf(hosts: FleetHostState[]): string {

@@ -23,6 +23,8 @@ export interface FleetInput {
 export interface HeldHost {
   job_num: number;
   job_name: string;
+  /** The job's attempt; absent for attempt 0. */
+  attempt?: number;
   host_index: number;
   /** The target with the key(s) verified at probe time as its only accepted fingerprints. */
   target: FleetHostSpec['target'];
@@ -47,11 +49,22 @@ export interface ReleaseRequest extends SubmissionRef {
   lost?: Array<{ host_index: number; reason: string }>;
 }
 
+/** One job attempt's host given back (a replaced or removed node); the submission stays open. */
+export interface JobHostRelease extends SubmissionRef {
+  job_num: number;
+  /** Absent: attempt 0. */
+  attempt?: number;
+  /** Why its host could not be cleaned up (lost): then it is marked unreachable. */
+  lost_reason?: string | null;
+}
+
 export const applyFleetUpdate = defineUpdate<FleetState, [FleetSpec]>('applyFleet');
 export const allocateHostsUpdate = defineUpdate<AllocatedHost[], [AllocateRequest]>('allocateHosts');
 /** Refuses any later allocation for the submission and returns the hosts it still holds. */
 export const closeSubmissionUpdate = defineUpdate<HeldHost[], [SubmissionRef]>('closeSubmission');
 /** Closes the submission (if not yet) and frees its hosts; returns how many were freed. */
 export const releaseHostsUpdate = defineUpdate<number, [ReleaseRequest]>('releaseHosts');
+/** Frees the host of one job attempt (if it holds one); returns how many were freed (0 or 1). */
+export const releaseJobHostUpdate = defineUpdate<number, [JobHostRelease]>('releaseJobHost');
 export const deleteFleetUpdate = defineUpdate<void, [{ force: boolean }]>('deleteFleet');
 export const fleetStateQuery = defineQuery<FleetState>('fleetState');

@@ -32,6 +32,8 @@ export const HolderSchema = z.object({
   submission: z.number().int(),
   job_num: z.number().int(),
   job_name: z.string(),
+  /** The job's attempt (absent: 0, its first machine); a replacement holds a host of its own. */
+  attempt: z.number().int().nonnegative().optional(),
 });
 export type Holder = z.infer<typeof HolderSchema>;
 
@@ -81,6 +83,6 @@ export const AllocateRequestSchema = z.object({
   submission: z.number().int(),
   group_name: z.string(),
   resources: ResourcesSchema,
-  jobs: z.array(z.object({ job_num: z.number().int(), job_name: z.string() })).min(1),
+  jobs: z.array(z.object({ job_num: z.number().int(), job_name: z.string(), attempt: z.number().int().nonnegative().optional() })).min(1),
 });
 export type AllocateRequest = z.infer<typeof AllocateRequestSchema>;

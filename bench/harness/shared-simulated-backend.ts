@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { attemptDirectoryName } from '../../src/runner/job-layout';
 import {
   SubmissionClosedError,
   type Backend,
@@ -34,7 +35,7 @@ export class SharedSimulatedBackend implements Backend {
       throw new SubmissionClosedError(`submission ${req.submission} of ${req.run_id} was released`);
     }
     return req.jobs.map((job) => ({
-      instance_id: `${req.run_id}/${req.submission}/${job.job_num}`,
+      instance_id: `${req.run_id}/${req.submission}/${job.attempt ? `${job.job_num}.attempt-${job.attempt}` : job.job_num}`,
       host: 'simulated',
       internal_ip: `198.18.${Math.floor(job.job_num / 250) % 256}.${(job.job_num % 250) + 1}`,
       gpus: req.group.resources.gpu.count.min ?? 0,
@@ -43,7 +44,7 @@ export class SharedSimulatedBackend implements Backend {
   }
 
   jobDirectory(job: JobRef): string {
-    return `/simulated/${job.run_id}/${job.submission}/${job.job_name}`;
+    return `/simulated/${job.run_id}/${job.submission}/${attemptDirectoryName(job.job_name, job.attempt)}`;
   }
 
   async runnerReady(): Promise<boolean> {
@@ -76,6 +77,14 @@ export class SharedSimulatedBackend implements Backend {
   async stopJob(job: JobRef): Promise<void> {
     await writeFile(this.file('stopped', job.instance.instance_id), '');
   }
+
+  /** Stops the attempt's "job"; its instance holds nothing to give back. */
+  async releaseJob(job: JobRef): Promise<void> {
+    await this.stopJob(job);
+  }
+
+  /** Nothing reads a simulated node's address book. */
+  async writePeers(): Promise<void> {}
 
   async releaseRun(runId: string, submission: number): Promise<void> {
     await writeFile(this.file('closed', `${runId}/${submission}`), '');

@@ -17,12 +17,14 @@ import {
   deleteFleetUpdate,
   fleetStateQuery,
   releaseHostsUpdate,
+  releaseJobHostUpdate,
   type AllocateRequest,
   type AllocatedHost,
   type FleetInput,
   type FleetSpec,
   type FleetState,
   type HeldHost,
+  type JobHostRelease,
   type ReleaseRequest,
   type SubmissionRef,
 } from '../../workflows/fleet-messages';
@@ -196,6 +198,16 @@ export class FleetClient {
     } catch (err) {
       if (isNotFound(err)) return null;
       throw this.refusal(err, `release hosts of fleet ${name}`);
+    }
+  }
+
+  /** Frees the host of one job attempt, the rest of its submission untouched (null: no such fleet). */
+  async releaseJobHost(name: string, request: JobHostRelease): Promise<number | null> {
+    try {
+      return await slotsOf(fleetWorkflowId(name)).with(() => this.handle(name).executeUpdate(releaseJobHostUpdate, { args: [request] }));
+    } catch (err) {
+      if (isNotFound(err)) return null;
+      throw this.refusal(err, `release the host of ${request.run_id}/job ${request.job_num} in fleet ${name}`);
     }
   }
 

@@ -19,7 +19,7 @@ export interface JobFilesInput {
   jobDirectory: string;
 }
 
-/** Everything a runner writes before starting a job: env, MPI hostfile and launch script. */
+/** Everything a runner writes before starting a job: env (with TROUPE_PEERS_FILE), MPI hostfile and launch script. */
 export function renderJobFiles(input: JobFilesInput): JobFiles {
   const groupNodes = input.addresses[input.job.node_group_index];
   if (!groupNodes) throw new Error(`no addresses for group ${input.job.node_group_index} (${input.job.node_group_name})`);
@@ -40,7 +40,8 @@ export function renderJobFiles(input: JobFilesInput): JobFiles {
     }
   });
   return {
-    env,
+    // Always set (the task's env still on top), also before a first book is written: a job may wait for the file.
+    env: { TROUPE_PEERS_FILE: jobFilePath(input.jobDirectory, JobLayout.peers), ...env },
     hostfile: renderHostfile(input.cluster),
     script: renderLaunchScript({ commands, workingDir: input.run.working_dir, image: input.run.image }),
     image: input.run.image,

@@ -35,3 +35,12 @@ export const JobLayout = {
   /** Exit code of the commands, written when they end. */
   exitCode: 'exit_code',
 } as const;
+
+/**
+ * The directory name of one attempt of a job, from the job's own (already safe) path component:
+ * attempt 0 (or absent) keeps the job's name, so first machines read as before; attempt k > 0 is
+ * `<job>.attempt-<k>`, a sibling with its own files and log (a replaced node's log stays readable).
+ */
+export function attemptDirectoryName(jobSegment: string, attempt: number | undefined): string {
+  return attempt ? `${jobSegment}.attempt-${attempt}` : jobSegment;
+}

@@ -1,4 +1,4 @@
-import type { Backend, Instance, JobFiles, JobRef, ProvisionRequest } from '../../src/backends/backend';
+import type { Backend, Instance, JobFiles, JobRef, PeersFile, ProvisionRequest } from '../../src/backends/backend';
 import { NoCapacityError } from '../../src/backends/backend';
 
 export interface ProvisionCall {
@@ -78,6 +78,12 @@ export class RecordingBackend implements Backend {
   }
   releaseRun(runId: string, submission: number) {
     return this.inner.releaseRun(runId, submission);
+  }
+  releaseJob(job: JobRef, graceSeconds: number) {
+    return this.inner.releaseJob(job, graceSeconds);
+  }
+  writePeers(job: JobRef, peers: PeersFile) {
+    return this.inner.writePeers(job, peers);
   }
   exec(job: JobRef, script: string, timeoutMs: number) {
     return this.inner.exec(job, script, timeoutMs);

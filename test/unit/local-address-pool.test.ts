@@ -52,6 +52,14 @@ describe('local fleet names', () => {
     expect(new Set([id, localInstanceId('run-a', 1, 1), localInstanceId('run-a', 0, 2), localInstanceId('run-b', 0, 1)]).size).toBe(4);
   });
 
+  it('gives every attempt of a job its own instance, attempt 0 the one it had before attempts', () => {
+    expect(localInstanceId('run-a', 0, 1, 0)).toBe(localInstanceId('run-a', 0, 1));
+    expect(localInstanceId('run-a', 0, 1)).toBe('local-73447bc3575ef66c');
+    const attempts = [1, 2, 3].map((k) => localInstanceId('run-a', 0, 1, k));
+    expect(new Set([localInstanceId('run-a', 0, 1), ...attempts]).size).toBe(4);
+    expect(localInstanceId('run-a', 0, 1, 2)).toBe(attempts[1]);
+  });
+
   it('keeps link names within 15 characters', () => {
     const names = nodeLinkNames(localInstanceId('a-very-long-run-name-that-goes-on', 12, 345));
     for (const name of [names.netns, names.hostLink, names.nodeLink]) expect(name.length).toBeLessThanOrEqual(15);

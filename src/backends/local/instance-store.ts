@@ -2,6 +2,7 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { createFileExclusive, isErrno, pathExists, readJsonFile, removeFile, removeOrphanedTemps, writeFileAtomic } from './state-files';
+import { attemptDirectoryName } from '../../runner/job-layout';
 import { pathSegment } from './local-names';
 
 /**
@@ -11,7 +12,7 @@ import { pathSegment } from './local-names';
  *   leases/<ip>                       who holds an address (created with O_EXCL semantics)
  *   instances/<instance_id>.json      an instance: its address, namespace, job directory
  *   runs/<run>/<submission>/released  tombstone: the submission was released, provision refuses it
- *   runs/<run>/<submission>/<job>/    the job's directory
+ *   runs/<run>/<submission>/<job>/    the job's directory (attempt k > 0: <job>.attempt-<k>/, attemptDirectoryName)
  */
 
 export const NetworkModeSchema = z.enum(['netns', 'loopback']);
@@ -23,6 +24,8 @@ export const LocalInstanceRecordSchema = z.object({
   submission: z.number().int().nonnegative(),
   job_num: z.number().int().nonnegative(),
   job_name: z.string(),
+  /** Absent for attempt 0 (records from before attempts read the same). */
+  attempt: z.number().int().nonnegative().optional(),
   ip: z.string(),
   gpus: z.number().int().nonnegative(),
   mode: NetworkModeSchema,
@@ -40,8 +43,8 @@ type Lease = z.infer<typeof LeaseSchema>;
 export class InstanceStore {
   constructor(readonly stateDir: string) {}
 
-  jobDir(runId: string, submission: number, jobName: string): string {
-    return join(this.submissionDir(runId, submission), pathSegment(jobName));
+  jobDir(runId: string, submission: number, jobName: string, attempt?: number): string {
+    return join(this.submissionDir(runId, submission), attemptDirectoryName(pathSegment(jobName), attempt));
   }
 
   private submissionDir(runId: string, submission: number): string {

@@ -13,6 +13,7 @@ import {
   type JobProcessState,
   type JobRef,
   type LogChunk,
+  type PeersFile,
   type ProvisionRequest,
 } from '../backend';
 import type { GroupPlan } from '../../plan/plan-schema';
@@ -45,6 +46,7 @@ import { waitForSshServer, writeNodeSsh } from './node-ssh';
 import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
 import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
+import { writePeersFile } from './peers-file';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -157,7 +159,7 @@ export class LocalBackend implements Backend {
   }
 
   jobDirectory(job: JobRef): string {
-    return this.store.jobDir(job.run_id, job.submission, job.job_name);
+    return this.store.jobDir(job.run_id, job.submission, job.job_name, job.attempt);
   }
 
   async provision(req: ProvisionRequest): Promise<Instance[]> {
@@ -171,7 +173,7 @@ export class LocalBackend implements Backend {
     const records: LocalInstanceRecord[] = [];
     const createdHere: LocalInstanceRecord[] = [];
     for (const job of req.jobs) {
-      const instanceId = localInstanceId(req.run_id, req.submission, job.job_num);
+      const instanceId = localInstanceId(req.run_id, req.submission, job.job_num, job.attempt);
       let record = await this.store.readRecord(instanceId);
       if (!record) {
         const owner = { instance_id: instanceId, run_id: req.run_id, submission: req.submission };
@@ -191,13 +193,14 @@ export class LocalBackend implements Backend {
           submission: req.submission,
           job_num: job.job_num,
           job_name: job.job_name,
+          ...(job.attempt ? { attempt: job.attempt } : {}),
           ip: lease.ip,
           gpus,
           mode,
           netns: names?.netns ?? null,
           host_link: names?.hostLink ?? null,
           node_link: names?.nodeLink ?? null,
-          job_dir: this.store.jobDir(req.run_id, req.submission, job.job_name),
+          job_dir: this.store.jobDir(req.run_id, req.submission, job.job_name, job.attempt),
         };
         record = await this.store.createRecord(candidate);
         if (record === candidate) createdHere.push(record);
@@ -271,6 +274,7 @@ export class LocalBackend implements Backend {
         writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
         ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
         writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
+        ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
       ]);
       const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record) });
       return await this.removeEnvIfRefused(dir, this.waitForStart(job, dir, spawned.exited));
@@ -278,12 +282,15 @@ export class LocalBackend implements Backend {
     return await this.waitForStart(job, dir, null);
   }
 
-  /** A start that lost to a stop or a release leaves no env file behind (it may hold secrets). */
+  /**
+   * A start that lost to a stop or a release leaves nothing of its own behind (the env may hold
+   * secrets, `ssh/` the run's keys): the commands never ran, so only what a stop keeps stays.
+   */
   private async removeEnvIfRefused<T>(dir: string, started: Promise<T>): Promise<T> {
     try {
       return await started;
     } catch (err) {
-      if (err instanceof SubmissionClosedError) await removeFile(join(dir, L.env));
+      if (err instanceof SubmissionClosedError) await keepOnly(dir, RELEASED_JOB_FILES);
       throw err;
     }
   }
@@ -412,16 +419,45 @@ export class LocalBackend implements Backend {
     const grace = this.options.releaseGraceSeconds ?? 5;
     await Promise.all(records.map((r) => this.stopJobIn(r.job_dir, r.instance_id, r, grace)));
     // Nothing secret stays at rest: of every job directory of the submission (whether or not its
-    // record is still there) only the log and the exit code stay, for `troupe logs`, as on SSH
-    // hosts, and the start record (pids and times), so the job's end still reads as it was.
+    // record is still there) only RELEASED_JOB_FILES stay.
     const jobDirs = await this.store.jobDirs(runId, submission);
-    await Promise.all(jobDirs.map((dir) => keepOnly(dir, [L.log, L.exitCode, L.started])));
+    await Promise.all(jobDirs.map((dir) => keepOnly(dir, RELEASED_JOB_FILES)));
     await this.removeRunUserOf(runId, submission);
     await Promise.all(records.map((record) => this.forget(record)));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
     }
     await this.store.removeOrphanedTemps();
+  }
+
+  /**
+   * One job attempt's instance given back (a replaced or removed node): its processes stopped (the
+   * start claimed, so a late start never runs), its directory reduced to what releaseRun keeps,
+   * its namespace, address and record gone. The run's user stays: the other jobs run as it.
+   */
+  async releaseJob(job: JobRef, graceSeconds: number): Promise<void> {
+    const dir = this.jobDirectory(job);
+    const record = await this.store.readRecord(job.instance.instance_id);
+    await this.stopJobIn(dir, job.instance.instance_id, record, graceSeconds);
+    await keepOnly(dir, RELEASED_JOB_FILES);
+    if (record) await this.forget(record);
+  }
+
+  /**
+   * Replaces the job's peers.json (writePeersFile: atomic, never by an older version), with the
+   * modes of its other files: readable by its run's group when isolated. A released job (no
+   * instance record, or no run user any more) is left alone.
+   */
+  async writePeers(job: JobRef, peers: PeersFile): Promise<void> {
+    const dir = this.jobDirectory(job);
+    if (!(await this.store.readRecord(job.instance.instance_id)) || !(await pathExists(dir))) return;
+    let shared: FileOwner | null = null;
+    if (this.isolation) {
+      const user = await lookupUser(runUserName(job.run_id, job.submission));
+      if (!user) return;
+      shared = { uid: 0, gid: user.gid };
+    }
+    await writePeersFile(dir, peers, peersMode(shared), shared);
   }
 
   /**
@@ -490,6 +526,17 @@ export class LocalBackend implements Backend {
       await handle.close();
     }
   }
+}
+
+/**
+ * What stays of a released job's directory: the log and exit code (for `troupe logs`, as on SSH
+ * hosts) and the start record (pids and times), so the job's end still reads as it was.
+ */
+const RELEASED_JOB_FILES = [L.log, L.exitCode, L.started];
+
+/** peers.json: readable by the run's group when the job is isolated (root's otherwise, like its hostfile). */
+function peersMode(owner: unknown): number {
+  return owner ? 0o640 : 0o644;
 }
 
 /** Removes everything in `dir` but the entries named in `kept`. */

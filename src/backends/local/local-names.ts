@@ -6,9 +6,13 @@ function shortHash(text: string, length: number): string {
   return createHash('sha256').update(text).digest('hex').slice(0, length);
 }
 
-/** One instance per (run, submission, job): a retried provision() finds the same one. */
-export function localInstanceId(runId: string, submission: number, jobNum: number): string {
-  return `local-${shortHash(`${runId}\0${submission}\0${jobNum}`, 16)}`;
+/**
+ * One instance per (run, submission, job, attempt): a retried provision() finds the same one, and a
+ * replacement (attempt > 0) gets one of its own. Attempt 0 hashes as ids did before attempts existed.
+ */
+export function localInstanceId(runId: string, submission: number, jobNum: number, attempt = 0): string {
+  const key = attempt ? `${runId}\0${submission}\0${jobNum}\0${attempt}` : `${runId}\0${submission}\0${jobNum}`;
+  return `local-${shortHash(key, 16)}`;
 }
 
 export interface NodeLinkNames {

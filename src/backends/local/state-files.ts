@@ -74,16 +74,20 @@ export async function removeOrphanedTemps(dir: string): Promise<void> {
   await Promise.all(names.filter(isOrphanedTemp).map((name) => removeFile(join(dir, name))));
 }
 
-/** Parsed content of `path`, or null when it does not exist. */
-export async function readJsonFile<S extends z.ZodType>(path: string, schema: S): Promise<z.infer<S> | null> {
-  let text: string;
+/** The text of `path`, or null when it does not exist. */
+export async function readTextFile(path: string): Promise<string | null> {
   try {
-    text = await readFile(path, 'utf8');
+    return await readFile(path, 'utf8');
   } catch (err) {
     if (isErrno(err, 'ENOENT')) return null;
     throw err;
   }
-  return schema.parse(JSON.parse(text));
+}
+
+/** Parsed content of `path`, or null when it does not exist. */
+export async function readJsonFile<S extends z.ZodType>(path: string, schema: S): Promise<z.infer<S> | null> {
+  const text = await readTextFile(path);
+  return text === null ? null : schema.parse(JSON.parse(text));
 }
 
 export async function removeFile(path: string): Promise<void> {

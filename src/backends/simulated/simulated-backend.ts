@@ -8,8 +8,10 @@ import {
   type JobProcessState,
   type JobRef,
   type LogChunk,
+  type PeersFile,
   type ProvisionRequest,
 } from '../backend';
+import { attemptDirectoryName } from '../../runner/job-layout';
 
 export interface SimulatedBackendOptions {
   /** How long a simulated job "runs" before it exits 0. */
@@ -33,6 +35,8 @@ export class SimulatedBackend implements Backend {
   private readonly closed = new Set<string>();
   private readonly started = new Map<string, number>();
   private readonly stopped = new Set<string>();
+  /** The latest peers version written per instance (what a node's peers.json would hold). */
+  private readonly peers = new Map<string, number>();
   private nextAddress = 0;
 
   constructor(private readonly opts: SimulatedBackendOptions = {}) {
@@ -43,12 +47,12 @@ export class SimulatedBackend implements Backend {
     const submissionKey = `${req.run_id}/${req.submission}`;
     if (this.closed.has(submissionKey)) throw new SubmissionClosedError(`submission ${submissionKey} was released`);
     if (this.opts.provisionDelayMs) await new Promise((r) => setTimeout(r, this.opts.provisionDelayMs));
-    const missing = req.jobs.filter((job) => !this.instances.has(`${submissionKey}/${job.job_num}`));
+    const missing = req.jobs.filter((job) => !this.instances.has(instanceKey(submissionKey, job.job_num, job.attempt)));
     if (this.opts.capacity !== undefined && this.instances.size + missing.length > this.opts.capacity) {
       throw new NoCapacityError(`simulated fleet is full (${this.opts.capacity} instances)`);
     }
     return req.jobs.map((job) => {
-      const key = `${submissionKey}/${job.job_num}`;
+      const key = instanceKey(submissionKey, job.job_num, job.attempt);
       let instance = this.instances.get(key);
       if (!instance) {
         const n = this.nextAddress++;
@@ -66,16 +70,17 @@ export class SimulatedBackend implements Backend {
   }
 
   jobDirectory(job: JobRef): string {
-    return `/simulated/${job.run_id}/${job.submission}/${job.job_name}`;
+    return `/simulated/${job.run_id}/${job.submission}/${attemptDirectoryName(job.job_name, job.attempt)}`;
   }
 
   async runnerReady(): Promise<boolean> {
     return true;
   }
 
-  async startJob(job: JobRef, _files: JobFiles): Promise<{ pid: number }> {
+  async startJob(job: JobRef, files: JobFiles): Promise<{ pid: number }> {
     const key = job.instance.instance_id;
     if (!this.stopped.has(key) && !this.started.has(key)) this.started.set(key, Date.now());
+    if (files.peers) await this.writePeers(job, files.peers);
     return { pid: 1 };
   }
 
@@ -98,6 +103,23 @@ export class SimulatedBackend implements Backend {
     for (const key of [...this.instances.keys()]) if (key.startsWith(prefix)) this.instances.delete(key);
   }
 
+  /** The attempt's instance goes back to the pool; its "job" reads as stopped. */
+  async releaseJob(job: JobRef): Promise<void> {
+    this.stopped.add(job.instance.instance_id);
+    this.instances.delete(job.instance.instance_id);
+  }
+
+  async writePeers(job: JobRef, peers: PeersFile): Promise<void> {
+    const key = job.instance.instance_id;
+    if (!this.instances.has(key)) return;
+    if ((this.peers.get(key) ?? -1) <= peers.version) this.peers.set(key, peers.version);
+  }
+
+  /** The version of the book the instance's peers.json would hold (null: none written). */
+  peersVersion(job: JobRef): number | null {
+    return this.peers.get(job.instance.instance_id) ?? null;
+  }
+
   /** Every simulated node is ready (and answers every probe) once its job has started. */
   async exec(job: JobRef): Promise<ExecResult> {
     return this.started.has(job.instance.instance_id) ? { exit_code: 0, output: '' } : { exit_code: 1, output: 'not started' };
@@ -106,4 +128,9 @@ export class SimulatedBackend implements Backend {
   async readLog(): Promise<LogChunk> {
     return { data: '', next_offset: 0 };
   }
+}
+
+/** Attempt 0 keeps the key (and instance id) it had before attempts existed. */
+function instanceKey(submissionKey: string, jobNum: number, attempt: number | undefined): string {
+  return attempt ? `${submissionKey}/${jobNum}.attempt-${attempt}` : `${submissionKey}/${jobNum}`;
 }

@@ -1,8 +1,10 @@
 import { createHash } from 'node:crypto';
 import type { JobRef } from '../backend';
+import { attemptDirectoryName } from '../../runner/job-layout';
 
 /**
- * Where a job lives on its host: `<base>/<run_id>/<submission>/<job_name>/`. Ids and names become
+ * Where a job lives on its host: `<base>/<run_id>/<submission>/<job_name>/` (a later attempt:
+ * `<job_name>.attempt-<k>/`, attemptDirectoryName). Ids and names become
  * one safe path component each: kept when harmless, else sanitised and suffixed with a hash, so a
  * group name full of shell metacharacters still maps to one distinct, inert directory.
  */
@@ -24,8 +26,8 @@ export function runDirectory(baseDir: string, runId: string): string {
   return `${checkBaseDir(baseDir)}/${pathSegment(runId)}`;
 }
 
-export function jobDirectory(baseDir: string, job: Pick<JobRef, 'run_id' | 'submission' | 'job_name'>): string {
-  return `${runDirectory(baseDir, job.run_id)}/${job.submission}/${pathSegment(job.job_name)}`;
+export function jobDirectory(baseDir: string, job: Pick<JobRef, 'run_id' | 'submission' | 'job_name' | 'attempt'>): string {
+  return `${runDirectory(baseDir, job.run_id)}/${job.submission}/${attemptDirectoryName(pathSegment(job.job_name), job.attempt)}`;
 }
 
 /** Container name of a job run with `image:`: stable per job directory, valid for docker and podman. */

@@ -18,6 +18,11 @@ export const INSTANCE_FILE = 'instance_id';
 export const CONTAINER_FILE = 'container';
 /** The job's own commands when launch.sh is the container launcher. */
 export const CONTAINER_COMMANDS_FILE = 'commands.sh';
+/**
+ * The version of the book in peers.json, written just before it (bash reads no JSON): what a later
+ * writePeers compares its version with.
+ */
+export const PEERS_VERSION_FILE = 'peers.version';
 /** Exit code recorded for a job whose wrapper died without writing one (SIGKILL). */
 export const KILLED_EXIT_CODE = 128 + 9;
 /** How long a start or stop waits for a claim taken a moment ago to show its pid. */
@@ -235,11 +240,7 @@ export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_D
     `base=${shQuote(base)}`,
     'if [ -d "$r" ]; then',
     `  for job in "$r"/*/*/; do`,
-    '    ( cd "$job" 2>/dev/null || exit 0',
-    `      marker= leader= leader_t0=`,
-    `      [ -s ${INSTANCE_FILE} ] && marker="${MARKER_NAME}=$(< ${INSTANCE_FILE})"`,
-    `      [ -s ${L.started}/${L.pid} ] && read -r leader leader_t0 < ${L.started}/${L.pid}`,
-    '      stop_members 0 )',
+    killLeftovers('"$job"'),
     '  done | grep "^result survivors" && exit 0',
     `  find "$r" -mindepth 3 -maxdepth 3 ! -name ${L.log} ! -name ${L.exitCode} -exec rm -rf -- {} + || exit 1`,
     '  touch "$r/.released" || exit 1',
@@ -249,6 +250,59 @@ export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_D
     '  [ -z "$(find "$d" -type f -newer "$old" -print -quit 2>/dev/null)" ] && rm -rf -- "$d"',
     'done',
     'echo "result clean"',
+  ].join('\n');
+}
+
+/**
+ * A subshell that kills whatever still runs of the job in directory `dir` (a shell word): its
+ * marked processes and its leader's group, no grace (a stop asked nicely before).
+ */
+function killLeftovers(dir: string): string {
+  return [
+    `    ( cd ${dir} 2>/dev/null || exit 0`,
+    `      marker= leader= leader_t0=`,
+    `      [ -s ${INSTANCE_FILE} ] && marker="${MARKER_NAME}=$(< ${INSTANCE_FILE})"`,
+    `      [ -s ${L.started}/${L.pid} ] && read -r leader leader_t0 < ${L.started}/${L.pid}`,
+    '      stop_members 0 )',
+  ].join('\n');
+}
+
+/**
+ * One job attempt's clean-up (its machine given back, the rest of the run going on): kills what
+ * is left of it, then removes its files but `log`, `exit_code` and the start claim (`started/`:
+ * a late start still finds the job claimed), so its inter-node SSH server and keys, env file and
+ * scripts go. Idempotent.
+ */
+export function cleanupJobScript(jobDir: string): string {
+  return [
+    procHelpers,
+    `j=${shQuote(jobDir)}`,
+    'if [ -d "$j" ]; then',
+    killLeftovers('"$j"') + ' | grep "^result survivors" && exit 0',
+    `  find "$j" -mindepth 1 -maxdepth 1 ! -name ${L.log} ! -name ${L.exitCode} ! -name ${L.started} -exec rm -rf -- {} + || exit 1`,
+    'fi',
+    'echo "result clean"',
+  ].join('\n');
+}
+
+/**
+ * Replaces the job's peers.json with the book on stdin (a temporary file renamed over it), unless
+ * the job's directory is gone or released (no instance id file: before its start, or after a clean-up)
+ * or it holds a later version. Writers of one job take turns (flock, where the host has it).
+ */
+export function writePeersScript(jobDir: string, version: number, nonce: string): string {
+  const v = Math.trunc(version);
+  return [
+    `cd ${shQuote(jobDir)} 2>/dev/null && [ -s ${INSTANCE_FILE} ] || { echo "result gone"; exit 0; }`,
+    'exec 9>>.peers.lock || exit 97',
+    'if command -v flock >/dev/null 2>&1; then flock -w 30 9 || exit 97; fi',
+    `cur=$(cat ${PEERS_VERSION_FILE} 2>/dev/null)`,
+    `if [[ "$cur" =~ ^[0-9]+$ ]] && (( cur > ${v} )); then echo "result older $cur"; exit 0; fi`,
+    `cat > .${L.peers}.${nonce} && chmod 644 .${L.peers}.${nonce} || exit 96`,
+    // The version first: a book whose rename never happened is written again by a retry of the same version.
+    `echo ${v} > .${PEERS_VERSION_FILE}.${nonce} && mv -f .${PEERS_VERSION_FILE}.${nonce} ${PEERS_VERSION_FILE} || exit 96`,
+    `mv -f .${L.peers}.${nonce} ${L.peers} || exit 96`,
+    'echo "result written"',
   ].join('\n');
 }
 

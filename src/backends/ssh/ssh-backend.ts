@@ -10,10 +10,12 @@ import {
   type JobProcessState,
   type JobRef,
   type LogChunk,
+  type PeersFile,
   type ProvisionRequest,
 } from '../backend';
 import type { FleetClient } from '../../fleet/fleet-client';
 import type { FleetState, HeldHost } from '../../../workflows/fleet-messages';
+import { isHeldBy } from '../../fleet/job-holder';
 import { defaultJobBaseDir } from './detect';
 import { HostKeyTrust } from './host-key-trust';
 import { NoContainerRuntimeError, SshRunner } from './ssh-runner';
@@ -50,9 +52,12 @@ interface SshInstanceDetails {
 
 const GIVEN_UP_MEMORY_MS = 10 * 60_000;
 
-/** One job's instance id: stable per fleet, run, submission and job (it marks the job's processes on the host). */
-export function sshInstanceId(fleet: string, runId: string, submission: number, jobNum: number): string {
-  return `ssh:${fleet}:${runId}:${submission}:${jobNum}`;
+/**
+ * One job attempt's instance id: stable per fleet, run, submission, job and attempt (it marks the
+ * job's processes on the host); attempt 0 has the id jobs had before attempts existed.
+ */
+export function sshInstanceId(fleet: string, runId: string, submission: number, jobNum: number, attempt = 0): string {
+  return `ssh:${fleet}:${runId}:${submission}:${jobNum}${attempt ? `:attempt-${attempt}` : ''}`;
 }
 
 /**
@@ -89,7 +94,7 @@ export class SshBackend implements Backend {
       submission: req.submission,
       group_name: req.group.name,
       resources: req.group.resources,
-      jobs: req.jobs.map((job) => ({ job_num: job.job_num, job_name: job.job_name })),
+      jobs: req.jobs.map((job) => ({ job_num: job.job_num, job_name: job.job_name, ...(job.attempt ? { attempt: job.attempt } : {}) })),
     });
     return hosts.map((host) => this.instanceOf(fleet, req.run_id, req.submission, host));
   }
@@ -104,7 +109,7 @@ export class SshBackend implements Backend {
     };
     const { hostname, port } = host.target;
     return {
-      instance_id: sshInstanceId(fleet, runId, submission, host.job_num),
+      instance_id: sshInstanceId(fleet, runId, submission, host.job_num, host.attempt),
       host: port === 22 ? hostname : formatHostPort(hostname, port),
       internal_ip: host.internal_ip,
       gpus: host.gpus,
@@ -231,7 +236,7 @@ export class SshBackend implements Backend {
   private async cleanHost(fleet: string, runId: string, submission: number, host: HeldHost): Promise<string | null> {
     const instance = this.instanceOf(fleet, runId, submission, host);
     const runner = this.runner(host.target, instance.details.base_dir ?? '');
-    const job: JobRef = { run_id: runId, run_name: runId, submission, job_num: host.job_num, job_name: host.job_name, instance };
+    const job: JobRef = { run_id: runId, run_name: runId, submission, job_num: host.job_num, job_name: host.job_name, attempt: host.attempt, instance };
     try {
       await this.untilReachable(runner, async () => {
         await runner.stopJob(job, this.options.releaseGraceSeconds ?? 5);
@@ -241,6 +246,36 @@ export class SshBackend implements Backend {
     } catch (err) {
       return this.giveUp(runner, err);
     }
+  }
+
+  /**
+   * Gives back one job attempt's host, the rest of the submission untouched: stops the job, cleans
+   * its directory up (cleanupJob: log and exit code stay), then frees the host in its fleet (a
+   * host that cannot be reached goes back as lost). Idempotent: the fleet frees a host once.
+   */
+  async releaseJob(job: JobRef, graceSeconds: number): Promise<void> {
+    const runner = this.runnerOf(job);
+    let lost: string | null = null;
+    try {
+      await this.untilReachable(runner, async () => {
+        await runner.stopJob(job, graceSeconds);
+        await runner.cleanupJob(job);
+      });
+    } catch (err) {
+      lost = this.giveUp(runner, err);
+    }
+    await this.options.fleets.releaseJobHost(job.instance.details.fleet ?? '', {
+      run_id: job.run_id,
+      submission: job.submission,
+      job_num: job.job_num,
+      ...(job.attempt ? { attempt: job.attempt } : {}),
+      lost_reason: lost,
+    });
+  }
+
+  /** Replaces the job's peers.json on its host; a host that does not answer fails the call (the activity retries). */
+  async writePeers(job: JobRef, peers: PeersFile): Promise<void> {
+    await this.runnerOf(job).writePeers(job, peers);
   }
 
   /** Runs `body`, trying again while the host does not answer, up to the unreachable limit (less if given up lately). */
@@ -270,7 +305,5 @@ export class SshBackend implements Backend {
 
 function holdsHost(state: FleetState, job: JobRef): boolean {
   if (state.closed_submissions.includes(`${job.run_id}/${job.submission}`)) return false;
-  return state.hosts.some(
-    (h) => h.holder?.run_id === job.run_id && h.holder.submission === job.submission && h.holder.job_num === job.job_num,
-  );
+  return state.hosts.some((h) => isHeldBy(h.holder, job));
 }

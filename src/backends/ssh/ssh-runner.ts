@@ -9,6 +9,7 @@ import {
   type JobRef,
   type LogChunk,
   type NodeSshKeys,
+  type PeersFile,
 } from '../backend';
 import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
@@ -26,8 +27,10 @@ import {
   KILLED_EXIT_CODE,
   INSTANCE_FILE,
   MARKER_NAME,
+  cleanupJobScript,
   cleanupRunScript,
   LOG_RETENTION_DAYS,
+  PEERS_VERSION_FILE,
   jobStateScript,
   prepareStartScript,
   renderContainerLaunchScript,
@@ -36,6 +39,7 @@ import {
   startJobScript,
   frameUploads,
   stopJobScript,
+  writePeersScript,
 } from './job-scripts';
 import type { CommandResult, SshSession } from './session';
 import { shQuote } from './shell-quote';
@@ -94,7 +98,7 @@ export class SshRunner {
     return `${this.baseDir}/.watchers`;
   }
 
-  jobDirectory(job: Pick<JobRef, 'run_id' | 'submission' | 'job_name'>): string {
+  jobDirectory(job: Pick<JobRef, 'run_id' | 'submission' | 'job_name' | 'attempt'>): string {
     return jobDirectory(this.baseDir, job);
   }
 
@@ -156,14 +160,22 @@ export class SshRunner {
 
   /**
    * The job's files (without an image, its launch script too): env (0600: it may hold secrets),
-   * hostfile, wrapper, instance id; in a run of two or more nodes, its inter-node SSH files
-   * (`ssh/`: keys 0600), and the wrapper starts the job's SSH server first.
+   * hostfile, wrapper, instance id; its first address book (peers.json and its version), if any;
+   * in a run of two or more nodes, its inter-node SSH files (`ssh/`: keys 0600), and the wrapper
+   * starts the job's SSH server first.
    */
   private jobUploads(job: JobRef, files: JobFiles, image: string | null): Array<[string, string, number]> {
     const ssh = files.ssh && image === null ? this.nodeSshUploads(job, files.ssh) : [];
+    const peers: Array<[string, string, number]> = files.peers
+      ? [
+          [PEERS_VERSION_FILE, `${Math.trunc(files.peers.version)}\n`, 0o644],
+          [L.peers, files.peers.json, 0o644],
+        ]
+      : [];
     const uploads: Array<[string, string, number]> = [
       [L.env, renderEnvFile(files.env), 0o600],
       [L.hostfile, files.hostfile, 0o644],
+      ...peers,
       [L.wrapper, renderJobWrapper({ notifyDir: this.watchersDirectory(), ...(ssh.length > 0 ? { entry: `${SshLayout.dir}/${SshLayout.run}` } : {}) }), 0o755],
       [INSTANCE_FILE, `${job.instance.instance_id}\n`, 0o644],
       ...ssh,
@@ -232,6 +244,29 @@ export class SshRunner {
         stopJobScript(this.jobDirectory(job), job.instance.instance_id, graceSeconds),
         (graceSeconds + CLAIM_WAIT_SECONDS + 30) * 1000,
       );
+      if (result[0] === 'survivors') {
+        throw new JobStopFailedError(this.host, `${job.job_name}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);
+      }
+    });
+  }
+
+  /**
+   * Replaces the job's peers.json (writePeersScript: one command; atomic, never by an older
+   * version, nothing written where the job is not, or no longer, set up).
+   */
+  async writePeers(job: JobRef, peers: PeersFile): Promise<void> {
+    await this.reachable(async (session) => {
+      const script = writePeersScript(this.jobDirectory(job), peers.version, randomBytes(6).toString('hex'));
+      await this.script(session, 'write the peers file', script, undefined, Buffer.from(peers.json, 'utf8'));
+    });
+  }
+
+  /** What is left of one job attempt killed, its files but log, exit code and start claim removed (cleanupJobScript). */
+  async cleanupJob(job: JobRef): Promise<void> {
+    const dir = this.jobDirectory(job);
+    this.watch.forget(dir);
+    await this.reachable(async (session) => {
+      const result = await this.script(session, 'clean up the job', cleanupJobScript(dir), 60_000);
       if (result[0] === 'survivors') {
         throw new JobStopFailedError(this.host, `${job.job_name}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);
       }

@@ -1,0 +1,68 @@
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { PeersFile } from '../backend';
+import { JobLayout as L } from '../../runner/job-layout';
+import { z } from 'zod';
+import { createFileExclusive, isErrno, readTextFile, removeFile, writeFileAtomic, type FileOwner } from './state-files';
+
+/**
+ * A local job's `peers.json` (TROUPE_PEERS_FILE): replaced atomically (a reader sees the old book
+ * or the new one), never by an older version. Writers of one job, in any worker process, take
+ * turns through a lock file, so a retried older write cannot slip in between a newer one's check
+ * and its rename.
+ */
+
+const LOCK_NAME = '.peers.lock';
+const LOCK_WAIT_MS = 10_000;
+
+/** Writes `peers` unless the file holds a later version; false when it was left alone. */
+export async function writePeersFile(jobDir: string, peers: PeersFile, mode: number, owner: FileOwner | null): Promise<boolean> {
+  return await withJobLock(join(jobDir, LOCK_NAME), async () => {
+    const current = await peersVersion(join(jobDir, L.peers));
+    if (current !== null && current > peers.version) return false;
+    await writeFileAtomic(join(jobDir, L.peers), peers.json, mode, owner);
+    return true;
+  });
+}
+
+const VersionedSchema = z.object({ version: z.number() });
+
+/** The `version` of the book in `path`, or null when there is none (or it is not a book). */
+async function peersVersion(path: string): Promise<number | null> {
+  const text = await readTextFile(path);
+  if (text === null) return null;
+  try {
+    const parsed = VersionedSchema.safeParse(JSON.parse(text));
+    return parsed.success ? parsed.data.version : null;
+  } catch {
+    return null;
+  }
+}
+
+async function withJobLock<T>(lock: string, body: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  while (!(await createFileExclusive(lock, `${process.pid}\n`))) {
+    // A holder killed mid-write leaves its lock behind: its pid is gone, so the lock is taken over.
+    if (await holderGone(lock)) await removeFile(lock);
+    else if (Date.now() > deadline) throw new Error(`${lock}: still held after ${LOCK_WAIT_MS / 1000}s`);
+    else await sleep(5);
+  }
+  try {
+    return await body();
+  } finally {
+    await removeFile(lock);
+  }
+}
+
+async function holderGone(lock: string): Promise<boolean> {
+  const text = await readTextFile(lock);
+  if (text === null) return false;
+  const pid = Number(text.trim());
+  if (!Number.isInteger(pid) || pid <= 0) return true;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return isErrno(err, 'ESRCH');
+  }
+}
