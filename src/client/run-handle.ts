@@ -13,7 +13,7 @@ import {
   type WorkflowExecutionInfo,
   type WorkflowHandle,
 } from '@temporalio/client';
-import type { JobRef, LogChunk } from '../backends/backend';
+import type { LogChunk } from '../backends/backend';
 import type { ReadLogInput } from '../../activities/types';
 import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
 import {
@@ -36,6 +36,7 @@ import {
   type RunUnavailableError,
   type TaskQueueLocation,
 } from './errors';
+import { logRefOf, machineOf } from './job-attempts';
 import { readRunMemo } from './run-memo';
 import { withAllJobs } from './run-jobs';
 import { missingPollers } from './worker-presence';
@@ -198,7 +199,7 @@ export class RunHandle {
       throw new TroupeClientError(`a group's size is a whole number of nodes, 1 or more; got ${String(nodes)}`);
     }
     const info = await this.describe();
-    if (info.status.name !== 'RUNNING') throw new TroupeClientError(`run ${this.name} has ended (${info.status.name.toLowerCase()}): there is no group to scale`);
+    if (info.status.name !== 'RUNNING') throw new TroupeClientError(`run ${this.name} has ended: there is no group to scale`);
     // An Update waits for a worker to take it: without one it would wait forever.
     const missing = await missingPollers(this.ctx.client, this.ctx);
     if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `scale group "${group}" of run ${this.name}`);
@@ -311,20 +312,8 @@ export class RunHandle {
 
   /** Reads a log chunk for a job of a state already in hand (one query fewer per poll); `attempt`: an earlier machine of the job. */
   async readLogOf(state: RunState, jobNum: number, offset: number, limitBytes: number, attempt?: number): Promise<LogChunk> {
-    const job = jobOf(state, jobNum);
-    const machine = machineOf(state, job, attempt);
-    if (!machine.instance) return { data: '', next_offset: offset };
-    const ref: JobRef = {
-      // Backends key a job's files by the run's uid (what the workflow's JobRefs carry).
-      run_id: state.run_uid,
-      run_name: state.run_name,
-      submission: state.submission,
-      job_num: job.job_num,
-      job_name: job.job_name,
-      // A first machine's ref stays as it always was: attempt 0 and absent are the same key.
-      ...(machine.attempt > 0 ? { attempt: machine.attempt } : {}),
-      instance: machine.instance,
-    };
+    const ref = logRefOf(state, jobOf(state, jobNum), attempt);
+    if (!ref) return { data: '', next_offset: offset };
     const input: ReadLogInput = { backend: state.backend, job: ref, offset, limit_bytes: limitBytes };
     try {
       return await this.ctx.client.workflow.execute<ReadJobLogWorkflowFn>('ReadJobLogWorkflow', {
@@ -443,19 +432,6 @@ function jobOf(state: RunState, jobNum: number): JobState {
   const job = state.jobs.find((j) => j.job_num === jobNum);
   if (!job) throw new JobNotFoundError(state.run_name, jobNum, state.jobs.length);
   return job;
-}
-
-/** The machine of one attempt of a job: the current one, or an earlier one kept in `previous_attempts`. */
-function machineOf(state: RunState, job: JobState, attempt: number | undefined): { attempt: number; instance: JobState['instance'] } {
-  if (attempt === undefined || attempt === job.attempt) return { attempt: job.attempt, instance: job.instance };
-  const earlier = job.previous_attempts.find((a) => a.attempt === attempt);
-  if (!earlier) {
-    const known = [...job.previous_attempts.map((a) => a.attempt), job.attempt].join(', ');
-    throw new TroupeClientError(
-      `job ${job.job_num} (${job.group_name}/${job.group_job_index}) of run ${state.run_name} has no attempt ${attempt}: its attempts are ${known} (${job.attempt} is the current one)`,
-    );
-  }
-  return { attempt, instance: earlier.instance };
 }
 
 function isJobFinished(job: JobState): boolean {

@@ -24,7 +24,7 @@ export const MAX_GROUPS = 1024;
 export const MAX_DEPENDENCY_EDGES = 16_384;
 
 /** Node group names, as dstack allows them. */
-const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
+export const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
 
 /**
  * dstack task fields Troupe does not implement. Each is refused by name: a config that relies on
