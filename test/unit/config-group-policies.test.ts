@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config/errors';
 import { loadPlan } from '../../src/plan';
@@ -194,5 +196,22 @@ describe('ready.min (a quorum)', () => {
       'task.yml:9:21: groups[2].ready.timeout: `timeout` times a probe, and `ready` has none: add one of `http`, `tcp` or `command`, or remove it',
     );
     expect(refusal(pd(['ready: {}']))).toBe('task.yml:9:12: groups[2].ready: `ready` needs one of `http`, `tcp` or `command`');
+  });
+});
+
+describe('examples/pd-heal-local.yml', () => {
+  it('plans: decode 1..3 restarting its nodes, prefill with a quorum of 1, the router with a peers hook', () => {
+    const file = fileURLToPath(new URL('../../examples/pd-heal-local.yml', import.meta.url));
+    const plan = loadPlan(readFileSync(file, 'utf8'), 'examples/pd-heal-local.yml', { environ: {} });
+    const [router, prefill, decode] = plan.groups;
+    expect(plan.stop_criteria).toBe('master-done');
+    expect(plan.jobs.map((j) => `${j.node_group_name}/${j.node_group_job_index}`)).toEqual(['router/0', 'prefill/0', 'prefill/1', 'decode/0']);
+    expect(router).toMatchObject({ depends_on: [1, 2], on_peers_change: expect.stringContaining('TROUPE_PEERS_VERSION') });
+    expect(prefill).toMatchObject({ nodes: 2, ready_min: { kind: 'count', value: 1 }, ready: { check: { kind: 'http', port: 8000, path: '/health' } } });
+    expect(decode).toMatchObject({
+      nodes: 1,
+      nodes_range: { min: 1, max: 3 },
+      on_failure: { action: 'restart-node', max_restarts: 3, within_s: 600 },
+    });
   });
 });
