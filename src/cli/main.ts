@@ -11,6 +11,7 @@ const commands: Record<string, () => Promise<{ command: Command }>> = {
   ps: () => import('./commands/ps'),
   logs: () => import('./commands/logs'),
   stop: () => import('./commands/stop'),
+  scale: () => import('./commands/scale'),
   worker: () => import('./commands/worker'),
   setup: () => import('./commands/setup'),
   fleet: () => import('./commands/fleet'),

@@ -7,15 +7,23 @@ import {
   TimeoutFailure,
   WorkflowFailedError,
   WorkflowNotFoundError,
+  WorkflowUpdateFailedError,
   type Client,
   type WorkflowExecutionDescription,
   type WorkflowExecutionInfo,
   type WorkflowHandle,
 } from '@temporalio/client';
-import type { JobRef, LogChunk } from '../backends/backend';
+import type { LogChunk } from '../backends/backend';
 import type { ReadLogInput } from '../../activities/types';
 import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
-import { runJobsQuery, runStateQuery, stopRunSignal, type RunInputArg } from '../../workflows/messages';
+import {
+  runJobsQuery,
+  runStateQuery,
+  scaleGroupUpdate,
+  stopRunSignal,
+  type RunInputArg,
+  type ScaleGroupResult,
+} from '../../workflows/messages';
 import { isFinished, type JobState, type RunState, type RunStatus } from '../../workflows/run-state';
 import { RunStateSchema } from '../../workflows/run-state-schema';
 import {
@@ -28,6 +36,7 @@ import {
   type RunUnavailableError,
   type TaskQueueLocation,
 } from './errors';
+import { logRefOf, machineOf } from './job-attempts';
 import { readRunMemo } from './run-memo';
 import { withAllJobs } from './run-jobs';
 import { missingPollers } from './worker-presence';
@@ -47,6 +56,8 @@ export interface ReadLogOptions {
   offset?: number;
   /** At most this many bytes per call. Default 256 KiB. */
   limitBytes?: number;
+  /** An earlier attempt of the job (its machine before a restart, see `previous_attempts`). Default: the current one. */
+  attempt?: number;
 }
 
 export interface StreamLogsOptions {
@@ -57,6 +68,8 @@ export interface StreamLogsOptions {
   /** Pause between polls while following, in ms. Default 1000. */
   pollMs?: number;
   limitBytes?: number;
+  /** Read this attempt of each job (an earlier machine, see `previous_attempts`). Default: the current one. */
+  attempt?: number;
   signal?: AbortSignal;
   /**
    * While following: called when the run cannot be read for now (no worker, or it does not
@@ -65,12 +78,14 @@ export interface StreamLogsOptions {
   onUnavailable?: (err: RunUnavailableError) => void;
 }
 
-/** A piece of one job's log. A resubmission by `retry` starts its jobs' logs again at offset 0. */
+/** A piece of one job's log. A resubmission by `retry`, or a restart of the node, starts its log again at offset 0. */
 export interface JobLogChunk {
   job_num: number;
   group_name: string;
   group_job_index: number;
   submission: number;
+  /** Which machine of the node wrote it (0 first, +1 per restart). */
+  attempt: number;
   data: string;
 }
 
@@ -173,9 +188,34 @@ export class RunHandle {
     }
   }
 
+  /**
+   * Resizes a group declared `nodes: MIN..MAX` (Troupe's extension) to `nodes`. The run validates
+   * the request (the group, its bounds, the run's state) before it accepts it, and answers once the
+   * new nodes run (READY with a probe) or the removed ones are stopped and their machines released.
+   * A refused or failed resize throws a TroupeClientError carrying the run's reason.
+   */
+  async scaleGroup(group: string, nodes: number): Promise<ScaleGroupResult> {
+    if (!Number.isSafeInteger(nodes) || nodes < 1) {
+      throw new TroupeClientError(`a group's size is a whole number of nodes, 1 or more; got ${String(nodes)}`);
+    }
+    const info = await this.describe();
+    if (info.status.name !== 'RUNNING') throw new TroupeClientError(`run ${this.name} has ended: there is no group to scale`);
+    // An Update waits for a worker to take it: without one it would wait forever.
+    const missing = await missingPollers(this.ctx.client, this.ctx);
+    if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `scale group "${group}" of run ${this.name}`);
+    try {
+      return await this.handle().executeUpdate(scaleGroupUpdate, { args: [{ group, nodes }] });
+    } catch (err) {
+      if (err instanceof WorkflowUpdateFailedError) {
+        throw new TroupeClientError(`run ${this.name} did not scale group "${group}" to ${nodes}: ${rootCauseMessage(err)}`, { cause: err });
+      }
+      throw this.notFound(err);
+    }
+  }
+
   /** Reads a chunk of job `jobNum`'s log through a worker (the log stays on the node). */
   async readLog(jobNum: number, options: ReadLogOptions = {}): Promise<LogChunk> {
-    return await this.readLogOf(await this.state(), jobNum, options.offset ?? 0, options.limitBytes ?? DEFAULT_LOG_LIMIT_BYTES);
+    return await this.readLogOf(await this.state(), jobNum, options.offset ?? 0, options.limitBytes ?? DEFAULT_LOG_LIMIT_BYTES, options.attempt);
   }
 
   /**
@@ -185,7 +225,7 @@ export class RunHandle {
   async *streamLogs(options: StreamLogsOptions = {}): AsyncGenerator<JobLogChunk> {
     const jobNums = options.jobs ?? [0];
     const limit = options.limitBytes ?? DEFAULT_LOG_LIMIT_BYTES;
-    const cursors = new Map<number, { submission: number; offset: number; drainedFinished: boolean }>();
+    const cursors = new Map<number, { submission: number; attempt: number; offset: number; drainedFinished: boolean }>();
     const tolerate = (err: unknown): boolean => {
       if (!options.follow || !options.onUnavailable || !isRunUnavailable(err)) return false;
       options.onUnavailable(err);
@@ -204,18 +244,20 @@ export class RunHandle {
       const runEnded = isFinished(state.status);
       for (const jobNum of jobNums) {
         const job = jobOf(state, jobNum);
+        const machine = machineOf(state, job, options.attempt);
         let cursor = cursors.get(jobNum);
-        if (!cursor || cursor.submission !== state.submission) {
-          cursor = { submission: state.submission, offset: 0, drainedFinished: false };
+        // A resubmission, or a restart onto a new machine, starts a new log.
+        if (!cursor || cursor.submission !== state.submission || cursor.attempt !== machine.attempt) {
+          cursor = { submission: state.submission, attempt: machine.attempt, offset: 0, drainedFinished: false };
           cursors.set(jobNum, cursor);
         }
-        if (!job.instance || cursor.drainedFinished) continue;
-        const jobEnded = isJobFinished(job);
+        if (!machine.instance || cursor.drainedFinished) continue;
+        const jobEnded = machine.attempt !== job.attempt || isJobFinished(job);
         for (;;) {
           if (options.signal?.aborted) return;
           let chunk: LogChunk;
           try {
-            chunk = await this.readLogOf(state, jobNum, cursor.offset, limit);
+            chunk = await this.readLogOf(state, jobNum, cursor.offset, limit, machine.attempt);
           } catch (err) {
             // After the end the backend may have released the node: nothing more to read.
             if (jobEnded || runEnded || tolerate(err)) break;
@@ -229,6 +271,7 @@ export class RunHandle {
               group_name: job.group_name,
               group_job_index: job.group_job_index,
               submission: state.submission,
+              attempt: machine.attempt,
               data: chunk.data,
             };
           }
@@ -267,19 +310,10 @@ export class RunHandle {
     }
   }
 
-  /** Reads a log chunk for a job of a state already in hand (one query fewer per poll). */
-  async readLogOf(state: RunState, jobNum: number, offset: number, limitBytes: number): Promise<LogChunk> {
-    const job = jobOf(state, jobNum);
-    if (!job.instance) return { data: '', next_offset: offset };
-    const ref: JobRef = {
-      // Backends key a job's files by the run's uid (what the workflow's JobRefs carry).
-      run_id: state.run_uid,
-      run_name: state.run_name,
-      submission: state.submission,
-      job_num: job.job_num,
-      job_name: job.job_name,
-      instance: job.instance,
-    };
+  /** Reads a log chunk for a job of a state already in hand (one query fewer per poll); `attempt`: an earlier machine of the job. */
+  async readLogOf(state: RunState, jobNum: number, offset: number, limitBytes: number, attempt?: number): Promise<LogChunk> {
+    const ref = logRefOf(state, jobOf(state, jobNum), attempt);
+    if (!ref) return { data: '', next_offset: offset };
     const input: ReadLogInput = { backend: state.backend, job: ref, offset, limit_bytes: limitBytes };
     try {
       return await this.ctx.client.workflow.execute<ReadJobLogWorkflowFn>('ReadJobLogWorkflow', {

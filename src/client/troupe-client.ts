@@ -84,7 +84,8 @@ export interface RunSummary {
   open: boolean;
   status: RunStatus;
   backend: string | null;
-  groups: Array<{ name: string; nodes: number }>;
+  /** Each group's size now; `nodes_range`: the bounds `troupe scale` may resize it within (null: fixed). */
+  groups: Array<{ name: string; nodes: number; nodes_range?: { min: number; max: number } | null }>;
   fleet: string | null;
   startTime: string;
   closeTime: string | null;
@@ -226,7 +227,7 @@ export class TroupeClient {
       open,
       status: state?.status ?? statusWithoutState(info),
       backend: state?.backend ?? memo?.backend ?? null,
-      groups: state?.groups.map((g) => ({ name: g.name, nodes: g.nodes })) ?? memo?.groups ?? [],
+      groups: state?.groups.map((g) => ({ name: g.name, nodes: g.nodes, nodes_range: g.nodes_range })) ?? memo?.groups ?? [],
       fleet: info.typedSearchAttributes.get(TroupeSearchAttributes.fleet) ?? memo?.fleets?.[0] ?? null,
       startTime: info.startTime.toISOString(),
       closeTime: info.closeTime?.toISOString() ?? null,

@@ -1,4 +1,4 @@
-import type { ReadyProbe } from '../plan/plan-schema';
+import type { ReadyProbe, ReadyQuorum } from '../plan/plan-schema';
 import { parseDuration } from './duration';
 import { ScalarError, toInt, toText, within } from './scalars';
 import { describeValue } from './yaml-source';
@@ -12,11 +12,22 @@ import { describeValue } from './yaml-source';
  *     command: test -e /tmp/warm          # or: exit status 0
  *     interval: 2s                        # between probes of one node (default 2s)
  *     timeout: 10m                        # after its commands start (default 10m)
+ *     min: 2                              # quorum: dependents start once 2 nodes (or "50%") are READY
+ *
+ * `ready: {min: K}` alone is a quorum without a probe: a node counts as ready once it runs.
  */
 export const DEFAULT_READY_INTERVAL_S = 2;
 export const DEFAULT_READY_TIMEOUT_S = 600;
 
-const FIELDS = ['http', 'tcp', 'command', 'interval', 'timeout'];
+const PROBES = ['http', 'tcp', 'command'];
+const TIMINGS = ['interval', 'timeout'];
+const FIELDS = [...PROBES, ...TIMINGS, 'min'];
+
+/** `ready:` as written: a probe, a quorum, or both. */
+export interface ReadyInput {
+  probe: ReadyProbe | null;
+  min: ReadyQuorum | null;
+}
 
 function port(value: unknown): number {
   const n = toInt(value);
@@ -48,16 +59,43 @@ function httpCheck(value: unknown): ReadyProbe['check'] {
   return { kind: 'http', port: within('port', () => port(mapping.port)), path };
 }
 
-export function parseReadyProbe(value: unknown): ReadyProbe {
+export function parseReady(value: unknown): ReadyInput {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new ScalarError(`expected a mapping with one of \`http\`, \`tcp\` or \`command\`, got ${describeValue(value)}`);
+    throw new ScalarError(`expected a mapping with one of \`http\`, \`tcp\` or \`command\`, and/or \`min\`, got ${describeValue(value)}`);
   }
   const mapping = value as Record<string, unknown>;
   const extra = Object.keys(mapping).find((k) => !FIELDS.includes(k));
   if (extra !== undefined) {
-    throw new ScalarError(`unknown field \`${extra}\` in \`ready\`: expected one of http, tcp, command, and interval, timeout`, [extra], 'key');
+    throw new ScalarError(`unknown field \`${extra}\` in \`ready\`: expected one of http, tcp, command, and interval, timeout, min`, [extra], 'key');
   }
-  const kinds = ['http', 'tcp', 'command'].filter((k) => mapping[k] !== undefined && mapping[k] !== null);
+  const given = (k: string) => mapping[k] !== undefined && mapping[k] !== null;
+  const min = given('min') ? within('min', () => parseReadyQuorum(mapping.min)) : null;
+  if (min !== null && !PROBES.some(given)) {
+    const timing = TIMINGS.find(given);
+    if (timing !== undefined) {
+      throw new ScalarError(`\`${timing}\` times a probe, and \`ready\` has none: add one of \`http\`, \`tcp\` or \`command\`, or remove it`, [timing], 'key');
+    }
+    return { probe: null, min };
+  }
+  return { probe: parseReadyProbe(mapping), min };
+}
+
+/** `min: 2` or `min: "50%"`: how many of the group's nodes must be READY before its dependents start. */
+export function parseReadyQuorum(value: unknown): ReadyQuorum {
+  const percent = typeof value === 'string' ? /^\s*(\d+)\s*%\s*$/.exec(value) : null;
+  if (percent) {
+    const n = Number(percent[1]);
+    if (n < 1 || n > 100) throw new ScalarError(`a percentage of the group's nodes must be 1%..100%, got ${describeValue(value)}`);
+    return { kind: 'percent', value: n };
+  }
+  const n = toInt(value);
+  if (n === undefined || n < 1) throw new ScalarError(`expected a number of nodes (1 or more) or a percentage such as "50%", got ${describeValue(value)}`);
+  return { kind: 'count', value: n };
+}
+
+/** The probe of a `ready:` mapping whose fields are known to be valid. */
+function parseReadyProbe(mapping: Record<string, unknown>): ReadyProbe {
+  const kinds = PROBES.filter((k) => mapping[k] !== undefined && mapping[k] !== null);
   if (kinds.length !== 1) {
     throw new ScalarError(
       kinds.length === 0 ? '`ready` needs one of `http`, `tcp` or `command`' : `\`ready\` takes one of ${kinds.join(', ')}, not several`,

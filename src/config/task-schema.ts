@@ -3,12 +3,15 @@ import { StartupOrderSchema, StopCriteriaSchema } from '../plan/plan-schema';
 import { closedObject, ruleIssue } from './closed-object';
 import { parseOffableDuration } from './duration';
 import { parseEnv } from './env';
+import { parseGroupNodes } from './group-nodes';
+import { parseOnFailure } from './on-failure';
 import { parsePort } from './ports';
 import { ResourcesInputSchema } from './resources';
-import { parseReadyProbe } from './ready';
+import { parseReady } from './ready';
 import { fleetNameSchema, imageSchema } from './references';
 import { parseRetry } from './retry';
-import { intAtLeast, parsed, textListSchema, textSchema } from './scalars';
+import { intAtLeast, parsed, ScalarError, textListSchema, textSchema } from './scalars';
+import { describeValue } from './yaml-source';
 
 /**
  * `type: task` in dstack's format (checked against dstack 0.21.2), limited to what Troupe runs.
@@ -21,7 +24,7 @@ export const MAX_GROUPS = 1024;
 export const MAX_DEPENDENCY_EDGES = 16_384;
 
 /** Node group names, as dstack allows them. */
-const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
+export const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
 
 /**
  * dstack task fields Troupe does not implement. Each is refused by name: a config that relies on
@@ -69,17 +72,31 @@ const groupShape = {
       message: 'a group name must match ^[a-z0-9][a-z0-9-]{0,39}$ (lowercase letters, digits and -, at most 40 characters)',
     })
     .nullish(),
-  nodes: intAtLeast(1).optional(),
+  /** A count, or (Troupe's extension) a range MIN..MAX that `troupe scale` resizes within. */
+  nodes: parsed(parseGroupNodes).optional(),
   resources: ResourcesInputSchema.optional(),
   commands: textListSchema.optional(),
   ports: portsSchema.optional(),
   /** Troupe's extension: names of the groups whose every node must be READY before this one starts. */
   depends_on: textListSchema.optional(),
-  /** Troupe's extension: the readiness probe of this group's nodes. */
-  ready: parsed(parseReadyProbe).optional(),
+  /** Troupe's extension: the readiness probe of this group's nodes, and/or the quorum `min`. */
+  ready: parsed(parseReady).optional(),
+  /** Troupe's extension: what a failed node of this group does to the run. */
+  on_failure: parsed(parseOnFailure).optional(),
+  /** Troupe's extension: what this group does when a group it depends on restarts. */
+  on_dependency_restart: parsed(parseDependencyRestart).optional(),
+  /** Troupe's extension: a command run on each node when the addresses of the groups it depends on change. */
+  on_peers_change: textSchema
+    .refine((command) => command.trim() !== '', { message: 'expected a command to run, got an empty string' })
+    .optional(),
 };
 
-/** One entry of `groups:` (with Troupe's `depends_on` and `ready`). */
+function parseDependencyRestart(value: unknown): 'keep' | 'restart' {
+  if (value === 'keep' || value === 'restart') return value;
+  throw new ScalarError(`expected keep or restart, got ${describeValue(value)}`);
+}
+
+/** One entry of `groups:` (with Troupe's extensions: `depends_on`, `ready`, `on_failure`…). */
 export const NodeGroupInputSchema = closedObject(groupShape, { what: 'a group' });
 export type NodeGroupInput = z.output<typeof NodeGroupInputSchema>;
 
@@ -148,6 +165,7 @@ export const TaskConfigSchema = closedObject(taskShape, {
     } else {
       firstIndexOf.set(name, index);
     }
+    checkGroupPolicies(name, index, group, ctx);
     if ((group.commands ?? []).length === 0 && !taskHasImage) {
       ctx.addIssue(
         ruleIssue(['groups', index], `group "${name}" has no \`commands\`: give it \`commands\`, or set \`image\` at the task level`),
@@ -156,6 +174,30 @@ export const TaskConfigSchema = closedObject(taskShape, {
   });
   checkDependencies(task.startup_order ?? null, groups, ctx);
 });
+
+/** Rules between a group's own fields: the quorum fits the group, a dependency policy has dependencies. */
+function checkGroupPolicies(name: string, index: number, group: NodeGroupInput, ctx: z.RefinementCtx): void {
+  const quorum = group.ready?.min;
+  const nodes = group.nodes?.nodes ?? 1;
+  if (quorum?.kind === 'count' && quorum.value > nodes) {
+    const unit = nodes === 1 ? 'node' : 'nodes';
+    const starts = group.nodes?.range ? `starts with ${nodes} ${unit} (nodes: ${nodes}..${group.nodes.range.max})` : `has ${nodes} ${unit}`;
+    ctx.addIssue(
+      ruleIssue(['groups', index, 'ready', 'min'], `ready.min is ${quorum.value} but group "${name}" ${starts}: its dependents would wait for nodes it does not start with; lower it or use a percentage`),
+    );
+  }
+  if ((group.depends_on ?? []).length > 0) return;
+  if (group.on_dependency_restart !== undefined) {
+    ctx.addIssue(
+      ruleIssue(['groups', index, 'on_dependency_restart'], `group "${name}" has no \`depends_on\`: on_dependency_restart says what it does when a group it depends on restarts; add depends_on or remove it`, 'key'),
+    );
+  }
+  if (group.on_peers_change !== undefined) {
+    ctx.addIssue(
+      ruleIssue(['groups', index, 'on_peers_change'], `group "${name}" has no \`depends_on\`: on_peers_change runs when the groups it depends on change; add depends_on or remove it`, 'key'),
+    );
+  }
+}
 
 /** depends_on names exist, are not the group itself, form no cycle, and do not meet startup_order. */
 function checkDependencies(

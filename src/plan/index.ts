@@ -1,4 +1,5 @@
-export { loadPlan, MAX_TOTAL_NODES, type LoadPlanOptions } from './load-plan';
+export { loadPlan, type LoadPlanOptions } from './load-plan';
+export { MAX_TOTAL_NODES } from './input-size';
 export { planToJson, PlanJsonSchema, type PlanJson } from './plan-json';
 export { loadFleetConfig, type LoadFleetOptions } from '../config/fleet-config';
 export type { FleetConfig, SshHost } from '../config/fleet-schema';

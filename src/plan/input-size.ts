@@ -1,5 +1,8 @@
 import type { Plan } from './plan-schema';
 
+/** At most this many nodes in one run, a group's range included: a bound on the plan's size and on what one run can take. */
+export const MAX_TOTAL_NODES = 4096;
+
 /**
  * What Temporal accepts in one payload: the server refuses a larger workflow input with `Blob data
  * size exceeds limit` (its `limit.blobSize.error`, 2 MiB by default, the dev server's too).

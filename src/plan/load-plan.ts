@@ -10,7 +10,7 @@ import { checkConfigType } from '../config/config-type';
 import { looksSecret } from '../config/secret-names';
 import { containsReference, InterpolationError, parseReferences } from '../runner/interpolation';
 import { expandJobs } from './expand';
-import { formatMB, MAX_RUN_INPUT_BYTES, runInputBytes, TEMPORAL_PAYLOAD_LIMIT_BYTES } from './input-size';
+import { formatMB, MAX_RUN_INPUT_BYTES, MAX_TOTAL_NODES, runInputBytes, TEMPORAL_PAYLOAD_LIMIT_BYTES } from './input-size';
 import { PlanSchema, RetryEventSchema, type GroupPlan, type Plan, type RetryPolicy } from './plan-schema';
 import { generateRunName, RUN_NAME } from './run-name';
 
@@ -25,9 +25,6 @@ export interface LoadPlanOptions {
    */
   onMissingEnv?: (error: ConfigError) => void;
 }
-
-/** At most this many nodes in one run: a bound on the plan's size and on what one run can take. */
-export const MAX_TOTAL_NODES = 4096;
 
 /** dstack's retry window when `retry: true` or `duration` is left out. */
 const DEFAULT_RETRY_DURATION_S = 3600;
@@ -60,6 +57,10 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
   const nodesNum = groups.reduce((sum, g) => sum + g.nodes, 0);
   if (nodesNum > MAX_TOTAL_NODES) {
     throw source.error(task.groups ? ['groups'] : ['nodes'], `the task asks for ${nodesNum} nodes; a run has at most ${MAX_TOTAL_NODES}`);
+  }
+  const nodesMax = groups.reduce((sum, g) => sum + (g.nodes_range?.max ?? g.nodes), 0);
+  if (nodesMax > MAX_TOTAL_NODES) {
+    throw source.error(['groups'], `the groups' nodes ranges reach ${nodesMax} nodes in all; a run has at most ${MAX_TOTAL_NODES}: lower a range's maximum`);
   }
   checkReferences(source, task, groups);
   checkNoReferencesOutsideCommands(source, task, groups);
@@ -121,12 +122,17 @@ function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
   return task.groups.map((group, index) => ({
     index,
     name: names[index] ?? String(index),
-    nodes: group.nodes ?? 1,
+    nodes: group.nodes?.nodes ?? 1,
     resources: withDefaults(group.resources),
     commands: group.commands ?? [],
     ports: group.ports ?? [],
     depends_on: (group.depends_on ?? []).map((dep) => indexOf.get(dep) ?? -1),
-    ready: group.ready ?? null,
+    ready: group.ready?.probe ?? null,
+    ready_min: group.ready?.min ?? null,
+    nodes_range: group.nodes?.range ?? null,
+    on_failure: group.on_failure ?? null,
+    on_dependency_restart: group.on_dependency_restart ?? 'keep',
+    on_peers_change: group.on_peers_change ?? null,
   }));
 }
 
@@ -207,6 +213,13 @@ function checkReferences(source: ConfigSource, task: TaskConfig, groups: readonl
         const name = `groups[${ref.group}].nodes[${ref.node}].IP_ADDRESS`;
         if (!target) {
           throw source.errorInString(path, ref.start, `reference ${name} is out of range: the task has ${groups.length} group(s), 0..${groups.length - 1}`);
+        }
+        if (ref.node >= target.nodes && target.nodes_range) {
+          throw source.errorInString(
+            path,
+            ref.start,
+            `reference ${name} is out of range: group ${ref.group} ("${target.name}") starts with ${target.nodes} node(s) (nodes: ${target.nodes}..${target.nodes_range.max}), and only those have an address in commands: use 0..${target.nodes - 1}, or read the live addresses from $TROUPE_PEERS_FILE`,
+          );
         }
         if (ref.node >= target.nodes) {
           throw source.errorInString(

@@ -1,11 +1,12 @@
 import { z } from 'zod';
 import { RangeSchema } from '../config/resources-schema';
-import { PortMappingSchema, type Plan } from './plan-schema';
+import { OnFailureSchema, PortMappingSchema, ReadyQuorumSchema, type GroupPlan, type Plan } from './plan-schema';
 
 /**
  * The plan as `troupe plan --json` prints it: the fields dstack's own plan shows for a grouped
  * task, with resources after dstack's server-side defaults. Sizes are in GB; null means unbounded
- * or unset.
+ * or unset. Troupe's heal-and-scale extensions of a group appear only where the config sets them,
+ * so a plain dstack task prints dstack's shape.
  */
 export const PlanJsonSchema = z.object({
   run_name: z.string(),
@@ -26,6 +27,11 @@ export const PlanJsonSchema = z.object({
           memory: RangeSchema.nullable(),
         }),
       }),
+      nodes_range: z.object({ min: z.number().int(), max: z.number().int() }).optional(),
+      ready_min: ReadyQuorumSchema.optional(),
+      on_failure: OnFailureSchema.optional(),
+      on_dependency_restart: z.literal('restart').optional(),
+      on_peers_change: z.string().optional(),
     }),
   ),
   jobs: z.array(
@@ -63,6 +69,7 @@ export function planToJson(plan: Plan): PlanJson {
           memory: g.resources.gpu.memory ? { ...g.resources.gpu.memory } : null,
         },
       },
+      ...healAndScaleJson(g),
     })),
     jobs: plan.jobs.map((j) => ({
       job_num: j.job_num,
@@ -75,5 +82,16 @@ export function planToJson(plan: Plan): PlanJson {
       commands: [...j.commands],
       ports: j.ports.map((p) => ({ container_port: p.container_port, local_port: p.local_port })),
     })),
+  };
+}
+
+/** The group's heal-and-scale settings that differ from the defaults (a fixed size, fail-run, keep, no hook). */
+function healAndScaleJson(g: GroupPlan): Partial<PlanJson['groups'][number]> {
+  return {
+    ...(g.nodes_range ? { nodes_range: { ...g.nodes_range } } : {}),
+    ...(g.ready_min ? { ready_min: { ...g.ready_min } } : {}),
+    ...(g.on_failure ? { on_failure: { ...g.on_failure } } : {}),
+    ...(g.on_dependency_restart === 'restart' ? { on_dependency_restart: 'restart' as const } : {}),
+    ...(g.on_peers_change ? { on_peers_change: g.on_peers_change } : {}),
   };
 }

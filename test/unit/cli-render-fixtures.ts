@@ -27,8 +27,16 @@ export function job(job_num: number, group_index: number, group_name: string, gr
     running_at: null,
     ready_at: null,
     finished_at: null,
+    attempt: 0,
+    restarts: 0,
+    removed: false,
+    previous_attempts: [],
     ...patch,
   };
+}
+
+export function group(index: number, name: string, nodes: number, patch: Partial<RunState['groups'][number]> = {}): RunState['groups'][number] {
+  return { index, name, nodes, waiting_for: null, nodes_range: null, restarts: 0, ...patch };
 }
 
 export function pdRun(patch: Partial<RunState> = {}, jobs?: JobState[]): RunState {
@@ -43,13 +51,10 @@ export function pdRun(patch: Partial<RunState> = {}, jobs?: JobState[]): RunStat
     submission: 0,
     submitted_at: t0,
     finished_at: null,
-    groups: [
-      { index: 0, name: 'router', nodes: 1, waiting_for: null },
-      { index: 1, name: 'prefill', nodes: 2, waiting_for: null },
-      { index: 2, name: 'decode', nodes: 1, waiting_for: null },
-    ],
+    groups: [group(0, 'router', 1), group(1, 'prefill', 2), group(2, 'decode', 1)],
     jobs: jobs ?? [job(0, 0, 'router', 0), job(1, 1, 'prefill', 0), job(2, 1, 'prefill', 1), job(3, 2, 'decode', 0)],
     jobs_paged: false,
+    peers_version: 0,
     ...patch,
   };
 }

@@ -6,7 +6,7 @@ import { renderTable } from '../../src/cli/render/table';
 import { formatAge, formatDuration } from '../../src/cli/render/time-text';
 import type { RunSummary } from '../../src/client';
 import { makePlan } from '../helpers/plans';
-import { instance, job, pdRun, pdRunning, t0 } from './cli-render-fixtures';
+import { group, instance, job, pdRun, pdRunning, t0 } from './cli-render-fixtures';
 import type { JobState } from '../../workflows/run-state';
 
 const color = { color: true };
@@ -89,10 +89,7 @@ describe('tables', () => {
       job(0, 0, 'router', 0, { status: 'PULLING', instance: instance('127.0.0.2') }),
       job(1, 1, 'prefill', 0, { status: 'RUNNING', running_at: t0, instance: instance('127.0.0.3') }),
     ]);
-    state.groups = [
-      { index: 0, name: 'router', nodes: 1, waiting_for: 'prefill (ready 0/1)' },
-      { index: 1, name: 'prefill', nodes: 1, waiting_for: null },
-    ];
+    state.groups = [group(0, 'router', 1, { waiting_for: 'prefill (ready 0/1)' }), group(1, 'prefill', 1)];
     const summary: RunSummary = {
       name: 'pd', workflowId: 'run/pd', runId: 'r1', open: true, status: 'RUNNING', backend: 'local',
       groups: [{ name: 'router', nodes: 1 }, { name: 'prefill', nodes: 1 }], fleet: 'local',

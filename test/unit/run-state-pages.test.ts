@@ -2,12 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { withAllJobs } from '../../src/client/run-jobs';
 import { TroupeClientError } from '../../src/client/errors';
 import { answerOf, JOBS_INLINE_MAX_BYTES, JOBS_PAGE_MAX, jobsPage, type RunState } from '../../workflows/run-state';
-import { job, pdRun } from './cli-render-fixtures';
+import { group, job, pdRun } from './cli-render-fixtures';
 
 /** A run of `nodes` jobs in one group, each with a message of `messageBytes` characters. */
 function runOf(nodes: number, messageBytes = 0): RunState {
   const jobs = Array.from({ length: nodes }, (_, n) => ({ ...job(n, 0, 'workers', n), message: 'x'.repeat(messageBytes) }));
-  return pdRun({ groups: [{ index: 0, name: 'workers', nodes, waiting_for: null }] }, jobs);
+  return pdRun({ groups: [group(0, 'workers', nodes)] }, jobs);
 }
 
 describe('a run state too large for one answer', () => {

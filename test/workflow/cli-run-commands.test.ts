@@ -209,6 +209,20 @@ describe('troupe ps, logs, stop', () => {
     expect(missing.code).toBe(1);
     expect(missing.stderr).toContain('its groups: head, workers');
 
+    const attempts = await troupeCli(['logs', name, '--job', '1', '--attempt', '0']);
+    expect(attempts.code, attempts.stderr).toBe(0);
+    expect(attempts.stdout).toBe('hello from 0\n');
+    const noAttempt = await troupeCli(['logs', name, '--job', '1', '--attempt', '2']);
+    expect(noAttempt.code).toBe(1);
+    expect(noAttempt.stderr.trim()).toBe(`job 1 (workers/0) of run ${name} has no attempt 2: its attempts are 0 (0 is the current one)`);
+
+    // A group of a fixed size: the run refuses to resize it, and says why.
+    const scaled = await troupeCli(['scale', name, 'workers', '3']);
+    expect(scaled.code).toBe(1);
+    expect(scaled.stderr).toMatch(new RegExp(`^Scaling group workers of run ${name} to 3 nodes…\nrun ${name} did not scale group "workers" to 3: \\S.*\n$`));
+    expect(scaled.stdout).toBe('');
+    expect((await handle.state()).jobs).toHaveLength(3);
+
     const stopped = await troupeCli(['stop', name, '-y']);
     expect(stopped.code, stopped.stderr).toBe(0);
     expect(stopped.stderr).toContain(`Stopping run ${name}`);
@@ -222,6 +236,12 @@ describe('troupe ps, logs, stop', () => {
     const unknown = await troupeCli(['logs', 'no-such-run']);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toContain('no run named "no-such-run"');
+    const endedScale = await troupeCli(['scale', name, 'workers', '2']);
+    expect(endedScale.code).toBe(1);
+    expect(endedScale.stderr).toContain(`run ${name} has ended: there is no group to scale`);
+    const unknownScale = await troupeCli(['scale', 'no-such-run', 'workers', '2']);
+    expect(unknownScale.code).toBe(1);
+    expect(unknownScale.stderr).toContain('no run named "no-such-run"');
   });
 });
 

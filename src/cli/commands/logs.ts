@@ -11,20 +11,23 @@ import { parseOrUsage, renderUsage } from '../render/usage';
 const options = {
   job: { type: 'string' },
   group: { type: 'string' },
+  attempt: { type: 'string' },
   follow: { type: 'boolean', short: 'f' },
   help: { type: 'boolean', short: 'h' },
   ...connectionOptions,
 } as const;
 
 const help = renderUsage(
-  'troupe logs RUN [--job N | --group NAME] [-f]',
+  'troupe logs RUN [--job N [--attempt K] | --group NAME] [-f]',
   [
     "Prints a job's log (job 0, the global master, by default). With --group, the log of every node of",
     'that group, each line prefixed with its node (`prefill/1 | `). With -f, follows until the run ends.',
+    "A node restarted by its group's on_failure keeps the logs of its earlier machines: --attempt K.",
   ].join('\n'),
   [
     ['--job N', 'the job with global rank N'],
     ['--group NAME', "every node of group NAME"],
+    ['--attempt K', "the job's attempt K (0: its first machine; `troupe ps` counts restarts), default the current one"],
     ['-f, --follow', 'keep printing until the run ends (Ctrl-C stops following, not the run)'],
     ...connectionHelp,
   ],
@@ -50,6 +53,14 @@ function selectJobs(jobs: JobState[], job: string | undefined, group: string | u
   return [selected];
 }
 
+/** `--attempt K`: one job's earlier machine, so only beside --job (or the default job 0). */
+function attemptArgument(attempt: string | undefined, group: string | undefined): number | undefined {
+  if (attempt === undefined) return undefined;
+  if (group !== undefined) throw new CliError("--attempt reads one job's earlier machine: give --job N, not --group", 2);
+  if (!/^\d+$/.test(attempt) || !Number.isSafeInteger(Number(attempt))) throw new CliError(`--attempt wants an attempt number (0, 1, …), got "${attempt}"`, 2);
+  return Number(attempt);
+}
+
 export const command: Command = async (args) => {
   const { values, positionals } = parseOrUsage(() => parseArgs({ args, options, allowPositionals: true }), help);
   if (values.help) {
@@ -59,6 +70,7 @@ export const command: Command = async (args) => {
   const [runName, ...extra] = positionals;
   if (runName === undefined || extra.length > 0) throw new CliError(`logs needs exactly one run name\n\n${help}`, 2);
   runNameArgument(runName);
+  const attempt = attemptArgument(values.attempt, values.group);
   const settings = connectionSettings(values);
   const troupe = await connectClient(settings);
   const interrupt = onInterrupt();
@@ -76,6 +88,7 @@ export const command: Command = async (args) => {
       for await (const chunk of handle.streamLogs({
         jobs: jobs.map((j) => j.job_num),
         follow: values.follow === true,
+        ...(attempt === undefined ? {} : { attempt }),
         signal: interrupt.signal,
         onUnavailable: (err) => {
           if (!noted) process.stderr.write(`${err.message} Still trying…\n`);

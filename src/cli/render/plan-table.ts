@@ -1,5 +1,5 @@
 import type { Range, Resources } from '../../config/resources-schema';
-import type { Plan } from '../../plan/plan-schema';
+import type { OnFailure, Plan, ReadyQuorum } from '../../plan/plan-schema';
 import { renderFields, renderTable } from './table';
 import { formatDuration } from './time-text';
 import type { Style } from './style';
@@ -48,14 +48,33 @@ function formatPorts(ports: Plan['groups'][number]['ports']): string {
   return ports.map((p) => (p.local_port === null || p.local_port === p.container_port ? String(p.container_port) : `${p.local_port}:${p.container_port}`)).join(',') || '-';
 }
 
-/** When a group starts (Troupe's depends_on) and how it tells it is ready (its probe). */
+/** `1 (1..3)` for a group `troupe scale` may resize: its size at start, then its bounds. */
+export function formatGroupNodes(nodes: number, range: { min: number; max: number } | null | undefined): string {
+  return range ? `${nodes} (${range.min}..${range.max})` : String(nodes);
+}
+
+/** `min 2` or `min 50%`: how many nodes must be READY before the group's dependents start. */
+function formatQuorum(quorum: ReadyQuorum): string {
+  return quorum.kind === 'count' ? `min ${quorum.value}` : `min ${quorum.value}%`;
+}
+
+/** When a group starts (Troupe's depends_on), how it tells it is ready (its probe, its quorum). */
 function formatStartup(plan: Plan, group: Plan['groups'][number]): string {
   const after = (group.depends_on ?? []).map((d) => plan.groups[d]?.name ?? String(d));
   const probe = group.ready?.check;
-  const ready = !probe
-    ? null
-    : probe.kind === 'http' ? `ready: GET :${probe.port}${probe.path}` : probe.kind === 'tcp' ? `ready: tcp :${probe.port}` : 'ready: command';
-  return [after.length > 0 ? `after ${after.join(', ')}` : null, ready].filter((p): p is string => p !== null).join('; ') || '-';
+  const check = !probe ? null : probe.kind === 'http' ? `GET :${probe.port}${probe.path}` : probe.kind === 'tcp' ? `tcp :${probe.port}` : 'command';
+  const quorum = group.ready_min ? formatQuorum(group.ready_min) : null;
+  const ready = check === null && quorum === null ? null : `ready: ${[check ?? 'running', quorum].filter((p): p is string => p !== null).join(', ')}`;
+  const depends = after.length === 0 ? null : `after ${after.join(', ')}${group.on_dependency_restart === 'restart' ? ' (restarts with them)' : ''}`;
+  const hook = group.on_peers_change ? 'on_peers_change' : null;
+  return [depends, ready, hook].filter((p): p is string => p !== null).join('; ') || '-';
+}
+
+/** `restart-node, 3 in 10m 00s`, `restart-group, 3 per run`, `fail-run`: what a failed node does. */
+export function formatOnFailure(policy: OnFailure | null | undefined): string {
+  if (!policy || policy.action === 'fail-run') return 'fail-run';
+  const budget = policy.within_s === null ? 'per run' : `in ${formatDuration(policy.within_s * 1000)}`;
+  return `${policy.action}, ${policy.max_restarts} ${budget}`;
 }
 
 function roleOf(job: Plan['jobs'][number]): string {
@@ -73,7 +92,8 @@ export interface PlanViewOptions {
 /** The run's settings, a row per group (ranks, resources, ports, start-up), optionally a row per job. */
 export function renderPlan(plan: Plan, style: Style, options: PlanViewOptions = {}): string[] {
   const retry = plan.retry ? `on ${plan.retry.on_events.join(', ')} for ${formatDuration(plan.retry.duration_s * 1000)}` : 'no';
-  const usesDependencies = plan.groups.some((g) => (g.depends_on ?? []).length > 0 || g.ready);
+  const usesDependencies = plan.groups.some((g) => (g.depends_on ?? []).length > 0 || g.ready || g.ready_min);
+  const usesOnFailure = plan.groups.some((g) => g.on_failure);
   const fields: Array<[string, string]> = [
     ['Run', plan.run_name],
     ...(options.backend ? [['Backend', options.backend] as [string, string]] : []),
@@ -87,17 +107,18 @@ export function renderPlan(plan: Plan, style: Style, options: PlanViewOptions = 
   ];
   const rows = plan.groups.map((group) => [
     group.name,
-    String(group.nodes),
+    formatGroupNodes(group.nodes, group.nodes_range),
     jobRange(plan, group.index),
     formatResources(group.resources),
     formatPorts(group.ports),
     ...(usesDependencies ? [formatStartup(plan, group)] : []),
+    ...(usesOnFailure ? [formatOnFailure(group.on_failure)] : []),
   ]);
   const jobRows = plan.jobs.map((j) => [String(j.job_num), j.job_name, j.node_group_name, String(j.node_group_job_index), roleOf(j)]);
   return [
     ...renderFields(fields, style),
     '',
-    ...renderTable(['GROUP', 'NODES', 'JOBS', 'RESOURCES', 'PORTS', ...(usesDependencies ? ['STARTS'] : [])], rows, style, {
+    ...renderTable(['GROUP', 'NODES', 'JOBS', 'RESOURCES', 'PORTS', ...(usesDependencies ? ['STARTS'] : []), ...(usesOnFailure ? ['ON FAILURE'] : [])], rows, style, {
       alignRight: new Set([1]),
     }),
     ...(options.jobs ? ['', ...renderTable(['JOB', 'NAME', 'GROUP', 'NODE', 'ROLE'], jobRows, style, { alignRight: new Set([0, 3]) })] : []),

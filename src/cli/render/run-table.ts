@@ -1,14 +1,36 @@
 import type { RunSummary } from '../../client';
 import type { JobState, RunState } from '../../../workflows/run-state';
+import { formatGroupNodes } from './plan-table';
 import { onceInFull } from './reason-text';
 import { paint, paintStatus, type Style } from './style';
 import { renderTable } from './table';
 import { formatAge, formatDuration } from './time-text';
 
-/** Why a job ended, in one cell: the reason and its message; nothing for a clean finish. */
+/** Why a job ended, in one cell: the reason and its message; nothing for a clean finish. A node `troupe scale` removed says so first. */
 export function jobReason(job: JobState): string {
-  if (job.termination_reason === null || job.termination_reason === 'DONE_BY_RUNNER') return job.message ?? '';
-  return job.message ? `${job.termination_reason}: ${job.message}` : job.termination_reason;
+  const removed = job.removed ? 'removed by troupe scale' : '';
+  const reason =
+    job.termination_reason === null || job.termination_reason === 'DONE_BY_RUNNER'
+      ? job.message ?? ''
+      : job.message ? `${job.termination_reason}: ${job.message}` : job.termination_reason;
+  return [removed, reason].filter((p) => p !== '').join(': ');
+}
+
+type GroupSize = Pick<RunState['groups'][number], 'name' | 'nodes'> & { nodes_range?: RunState['groups'][number]['nodes_range'] };
+
+/** `router×1, decode×2 (1..3)`: each group's size now, with the bounds of a group `troupe scale` may resize. */
+export function formatGroupSizes(groups: readonly GroupSize[]): string {
+  return groups.map((g) => `${g.name}×${formatGroupNodes(g.nodes, g.nodes_range)}`).join(', ');
+}
+
+/** `peers version 7` once the nodes have a live address book (groups that heal or scale). */
+function peersText(state: Pick<RunState, 'peers_version'>): string {
+  return state.peers_version > 0 ? `peers version ${state.peers_version}` : '';
+}
+
+/** Whether any job was restarted: only then do the tables spend a RESTARTS column. */
+function anyRestarts(jobs: readonly JobState[]): boolean {
+  return jobs.some((job) => job.restarts > 0);
 }
 
 function runReason(state: Pick<RunState, 'termination_reason' | 'message'>): string {
@@ -28,28 +50,32 @@ function exitText(job: JobState): string {
 
 /** One line about the run: name, status, backend, shape, age. */
 export function renderRunHeadline(state: RunState, style: Style, now: Date): string {
-  const shape = state.groups.map((g) => `${g.name}×${g.nodes}`).join(', ');
+  const shape = formatGroupSizes(state.groups);
   const retry = state.submission > 0 ? `, resubmission ${state.submission}` : '';
+  const peers = state.peers_version > 0 ? `, ${peersText(state)}` : '';
   const when = state.finished_at
     ? `took ${formatDuration(Date.parse(state.finished_at) - Date.parse(state.submitted_at))}`
     : `submitted ${formatAge(state.submitted_at, now)}`;
-  return `${paint(style, 'bold', state.run_name)}  ${paintStatus(style, state.status)}  ${state.backend}: ${shape}  (${when}${retry})`;
+  return `${paint(style, 'bold', state.run_name)}  ${paintStatus(style, state.status)}  ${state.backend}: ${shape}  (${when}${retry}${peers})`;
 }
 
 /** A row per job of one run: what `apply` redraws while the run starts. Reasons are cut to `width` (the terminal's). */
 export function renderJobsTable(state: RunState, style: Style, width?: number): string[] {
+  const restarts = anyRestarts(state.jobs);
   const rows = state.jobs.map((job) => [
     String(job.job_num),
     job.group_name,
     String(job.group_job_index),
     paintStatus(style, job.status),
+    ...(restarts ? [String(job.restarts)] : []),
     job.instance?.host ?? '',
     job.instance?.internal_ip ?? '',
     exitText(job),
     jobReason(job),
   ]);
-  return renderTable(['JOB', 'GROUP', 'NODE', 'STATUS', 'HOST', 'ADDRESS', 'EXIT', 'REASON'], rows, style, {
-    alignRight: new Set([0, 2]),
+  const headers = ['JOB', 'GROUP', 'NODE', 'STATUS', ...(restarts ? ['RESTARTS'] : []), 'HOST', 'ADDRESS', 'EXIT', 'REASON'];
+  return renderTable(headers, rows, style, {
+    alignRight: new Set(restarts ? [0, 2, 4] : [0, 2]),
     ...(width ? { width } : {}),
   });
 }
@@ -57,19 +83,22 @@ export function renderJobsTable(state: RunState, style: Style, width?: number): 
 /** `ps`: a row per run, then a row per job under it (indented), so one glance shows where every node is. */
 export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width?: number): string[] {
   const rows: string[][] = [];
+  const restarts = anyRestarts(runs.flatMap((run) => run.state?.jobs ?? []));
+  const restartsCell = (text: string) => (restarts ? [text] : []);
   for (const run of runs) {
     const state = run.state;
-    const shape = run.groups.map((g) => `${g.name}×${g.nodes}`).join(', ');
+    const reason = state ? [peersText(state), runReason(state)].filter((p) => p !== '').join('; ') : '';
     rows.push([
       paint(style, 'bold', run.name),
       '',
-      shape,
+      formatGroupSizes(run.groups),
       '',
       paintStatus(style, run.status),
+      ...restartsCell(''),
       run.backend ?? '',
       '',
       formatAge(run.startTime, now),
-      state ? runReason(state) : paint(style, 'dim', run.stateError ? `state unavailable: ${run.stateError}` : ''),
+      state ? reason : paint(style, 'dim', run.stateError ? `state unavailable: ${run.stateError}` : ''),
     ]);
     for (const job of state?.jobs ?? []) {
       const waiting = job.running_at === null ? state?.groups[job.group_index]?.waiting_for : null;
@@ -79,6 +108,7 @@ export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width
         job.group_name,
         String(job.group_job_index),
         paintStatus(style, job.status),
+        ...restartsCell(String(job.restarts)),
         job.instance?.host ?? '',
         job.instance?.internal_ip ?? '',
         '',
@@ -86,8 +116,9 @@ export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width
       ]);
     }
   }
-  return renderTable(['RUN', 'JOB', 'GROUP', 'NODE', 'STATUS', 'HOST', 'ADDRESS', 'SUBMITTED', 'REASON'], rows, style, {
-    alignRight: new Set([1, 3]),
+  const headers = ['RUN', 'JOB', 'GROUP', 'NODE', 'STATUS', ...(restarts ? ['RESTARTS'] : []), 'HOST', 'ADDRESS', 'SUBMITTED', 'REASON'];
+  return renderTable(headers, rows, style, {
+    alignRight: new Set(restarts ? [1, 3, 5] : [1, 3]),
     ...(width ? { width } : {}),
   });
 }

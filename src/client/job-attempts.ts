@@ -1,0 +1,33 @@
+import type { JobRef } from '../backends/backend';
+import type { JobState, RunState } from '../../workflows/run-state';
+import { TroupeClientError } from './errors';
+
+/** The machine of one attempt of a job: the current one, or an earlier one kept in `previous_attempts`. */
+export function machineOf(state: RunState, job: JobState, attempt: number | undefined): { attempt: number; instance: JobState['instance'] } {
+  if (attempt === undefined || attempt === job.attempt) return { attempt: job.attempt, instance: job.instance };
+  const earlier = job.previous_attempts.find((a) => a.attempt === attempt);
+  if (!earlier) {
+    const known = [...job.previous_attempts.map((a) => a.attempt), job.attempt].join(', ');
+    throw new TroupeClientError(
+      `job ${job.job_num} (${job.group_name}/${job.group_job_index}) of run ${state.run_name} has no attempt ${attempt}: its attempts are ${known} (${job.attempt} is the current one)`,
+    );
+  }
+  return { attempt, instance: earlier.instance };
+}
+
+/** What a backend needs to read the log of one attempt of a job; null while that attempt has no machine. */
+export function logRefOf(state: RunState, job: JobState, attempt: number | undefined): JobRef | null {
+  const machine = machineOf(state, job, attempt);
+  if (!machine.instance) return null;
+  return {
+    // Backends key a job's files by the run's uid (what the workflow's JobRefs carry).
+    run_id: state.run_uid,
+    run_name: state.run_name,
+    submission: state.submission,
+    job_num: job.job_num,
+    job_name: job.job_name,
+    // A first machine's ref stays as it always was: attempt 0 and absent are the same key.
+    ...(machine.attempt > 0 ? { attempt: machine.attempt } : {}),
+    instance: machine.instance,
+  };
+}
