@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Instance, JobRef, ProvisionRequest } from '../../src/backends/backend';
+import type { Instance, JobFiles, JobRef, ProvisionRequest } from '../../src/backends/backend';
 import { LocalBackend, type LocalBackendOptions } from '../../src/backends/local/local-backend';
 import { nodeLinkNames } from '../../src/backends/local/local-names';
 import { BRIDGE } from '../../src/backends/local/netns';
@@ -85,6 +85,19 @@ export function groupRequest(run: TestRun, groupIndex: number, jobs?: JobPlan[])
 export function jobRef(run: TestRun, jobNum: number, instance: Instance): JobRef {
   const job = run.jobs[jobNum]!;
   return { run_id: run.runId, run_name: run.runName, submission: run.submission, job_num: jobNum, job_name: job.job_name, instance };
+}
+
+/** A job's files as the start activity renders them, for the run's addresses `ips` (rank order, no GPUs). */
+export function runJobFiles(run: TestRun, jobNum: number, ips: readonly string[], jobDirectory: string): JobFiles {
+  const addresses = run.groups.map((g) => run.jobs.filter((j) => j.node_group_index === g.index).map((j) => ips[j.job_num]!));
+  return renderJobFiles({
+    run: { run_name: run.runName, nodes_num: run.jobs.length, env: run.env, image: null, working_dir: null },
+    runUid: run.runId,
+    job: run.jobs[jobNum]!,
+    cluster: buildClusterInfo([...ips], ips.map(() => 0), jobNum),
+    addresses,
+    jobDirectory,
+  });
 }
 
 export async function waitFor<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 20_000): Promise<T> {

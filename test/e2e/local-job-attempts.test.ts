@@ -4,10 +4,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { Instance, JobRef, PeersFile } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
 import { lookupUser, runUserName } from '../../src/backends/local/run-user';
-import { buildClusterInfo } from '../../src/runner/cluster-info';
-import { renderJobFiles } from '../../src/runner/job-files';
 import { JobLayout } from '../../src/runner/job-layout';
-import { alive, groupRequest, jobRef, LocalFleetHarness, makeRun, waitFor, type TestRun } from './local-fixtures';
+import { alive, groupRequest, jobRef, LocalFleetHarness, makeRun, runJobFiles, waitFor, type TestRun } from './local-fixtures';
 
 /**
  * Attempts of one node on the local fleet (real processes; as root: namespaces, isolated run
@@ -31,15 +29,7 @@ function book(version: number): PeersFile {
 
 /** Starts one job (attempt as in `ref`), with `peers` as its first book, as the start activity would. */
 async function start(backend: LocalBackend, run: TestRun, ref: JobRef, ips: string[], peers: PeersFile | null): Promise<number> {
-  const addresses = run.groups.map((g) => run.jobs.filter((j) => j.node_group_index === g.index).map((j) => ips[j.job_num]!));
-  const files = renderJobFiles({
-    run: { run_name: run.runName, nodes_num: run.jobs.length, env: run.env, image: null, working_dir: null },
-    runUid: run.runId,
-    job: run.jobs[ref.job_num]!,
-    cluster: buildClusterInfo(ips, ips.map(() => 0), ref.job_num),
-    addresses,
-    jobDirectory: backend.jobDirectory(ref),
-  });
+  const files = runJobFiles(run, ref.job_num, ips, backend.jobDirectory(ref));
   return (await backend.startJob(ref, { ...files, peers })).pid;
 }
 

@@ -3,12 +3,10 @@ import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Instance, JobFiles, JobRef, PeersFile } from '../../src/backends/backend';
 import { SshBackend } from '../../src/backends/ssh/ssh-backend';
-import { buildClusterInfo } from '../../src/runner/cluster-info';
 import { SshLayout } from '../../src/runner/inter-node-ssh';
-import { renderJobFiles } from '../../src/runner/job-files';
 import { JobLayout } from '../../src/runner/job-layout';
 import { ed25519FromSeed } from '../../src/secrets/ssh-key-pair';
-import { groupRequest, jobRef, makeRun, waitFor, type TestRun } from './local-fixtures';
+import { groupRequest, jobRef, makeRun, runJobFiles, waitFor, type TestRun } from './local-fixtures';
 import { applyFleetYaml, expectAllClean, FAST_SSH, fleetYaml, startSshFleetEnv, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
@@ -63,15 +61,7 @@ const hostKey = (jobNum: number) => ed25519FromSeed(Buffer.alloc(32, 20 + jobNum
 
 /** The job's files as the start activity makes them, with inter-node SSH and a first book. */
 function filesOf(run: TestRun, ref: JobRef, ips: string[], peers: PeersFile): JobFiles {
-  const addresses = run.groups.map((g) => run.jobs.filter((j) => j.node_group_index === g.index).map((j) => ips[j.job_num]!));
-  const files = renderJobFiles({
-    run: { run_name: run.runName, nodes_num: run.jobs.length, env: run.env, image: null, working_dir: null },
-    runUid: run.runId,
-    job: run.jobs[ref.job_num]!,
-    cluster: buildClusterInfo(ips, ips.map(() => 0), ref.job_num),
-    addresses,
-    jobDirectory: backend.jobDirectory(ref),
-  });
+  const files = runJobFiles(run, ref.job_num, ips, backend.jobDirectory(ref));
   const sshPeers = ips.map((ip, jobNum) => ({ ip, hostPublicKey: hostKey(jobNum).publicKey }));
   return { ...files, ssh: { client, host: hostKey(ref.job_num), peers: sshPeers }, peers };
 }
