@@ -75,8 +75,20 @@ export function servicePlan(name: string, decode: Partial<GroupPlan>, opts: { ho
   return plan;
 }
 
-/** POST /generate through the router at `ip`. */
-export function askRouter(ip: string): Promise<{ text: string; prefill: string; decode: string }> {
+/** POST /generate through the router at `ip` (its server may still be coming up: refused connections are tried again for 10 s). */
+export async function askRouter(ip: string): Promise<{ text: string; prefill: string; decode: string }> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      return await postGenerate(ip);
+    } catch (err) {
+      if (!(err instanceof Error && err.message.includes('ECONNREFUSED')) || Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+}
+
+function postGenerate(ip: string): Promise<{ text: string; prefill: string; decode: string }> {
   return new Promise((resolve, reject) => {
     const body = JSON.stringify({ prompt: 'Hello' });
     const req = request({ host: ip, port: 8000, path: '/generate', method: 'POST', timeout: 10_000, headers: { 'Content-Length': Buffer.byteLength(body) } }, (res) => {
