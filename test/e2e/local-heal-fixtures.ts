@@ -62,14 +62,18 @@ export function hookCommand(logPath: string): string {
 
 const probe = { check: { kind: 'http' as const, port: 8000, path: '/' }, interval_s: 0.3, timeout_s: 60 };
 
-export function servicePlan(name: string, decode: Partial<GroupPlan>, opts: { hookLog: string; prefillNodes?: number; prefill?: Partial<GroupPlan> }): Plan {
+export function servicePlan(
+  name: string,
+  decode: Partial<GroupPlan>,
+  opts: { hookLog: string; prefillNodes?: number; prefill?: Partial<GroupPlan>; router?: Partial<GroupPlan> },
+): Plan {
   const plan = makePlan(name, [
     { name: 'router', nodes: 1, commands: [ROUTER] },
     { name: 'prefill', nodes: opts.prefillNodes ?? 1, commands: [WORKER] },
     { name: 'decode', nodes: decode.nodes ?? 1, commands: [WORKER] },
   ]);
   const [router, prefill, decodeGroup] = plan.groups as [GroupPlan, GroupPlan, GroupPlan];
-  Object.assign(router, { depends_on: [1, 2], on_peers_change: hookCommand(opts.hookLog) });
+  Object.assign(router, { depends_on: [1, 2], on_peers_change: hookCommand(opts.hookLog), ...opts.router });
   Object.assign(prefill, { ready: probe, ...opts.prefill });
   Object.assign(decodeGroup, { ready: probe, ...decode });
   return plan;

@@ -141,6 +141,37 @@ describe('a decode node that fails is replaced while the run goes on', () => {
   }, 240_000);
 });
 
+describe('a group that restarts whole, and a dependent that restarts with it', () => {
+  it('restart-group on decode (2 nodes), on_dependency_restart: restart on the router: both decode nodes replaced, the router restarted after they are READY, prefill untouched', async () => {
+    const worker = await startWorker();
+    const name = `heal-group-${taskQueue}`;
+    const plan = servicePlan(
+      name,
+      { nodes: 2, on_failure: { action: 'restart-group', max_restarts: 1, within_s: null } },
+      { hookLog: `${shared.dir}/group-hooks.log`, router: { on_dependency_restart: 'restart' } },
+    );
+    const handle = await startRun(name, plan);
+    const before = await waitForRunState(handle, allUp);
+    const prefillPid = serverPidIn(netnsOf(before.jobs[1]));
+    process.kill(serverPidIn(netnsOf(before.jobs[3])), 'SIGKILL');
+    const after = await waitForRunState(handle, (s) => allUp(s) && s.jobs[0]?.attempt === 1 && s.jobs[2]?.attempt === 1 && s.jobs[3]?.attempt === 1);
+    const [router, , decode0, decode1] = after.jobs;
+    expect(decode1?.previous_attempts[0]).toMatchObject({ status: 'FAILED', exit_code: 137 });
+    expect(decode0?.previous_attempts[0]).toMatchObject({ status: 'TERMINATED', message: 'restarted with group decode after decode/1 failed' });
+    expect(router?.previous_attempts[0]?.message).toBe('restarted because prefill, decode restarted (on_dependency_restart: restart)');
+    // The router started again only once both new decode nodes were READY.
+    const decodeReady = Math.max(Date.parse(decode0?.ready_at ?? ''), Date.parse(decode1?.ready_at ?? ''));
+    expect(Date.parse(router?.running_at ?? '')).toBeGreaterThanOrEqual(decodeReady);
+    expect(after.groups[2]?.restarts).toBe(1);
+    expect(after.jobs[1]).toMatchObject({ attempt: 0, restarts: 0 });
+    expect(serverPidIn(netnsOf(after.jobs[1]))).toBe(prefillPid);
+    expect((await askRouter(ipOf(router))).text).toBe('Hello, world');
+    await handle.signal(stopRunSignal, { abort: false });
+    expect(((await handle.result()) as RunState).termination_reason).toBe('STOPPED_BY_USER');
+    await kill9(worker);
+  }, 240_000);
+});
+
 describe('resizing a running group', () => {
   it('decode 1 → 3 → 2: new ranks after the others, the highest removed, the router told each time', async () => {
     let worker = await startWorker();
