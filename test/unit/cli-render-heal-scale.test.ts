@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { describeStateChanges } from '../../src/cli/render/live-view';
 import { formatOnFailure, renderPlan } from '../../src/cli/render/plan-table';
 import { renderJobsTable, renderPsTable } from '../../src/cli/render/run-table';
 import { describeScaleResult } from '../../src/cli/render/scale-result';
@@ -149,5 +150,32 @@ describe('logs of an earlier attempt', () => {
     expect(thrownBy(() => logRefOf(state, decode0, 5), TroupeClientError).message).toBe(
       'job 3 (decode/0) of run pd has no attempt 5: its attempts are 0, 1, 2 (2 is the current one)',
     );
+  });
+});
+
+describe('apply\'s live lines', () => {
+  it('say when a node is restarted or removed, and when a group is resized', () => {
+    const before = pdRunning();
+    before.groups[2] = group(2, 'decode', 1, { nodes_range: { min: 1, max: 3 } });
+    const decode0 = before.jobs[3] as JobState;
+    const after: RunState = {
+      ...before,
+      groups: [...before.groups.slice(0, 2), group(2, 'decode', 2, { nodes_range: { min: 1, max: 3 } })],
+      jobs: [
+        ...before.jobs.slice(0, 3),
+        { ...decode0, attempt: 1, restarts: 1, status: 'PROVISIONING', instance: null, pid: null },
+        { ...decode0, job_num: 4, job_name: 'pd-4-0', group_job_index: 1, instance: instance('127.0.0.6'), pid: 1004 },
+      ],
+    };
+    expect(describeStateChanges(before, after, plain)).toEqual([
+      '  group decode: 1 → 2 nodes (1..3)',
+      '  job 3 decode/0: PROVISIONING restarted (attempt 1, restart 1)',
+      '  job 4 decode/1: RUNNING on local (127.0.0.6), pid 1004',
+    ]);
+    const removed: RunState = {
+      ...after,
+      jobs: after.jobs.map((j) => (j.job_num === 4 ? { ...j, removed: true, status: 'TERMINATED', termination_reason: 'TERMINATED_BY_SERVER' } : j)),
+    };
+    expect(describeStateChanges(after, removed, plain)).toEqual(['  job 4 decode/1: TERMINATED — removed by troupe scale: TERMINATED_BY_SERVER']);
   });
 });

@@ -150,7 +150,20 @@ export const readyArb = mostly(
   ),
   pick({}, { tcp: 80, command: 'x' }, { http: null }, { command: '' }, { http: { port: 80, path: 'a b' } }),
 ).chain((check) =>
-  fc.record({ interval: probeTimeArb, timeout: probeTimeArb }, { requiredKeys: [] }).map((timing) => ({ ...check, ...timing })),
+  fc
+    .record({ interval: probeTimeArb, timeout: probeTimeArb, min: mostly(pick(1, '1', '50%', '100%'), pick(0, '0%', '150%', 'x', 5)) }, { requiredKeys: [] })
+    .map((timing) => ({ ...check, ...timing })),
+);
+
+/** Troupe's heal-and-scale extensions of a group (a range for `nodes`, restart policies, the peers hook). */
+const nodesArb = mostly(
+  fc.oneof({ arbitrary: fc.integer({ min: 1, max: 4 }), weight: 3 }, pick('1..3', '2..2', { min: 1, max: 4 })),
+  pick(0, -1, '2', 1000, 2048, 4096, 4097, '2..', '..3', '3..1', '0..2', { min: 2 }, '1..5000'),
+  10,
+);
+const onFailureArb = mostly(
+  pick('restart-node', 'restart-group', 'fail-run', { action: 'restart-node', max_restarts: 2, within: '10m' }, { action: 'restart-group' }),
+  pick('reboot', { action: 'fail-run', max_restarts: 1 }, { max_restarts: 1 }, { action: 'restart-node', within: 0 }, ['x']),
 );
 
 /** `${{ groups[i].nodes[j].IP_ADDRESS }}` inside a command, sometimes out of range or malformed. */
@@ -187,12 +200,15 @@ const groupsArb = groupNamesArb.chain((names) =>
       return fc.record(
         {
           name: mostly(fc.constant(name), pick(names[0] ?? 'a', 'Bad Name', 'x'.repeat(41), 7, null)),
-          nodes: mostly(fc.integer({ min: 1, max: 4 }), pick(0, -1, '2', 1000, 2048, 4096, 4097), 10),
+          nodes: nodesArb,
           commands: fc.array(commandArb, { minLength: 1, maxLength: 3 }),
           ports: fc.array(portArb, { maxLength: 2 }),
           resources: resourcesArb,
           depends_on: mostly(fc.subarray(others, { maxLength: Math.min(2, others.length) }), pick(['nope'], [name])),
           ready: readyArb,
+          on_failure: onFailureArb,
+          on_dependency_restart: mostly(pick('keep', 'restart'), pick('maybe', 1)),
+          on_peers_change: mostly(pick('echo $TROUPE_PEERS_VERSION'), pick('', ['x'])),
         },
         { requiredKeys: ['commands'] },
       );

@@ -13,8 +13,11 @@ export interface Terminal {
 function jobChange(before: JobState | undefined, job: JobState, style: Style): string | null {
   const moved = before?.status !== job.status;
   const gotAddress = job.instance !== null && before?.instance?.internal_ip !== job.instance.internal_ip;
-  if (!moved && !gotAddress) return null;
+  const restarted = before !== undefined && before.attempt !== job.attempt;
+  const removed = job.removed && before?.removed !== true;
+  if (!moved && !gotAddress && !restarted && !removed) return null;
   const details: string[] = [];
+  if (restarted) details.push(`restarted (attempt ${job.attempt}, restart ${job.restarts})`);
   if (job.instance && (gotAddress || job.status === 'PULLING')) details.push(`on ${job.instance.host} (${job.instance.internal_ip})`);
   if (job.status === 'RUNNING' && job.pid !== null) details.push(`pid ${job.pid}`);
   if (job.exit_code !== null) details.push(`exit ${job.exit_code}`);
@@ -59,6 +62,10 @@ export function describeStateChanges(prev: RunState | null, next: RunState, styl
     const before = prev && !resubmitted ? prev.groups.find((g) => g.index === group.index) : undefined;
     if (group.waiting_for !== null && group.waiting_for !== before?.waiting_for) {
       lines.push({ line: `  group ${group.name}: waiting for ${group.waiting_for}`, reason: '' });
+    }
+    if (before !== undefined && before.nodes !== group.nodes) {
+      const bounds = group.nodes_range ? ` (${group.nodes_range.min}..${group.nodes_range.max})` : '';
+      lines.push({ line: `  group ${group.name}: ${before.nodes} → ${group.nodes} nodes${bounds}`, reason: '' });
     }
   }
   const changed = next.jobs.flatMap((job) => {
