@@ -5,7 +5,7 @@
  * tagged release a change to a workflow's command sequence is a patch, and the histories of the
  * runs it changes are recorded beside the old ones (README, Development).
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -17,7 +17,7 @@ import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } f
 import { createTroupeWorker } from '../src/worker/create-worker';
 import { failureConverterPath } from '../src/codec/data-converter';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
-import { runStateQuery, stopRunSignal, type RunInputArg } from '../workflows/messages';
+import { runStateQuery, scaleGroupUpdate, stopRunSignal, type RunInputArg } from '../workflows/messages';
 import { makePlan } from '../test/helpers/plans';
 import type { Plan } from '../src/plan/plan-schema';
 
@@ -106,6 +106,30 @@ try {
     }
     await h.signal(stopRunSignal, { abort: false });
   });
+  // A live run: decode/0 fails once and is replaced at its rank (restart-node), then decode grows
+  // 1 → 2 and shrinks back through the scaleGroup Update, the router told by on_peers_change.
+  const marks = mkdtempSync(join(tmpdir(), 'troupe-record-marks-'));
+  chmodSync(marks, 0o1777);
+  const live = makePlan('rec-heal', [
+    { name: 'router', nodes: 1, commands: ['sleep 60'] },
+    { name: 'decode', nodes: 1, commands: [`[ -e ${marks}/$DSTACK_NODE_GROUP_NODE_RANK ] || { touch ${marks}/$DSTACK_NODE_GROUP_NODE_RANK; exit 3; }`, 'sleep 60'] },
+  ]);
+  const [router, decode] = live.groups;
+  if (router && decode) {
+    Object.assign(router, { depends_on: [1], on_peers_change: 'true' });
+    Object.assign(decode, { nodes_range: { min: 1, max: 2 }, on_failure: { action: 'restart-node', max_restarts: 2, within_s: null } });
+  }
+  await record('heal-restart-resize', { plan: live, backend: 'local', options: { stop_grace_s: 1 } }, async (h) => {
+    for (;;) {
+      const s = await h.query(runStateQuery);
+      if (s.status === 'RUNNING' && s.jobs[1]?.attempt === 1 && s.jobs[1].status === 'RUNNING' && s.jobs[0]?.status === 'RUNNING') break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await h.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 2 }] });
+    await h.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 1 }] });
+    await h.signal(stopRunSignal, { abort: false });
+  });
+  rmSync(marks, { recursive: true, force: true });
   // Large enough that the state is paged and the groups read the address book from the run.
   await record('large-paged', {
     plan: makePlan('rec-large', ['head', 'a', 'b', 'c'].map((name) => ({ name, nodes: 300 }))),
