@@ -104,7 +104,7 @@ export function renderFilesFor(ctx: JobFilesContext, ref: JobRef, planJob: JobPl
     });
     const keys = ctx.sshKeys;
     if (!keys) return files;
-    const peers = view.ranks.map((jobNum, i) => ({ ip: view.ips[i] ?? '', hostPublicKey: keys.host(jobNum).publicKey }));
+    const peers = view.ranks.map((jobNum, i) => ({ ip: view.ips[i] ?? '', hostPublicKey: keys.host(jobNum).publicKey, ...(view.sparse ? { job_num: jobNum } : {}) }));
     return { ...files, ssh: { client: keys.client, host: keys.host(ref.job_num), peers } };
   } catch (err) {
     throw new Error(`${ref.job_name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });

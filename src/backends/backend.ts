@@ -72,7 +72,7 @@ export interface NodeSshKeys {
   /** This node's host key pair. */
   host: SshKeyPair;
   /** Every node of the run in job_num order (this one too): its address and host public key. */
-  peers: Array<{ ip: string; hostPublicKey: string }>;
+  peers: Array<{ ip: string; hostPublicKey: string; /** Its global rank (absent: its index here). */ job_num?: number }>;
 }
 
 export interface ProvisionRequest {

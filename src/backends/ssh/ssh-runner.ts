@@ -189,7 +189,7 @@ export class SshRunner {
       jobDir: this.jobDirectory(job),
       keys,
       listen: { ip: job.instance.internal_ip, port: nodeSshPort(job.run_id, job.submission, job.job_num) },
-      peerPorts: keys.peers.map((_, jobNum) => nodeSshPort(job.run_id, job.submission, jobNum)),
+      peerPorts: keys.peers.map((peer, i) => nodeSshPort(job.run_id, job.submission, peer.job_num ?? i)),
       user: this.target.user,
       home: null,
       tmpdir: null,
