@@ -8,7 +8,7 @@
  *
  *   npx tsx bench/ssh-scale.ts          (as root: network namespaces)
  *
- * Prints figures; writes bench/results/ssh-scale.json. Asserts nothing.
+ * Prints figures; writes bench/results/ssh-scale.{json,png}. Asserts nothing.
  */
 import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -23,6 +23,7 @@ import { createTestHosts, type TestHosts } from '../test/e2e/hosts';
 import { run as runCommand } from '../test/e2e/hosts/command';
 import { cpuSeconds, loadAverage } from './harness/cpu';
 import { resultsDir } from './harness/results';
+import { plotSshScale, SshScaleResultsSchema } from './ssh-scale-plot';
 import { fmt, median } from './harness/stats';
 import { startBenchTemporal, startInProcessWorker } from './harness/temporal-env';
 
@@ -170,6 +171,7 @@ async function main(): Promise<void> {
     await env.close();
   }
   writeFileSync(join(resultsDir(), 'ssh-scale.json'), `${JSON.stringify({ bashrc, ...results }, null, 2)}\n`);
+  console.log(`wrote ${plotSshScale(SshScaleResultsSchema.parse({ bashrc, ...results }))}`);
 }
 
 await main();
