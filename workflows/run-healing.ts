@@ -1,5 +1,6 @@
 import { activeJobs, addressBookOf, describeJob, nextAttempt } from './job-transitions';
 import { newAttemptsSignal, startAttemptsSignal } from './messages';
+import { teardownActivities } from './node-group-activities';
 import type { Outcome, Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import { dependentsOf, jobPlanOf, type LiveRun } from './run-live';
@@ -84,6 +85,9 @@ export function healFailures(run: Run, submission: Submission): Outcome | null {
       job.removed = true;
       live.addedByResize.delete(job.job_num);
       live.attemptsToStart.delete(job.job_num);
+      const ref = jobRefOf(run, job);
+      // Given up on, its machine still goes back with the run's teardown (releaseRun).
+      if (ref) void teardownActivities.releaseJobs({ backend: run.input.backend, jobs: [ref], grace_s: 0 }).catch(() => undefined);
       continue;
     }
     const outcome = heal(run, submission, live, job, nowMs);
