@@ -80,9 +80,10 @@ export function endJob(job: JobState, status: JobState['status'], reason: JobTer
   job.finished_at = new Date().toISOString();
 }
 
-export function applyJobEvent(state: RunState, event: JobEvent): void {
+/** Applies the event to its job; false when it is not the job's (another attempt's, or the job has ended). */
+export function applyJobEvent(state: RunState, event: JobEvent): boolean {
   const job = state.jobs[event.job_num];
-  if (!job || isJobFinished(job) || (event.attempt ?? 0) !== job.attempt) return;
+  if (!job || isJobFinished(job) || (event.attempt ?? 0) !== job.attempt) return false;
   const now = new Date().toISOString();
   switch (event.kind) {
     case 'provisioned':
@@ -111,6 +112,7 @@ export function applyJobEvent(state: RunState, event: JobEvent): void {
       endJob(job, 'FAILED', event.reason, event.message);
       break;
   }
+  return true;
 }
 
 export function describeJob(job: JobState): string {
@@ -121,12 +123,15 @@ export function describeJob(job: JobState): string {
 /**
  * The submission's address book, once every job has had an address (null before). A node being
  * replaced keeps its last address here (what a node started now gets in DSTACK_*; peers.json says
- * it is restarting); ranks removed by a resize are listed as removed.
+ * it is restarting); ranks removed by a resize, and with `partial` ranks added by one that have no
+ * machine yet, are listed as removed.
  */
-export function addressBookOf(state: RunState): AddressBook | null {
+export function addressBookOf(state: RunState, opts: { partial?: boolean } = {}): AddressBook | null {
   const ips = state.jobs.map((job) => job.instance?.internal_ip ?? job.previous_attempts.at(-1)?.instance?.internal_ip ?? null);
-  if (ips.some((ip, n) => ip === null && !state.jobs[n]?.removed)) return null;
-  const removed = state.jobs.filter((job) => job.removed).map((job) => job.job_num);
+  // `partial` (a live run, once started): a rank still waiting for its first machine is left out, as a removed one.
+  const absent = (n: number) => state.jobs[n]?.removed === true || (opts.partial === true && ips[n] === null);
+  if (ips.some((ip, n) => ip === null && !absent(n))) return null;
+  const removed = state.jobs.filter((job) => absent(job.job_num)).map((job) => job.job_num);
   return {
     job_ips: ips.map((ip) => ip ?? ''),
     gpus_per_node: state.jobs.map((job) => job.instance?.gpus ?? job.previous_attempts.at(-1)?.instance?.gpus ?? 0),

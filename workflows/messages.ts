@@ -26,7 +26,8 @@ export const unlockGroupSignal = defineSignal('unlockGroup');
 export const addressesReadySignal = defineSignal<[{ job_nums: number[]; book?: AddressBook }]>('addressesReady');
 /** The current submission's address book (null before it is complete, or for another submission). */
 export const runAddressBookQuery = defineQuery<AddressBook | null, [{ submission: number }]>('runAddressBook');
-export const mayStartSignal = defineSignal<[{ job_nums: number[] }]>('mayStart');
+/** These of the group's jobs may start now; a live run sends the book as it is now with them. */
+export const mayStartSignal = defineSignal<[{ job_nums: number[]; book?: AddressBook }]>('mayStart');
 
 /**
  * Run → group (groups that heal or scale): new machines for these ranks, each at its `attempt`

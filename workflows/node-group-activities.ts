@@ -8,9 +8,13 @@ import type { NodeGroupInput } from './node-group-input';
 
 const HEARTBEAT_TIMEOUT = '10s';
 
-/** No capacity is retried while the run's retry covers it and its duration lasts; other errors a few times. */
-function provisionOptions(input: NodeGroupInput): LocalActivityOptions {
-  const retriesNoCapacity = input.retry?.on_events.includes('no-capacity') === true && input.retry_deadline_ms !== null;
+/**
+ * No capacity is retried while the run's retry covers it and its duration lasts; other errors a
+ * few times. A new attempt of a running run (a restart, a resize) is not bound to the duration,
+ * which counts from the run's submission: it gets its attempts, each within the attempt timeout.
+ */
+function provisionOptions(input: NodeGroupInput, newAttempt: boolean): LocalActivityOptions {
+  const retriesNoCapacity = !newAttempt && input.retry?.on_events.includes('no-capacity') === true && input.retry_deadline_ms !== null;
   const remainingMs = retriesNoCapacity ? Math.max(1_000, (input.retry_deadline_ms ?? 0) - Date.now()) : null;
   return {
     startToCloseTimeout: `${input.options.provision_attempt_timeout_s}s`,
@@ -35,10 +39,10 @@ function provisionOptions(input: NodeGroupInput): LocalActivityOptions {
  * provisions in milliseconds: provisioned as a local activity, inside that task, without the two
  * round trips through the server an activity takes (schedule, then its result in a new task).
  */
-export function provisionJobsActivity(input: NodeGroupInput) {
+export function provisionJobsActivity(input: NodeGroupInput, newAttempt = false) {
   return input.backend === LOCAL_BACKEND
-    ? proxyLocalActivities<TroupeActivities>(provisionOptions(input)).provisionJobs
-    : proxyActivities<TroupeActivities>({ ...provisionOptions(input), heartbeatTimeout: HEARTBEAT_TIMEOUT }).provisionJobs;
+    ? proxyLocalActivities<TroupeActivities>(provisionOptions(input, newAttempt)).provisionJobs
+    : proxyActivities<TroupeActivities>({ ...provisionOptions(input, newAttempt), heartbeatTimeout: HEARTBEAT_TIMEOUT }).provisionJobs;
 }
 
 export const batchActivities = proxyActivities<TroupeActivities>({

@@ -22,20 +22,24 @@ export async function serveNewAttempts(input: NodeGroupInput, group: GroupState)
 }
 
 async function runAttempts(input: NodeGroupInput, group: GroupState, jobs: JobPlan[], release: JobRef[]): Promise<void> {
+  // Given back beside the new machines' start (a lost host may take long to answer), or first when
+  // the fleet has no room for the new ones; given up on, they still go back with the run's
+  // teardown (releaseRun).
+  let released: Promise<void> | null = null;
+  const giveBack = () => {
+    const summary = `release the replaced ${release.length === 1 ? 'machine' : `${release.length} machines`} on ${hostsOf(release)}`;
+    released ??= teardownActivities.releaseJobs.executeWithOptions({ summary }, [{ backend: input.backend, jobs: release, grace_s: input.options.stop_grace_s }]).catch(() => undefined);
+    return released;
+  };
+  const room = { makeRoom: release.length > 0 ? giveBack : null };
   const placed: JobPlan[] = [];
   if (input.group_provisioning) {
-    if (await provision(input, group, jobs)) placed.push(...jobs);
+    if (await provision(input, group, jobs, room)) placed.push(...jobs);
   } else {
-    const results = await Promise.all(jobs.map((job) => provision(input, group, [job])));
+    const results = await Promise.all(jobs.map((job) => provision(input, group, [job], room)));
     placed.push(...jobs.filter((_, i) => results[i]));
   }
-  // Given back beside the new machines' start (a lost host may take long to answer); given up on,
-  // they are still given back by the run's teardown (releaseRun).
-  const summary = `release the replaced ${release.length === 1 ? 'machine' : `${release.length} machines`} on ${hostsOf(release)}`;
-  const released =
-    release.length === 0
-      ? Promise.resolve()
-      : teardownActivities.releaseJobs.executeWithOptions({ summary }, [{ backend: input.backend, jobs: release, grace_s: input.options.stop_grace_s }]).catch(() => undefined);
+  if (release.length > 0) void giveBack();
   await startPlaced(input, group, placed);
   await released;
 }

@@ -57,7 +57,8 @@ export function setGroupHandlers(group: GroupState): void {
     if (book) group.addresses = book;
     for (const n of job_nums) group.mayStart.add(n);
   });
-  setHandler(mayStartSignal, ({ job_nums }) => {
+  setHandler(mayStartSignal, ({ job_nums, book }) => {
+    if (book) group.addresses = book;
     for (const n of job_nums) group.mayStart.add(n);
   });
   setHandler(newAttemptsSignal, (request) => {

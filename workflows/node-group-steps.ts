@@ -19,16 +19,23 @@ export function reportToRun(input: NodeGroupInput, events: JobEvent[]): Promise<
 /**
  * Provisions `jobs` in one call; reports their addresses without waiting for the run to take them
  * (the next provisioning or the runners' wait goes on in the same workflow task). False: failed,
- * and reported so.
+ * and reported so. `newAttempts`: new machines of a running run (restarts, resizes); when the
+ * fleet has no room for them, `makeRoom` (giving back the machines they replace) runs and they are
+ * tried once more.
  */
-export async function provision(input: NodeGroupInput, group: GroupState, jobs: JobPlan[]): Promise<boolean> {
+export async function provision(input: NodeGroupInput, group: GroupState, jobs: JobPlan[], newAttempts?: { makeRoom: (() => Promise<void>) | null }): Promise<boolean> {
+  const request = { run_id: input.run_uid, run_name: input.run.run_name, submission: input.submission, group: input.group, jobs, fleets: input.run.fleets };
+  const place = () => provisionJobsActivity(input, newAttempts !== undefined).executeWithOptions({ summary: `provision ${labelOf(jobs)}` }, [{ backend: input.backend, request }]);
   try {
-    const placed = await provisionJobsActivity(input).executeWithOptions({ summary: `provision ${labelOf(jobs)}` }, [
-      {
-        backend: input.backend,
-        request: { run_id: input.run_uid, run_name: input.run.run_name, submission: input.submission, group: input.group, jobs, fleets: input.run.fleets },
-      },
-    ]);
+    let placed;
+    try {
+      placed = await place();
+    } catch (err) {
+      const makeRoom = newAttempts?.makeRoom;
+      if (isCancellation(err) || !makeRoom || classifyProvisioningFailure(err).reason !== 'FAILED_TO_START_DUE_TO_NO_CAPACITY') throw err;
+      await makeRoom();
+      placed = await place();
+    }
     placed.forEach((instance, i) => {
       const job = jobs[i];
       if (job) group.instances.set(job.job_num, instance);

@@ -1,10 +1,10 @@
-import { activeJobs, addressBookOf, describeJob, nextAttempt } from './job-transitions';
+import { activeJobs, describeJob, nextAttempt } from './job-transitions';
 import { newAttemptsSignal, startAttemptsSignal } from './messages';
 import { teardownActivities } from './node-group-activities';
 import type { Outcome, Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import { dependentsOf, jobPlanOf, type LiveRun } from './run-live';
-import { currentPeers, noteBookSent } from './run-peers';
+import { bookToStartWith } from './run-peers';
 import type { JobState } from './run-state';
 import type { Submission } from './submission';
 import { dependencyWaits, isJobReady, usesDependencies } from './startup-order';
@@ -22,6 +22,13 @@ function formatSeconds(s: number): string {
   return `${s}s`;
 }
 
+/** Gives back machines the run no longer wants (not awaited: the run's teardown gives back what this misses). */
+function release(run: Run, refs: ReturnType<typeof jobRefOf>[], grace_s: number): void {
+  const jobs = refs.flatMap((ref) => ref ?? []);
+  if (jobs.length === 0) return;
+  void teardownActivities.releaseJobs({ backend: run.input.backend, jobs, grace_s }).catch(() => undefined);
+}
+
 /**
  * New attempts of `jobs`: each one's current attempt ends (as `ended` says, if still open), the
  * group is asked for new machines, and the old ones are given back once those are provisioned.
@@ -30,15 +37,27 @@ export function replaceJobs(run: Run, submission: Submission, live: LiveRun, job
   const byGroup = new Map<number, JobState[]>();
   for (const job of jobs) byGroup.set(job.group_index, [...(byGroup.get(job.group_index) ?? []), job]);
   for (const [g, members] of byGroup) {
-    const release = members.flatMap((job) => jobRefOf(run, job) ?? []);
+    const old = members.flatMap((job) => jobRefOf(run, job) ?? []);
     for (const job of members) {
       nextAttempt(job, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: ended }, restart);
+      run.failureEvents.delete(job.job_num);
       live.attemptsToStart.set(job.job_num, job.attempt);
+      // The first start-up pass must never start the rank's first plan on top of this attempt.
+      submission.signalled.add(job.job_num);
     }
     const plans = members.map((job) => jobPlanOf(run.input.plan, live, job));
-    void submission.children[g]?.signal(newAttemptsSignal, { jobs: plans, release });
+    // A group that is gone has failed the run already (the submission's childFailure).
+    void submission.children[g]?.signal(newAttemptsSignal, { jobs: plans, release: old }).catch(() => undefined);
   }
   run.version += 1;
+}
+
+/** A group restarted: its `on_dependency_restart: restart` dependents follow once it is back. */
+function markRestarting(run: Run, live: LiveRun, group: number): void {
+  live.restartingGroups.add(group);
+  for (const dependent of dependentsOf(run.input.plan, group)) {
+    if (dependent.on_dependency_restart === 'restart') live.dependentsToRestart.add(dependent.index);
+  }
 }
 
 /** The failed job's group restarts it (or all its nodes) within its budget; null when that is not its policy. */
@@ -62,32 +81,27 @@ function heal(run: Run, submission: Submission, live: LiveRun, job: JobState, no
   const stateGroup = run.state.groups[group.index];
   if (stateGroup) stateGroup.restarts += 1;
   const label = `${job.group_name}/${job.group_job_index}`;
-  const targets = policy.action === 'restart-node' ? [job] : activeJobs(run.state).filter((j) => j.group_index === group.index);
+  const targets = policy.action === 'restart-node' ? [job] : activeJobs(run.state).filter((j) => j.group_index === group.index && !live.addedByResize.has(j.job_num));
   replaceJobs(run, submission, live, targets, `restarted with group ${group.name} after ${label} failed`, true);
-  live.restartingGroups.add(group.index);
-  for (const dependent of dependentsOf(run.input.plan, group.index)) {
-    if (dependent.on_dependency_restart === 'restart') live.dependentsToRestart.add(dependent.index);
-  }
+  markRestarting(run, live, group.index);
   return null;
 }
 
 /**
- * Failed nodes of groups that heal are replaced; a node added by a resize that failed before it
- * ran is taken out again (the resize fails). Returns the run's outcome when a budget ran out.
+ * Failed nodes of groups that heal are replaced; a node added by a resize under way that fails is
+ * taken out again (the resize fails). Returns the run's outcome when a budget ran out.
  */
 export function healFailures(run: Run, submission: Submission): Outcome | null {
   const { live } = run;
   if (!live) return null;
+  release(run, live.unwanted.splice(0), 0);
   const nowMs = Date.now();
   for (const job of activeJobs(run.state)) {
     if (job.status !== 'FAILED') continue;
-    if (live.addedByResize.has(job.job_num) && job.running_at === null) {
+    if (live.addedByResize.has(job.job_num)) {
       job.removed = true;
-      live.addedByResize.delete(job.job_num);
       live.attemptsToStart.delete(job.job_num);
-      const ref = jobRefOf(run, job);
-      // Given up on, its machine still goes back with the run's teardown (releaseRun).
-      if (ref) void teardownActivities.releaseJobs({ backend: run.input.backend, jobs: [ref], grace_s: 0 }).catch(() => undefined);
+      release(run, [jobRefOf(run, job)], 0);
       continue;
     }
     const outcome = heal(run, submission, live, job, nowMs);
@@ -109,43 +123,45 @@ export function restartDependents(run: Run, submission: Submission): void {
     const deps = plan.groups[d]?.depends_on ?? [];
     if (deps.some((g) => live.restartingGroups.has(g))) continue;
     live.dependentsToRestart.delete(d);
-    const members = activeJobs(run.state).filter((j) => j.group_index === d && !live.attemptsToStart.has(j.job_num));
+    // Nodes that have not started yet start with the new book anyway: only running ones restart.
+    const members = activeJobs(run.state).filter((j) => j.group_index === d && j.running_at !== null && !live.attemptsToStart.has(j.job_num));
+    if (members.length === 0) continue;
     const back = deps.map((g) => plan.groups[g]?.name).join(', ');
     replaceJobs(run, submission, live, members, `restarted because ${back} restarted (on_dependency_restart: restart)`, true);
+    markRestarting(run, live, d);
   }
 }
 
 /**
- * New attempts whose machine is provisioned start once the order allows (the groups they depend
- * on ready), each with the address book as it is now.
+ * New attempts start once the order allows (the groups they depend on ready) and every new
+ * attempt of their group has its machine (a group restarted whole starts with its new addresses),
+ * each with the address book as it is now.
  */
 export async function startNewAttempts(run: Run, submission: Submission): Promise<void> {
   const { live } = run;
   if (!live || live.attemptsToStart.size === 0) return;
   const { plan } = run.input;
   const waits = usesDependencies(plan) ? dependencyWaits(plan, run.state.jobs) : null;
-  const book = addressBookOf(run.state);
-  if (!book) return;
-  const due = [...live.attemptsToStart].flatMap(([n, attempt]) => {
+  const pending = [...live.attemptsToStart].flatMap(([n, attempt]) => {
     const job = run.state.jobs[n];
     if (!job || job.attempt !== attempt || job.removed) {
       live.attemptsToStart.delete(n);
       return [];
     }
-    return job.instance !== null && (waits === null || waits[job.group_index] === null) ? [job] : [];
+    return [job];
   });
+  const unplaced = new Set(pending.filter((job) => job.instance === null).map((job) => job.group_index));
+  const due = pending.filter((job) => !unplaced.has(job.group_index) && (waits === null || waits[job.group_index] === null));
   if (due.length === 0) return;
-  const peers = currentPeers(run);
-  noteBookSent(live, due, peers.version);
+  const book = bookToStartWith(run, due);
+  if (!book) return;
   for (const job of due) live.attemptsToStart.delete(job.job_num);
   const groups = [...new Set(due.map((job) => job.group_index))];
   await Promise.all(
     groups.map((g) =>
-      submission.children[g]?.signal(startAttemptsSignal, {
-        jobs: due.filter((job) => job.group_index === g).map((job) => ({ job_num: job.job_num, attempt: job.attempt })),
-        book: { ...book, peers },
-      }),
+      submission.children[g]
+        ?.signal(startAttemptsSignal, { jobs: due.filter((job) => job.group_index === g).map((job) => ({ job_num: job.job_num, attempt: job.attempt })), book })
+        .catch(() => undefined),
     ),
   );
 }
-

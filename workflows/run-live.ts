@@ -1,3 +1,4 @@
+import type { JobRef } from '../src/backends/backend';
 import type { GroupPlan, JobPlan, Plan } from '../src/plan/plan-schema';
 import type { PeersBook } from './messages';
 import type { JobState } from './run-state';
@@ -21,6 +22,8 @@ export interface LiveRun {
   addedByResize: Set<number>;
   /** Plans of the ranks added by resizes (the task's plan has the first ranks only). */
   addedPlans: Map<number, JobPlan>;
+  /** Machines provisioned for attempts replaced or removed meanwhile: to give back. */
+  unwanted: JobRef[];
   peers: LivePeers;
 }
 
@@ -31,9 +34,11 @@ export interface LivePeers {
   key: string;
   /** Per rank: the attempt and book version its node has. */
   sent: Map<number, { attempt: number; version: number }>;
-  /** Per group with `on_peers_change`: the state of its dependencies its hooks last saw. */
-  hookKeys: Map<number, string>;
+  /** Per rank: the state of its group's dependencies its node last saw (its start book, or its last hook). */
+  seen: Map<number, { attempt: number; key: string }>;
   publishing: boolean;
+  /** What last went wrong delivering the book or running a hook (shown as the run's message), or null. */
+  problem: string | null;
 }
 
 /** A run heals, resizes or keeps live peers when any group asks for it (Troupe's extensions). */
@@ -50,7 +55,8 @@ export function newLiveRun(plan: Plan): LiveRun {
     resizing: new Set(),
     addedByResize: new Set(),
     addedPlans: new Map(),
-    peers: { book: null, key: '', sent: new Map(), hookKeys: new Map(), publishing: false },
+    unwanted: [],
+    peers: { book: null, key: '', sent: new Map(), seen: new Map(), publishing: false, problem: null },
   };
 }
 

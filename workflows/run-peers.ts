@@ -1,7 +1,7 @@
 import { rootMessage } from './failures';
-import { activeJobs, isJobFinished } from './job-transitions';
+import { activeJobs, addressBookOf, isJobFinished } from './job-transitions';
 import { teardownActivities } from './node-group-activities';
-import type { PeersBook } from './messages';
+import type { AddressBook, PeersBook } from './messages';
 import type { Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import type { LiveRun } from './run-live';
@@ -56,16 +56,32 @@ export function currentPeers(run: Run): PeersBook {
   const key = JSON.stringify(groups);
   if (!live) return { version: 1, run_name: run.input.plan.run_name, groups };
   if (live.peers.book === null || key !== live.peers.key) {
-    live.peers.book = { version: (live.peers.book?.version ?? 0) + 1, run_name: run.input.plan.run_name, groups };
+    // Versions only go up, across resubmissions too.
+    live.peers.book = { version: Math.max(live.peers.book?.version ?? 0, run.state.peers_version) + 1, run_name: run.input.plan.run_name, groups };
     live.peers.key = key;
     run.state.peers_version = live.peers.book.version;
   }
   return live.peers.book;
 }
 
-/** These ranks get the book at this version with their start. */
-export function noteBookSent(live: LiveRun, jobs: JobState[], version: number): void {
-  for (const job of jobs) live.peers.sent.set(job.job_num, { attempt: job.attempt, version });
+/** These nodes get this book with their start: what their hooks are due for is counted from it. */
+export function noteBookSent(run: Run, jobs: JobState[], book: PeersBook): void {
+  const { live } = run;
+  if (!live) return;
+  for (const job of jobs) {
+    live.peers.sent.set(job.job_num, { attempt: job.attempt, version: book.version });
+    const deps = run.input.plan.groups[job.group_index]?.depends_on ?? [];
+    live.peers.seen.set(job.job_num, { attempt: job.attempt, key: dependencyKey(book, deps) });
+  }
+}
+
+/** The address book for nodes the run lets start now (what DSTACK_* and their first peers.json say), noted as theirs. */
+export function bookToStartWith(run: Run, jobs: JobState[]): AddressBook | undefined {
+  const addresses = addressBookOf(run.state, { partial: true });
+  if (!addresses) return undefined;
+  const peers = currentPeers(run);
+  noteBookSent(run, jobs, peers);
+  return { ...addresses, peers };
 }
 
 /** Running nodes whose book is older than `version` (or that have a new machine since). */
@@ -82,18 +98,21 @@ function dependencyKey(book: PeersBook, dependsOn: number[]): string {
   return JSON.stringify(dependsOn.map((d) => book.groups[d]?.nodes.map((n) => [n.rank, n.ip, n.ready])));
 }
 
-/** The hooks due: nodes of groups with `on_peers_change` whose dependencies changed since their hook last ran. */
-function hooksDue(run: Run, live: LiveRun, book: PeersBook): Array<{ job: JobState; command: string }> {
-  const due: Array<{ job: JobState; command: string }> = [];
+/**
+ * The hooks due: on each running node of a group with `on_peers_change`, when its dependencies
+ * are not as the node last saw them (in the book it started with, or at its last hook).
+ */
+function hooksDue(run: Run, live: LiveRun, book: PeersBook): Array<{ job: JobState; command: string; key: string }> {
+  const due: Array<{ job: JobState; command: string; key: string }> = [];
   for (const group of run.input.plan.groups) {
     if (!group.on_peers_change) continue;
     const key = dependencyKey(book, group.depends_on ?? []);
-    const started = activeJobs(run.state).filter((job) => job.group_index === group.index && job.running_at !== null && !isJobFinished(job));
-    const last = live.peers.hookKeys.get(group.index);
-    live.peers.hookKeys.set(group.index, key);
-    // Before its nodes run, a group's nodes start with the book as it is: no hook for that.
-    if (started.length === 0 || last === undefined || last === key) continue;
-    for (const job of started) due.push({ job, command: group.on_peers_change });
+    for (const job of activeJobs(run.state)) {
+      if (job.group_index !== group.index || job.running_at === null || isJobFinished(job)) continue;
+      const seen = live.peers.seen.get(job.job_num);
+      if (seen && seen.attempt === job.attempt && seen.key === key) continue;
+      due.push({ job, command: group.on_peers_change, key });
+    }
   }
   return due;
 }
@@ -123,21 +142,33 @@ export function publishPeers(run: Run): void {
     ])
     .then(
       ({ hooks: results }) => {
-        noteBookSent(live, targets, book.version);
+        for (const job of targets) live.peers.sent.set(job.job_num, { attempt: job.attempt, version: book.version });
+        for (const { job, key } of hooks) live.peers.seen.set(job.job_num, { attempt: job.attempt, key });
         const failedHooks = results.filter((h) => h.exit_code !== 0);
-        if (failedHooks.length > 0) {
-          const why = failedHooks.map((h) => `${h.label} exited ${h.exit_code}${h.output ? `: ${h.output}` : ''}`).join('; ');
-          run.state.message = `on_peers_change (peers v${book.version}) failed on ${why}`;
-        }
+        const why = failedHooks.map((h) => `${h.label} exited ${h.exit_code}${h.output ? `: ${h.output}` : ''}`).join('; ');
+        noteProblem(run, live, failedHooks.length > 0 ? `on_peers_change (peers v${book.version}) failed on ${why}` : null);
       },
-      (err: unknown) => {
-        run.state.message = `peers v${book.version} not delivered: ${rootMessage(err)}`;
-      },
+      (err: unknown) => noteProblem(run, live, `peers v${book.version} not delivered: ${rootMessage(err)}`),
     )
     .finally(() => {
       live.peers.publishing = false;
       run.version += 1;
     });
+}
+
+/**
+ * The run's message says what last went wrong with the book or a hook (a node keeps running: it
+ * is not the run's failure), and is cleared once a publication goes through.
+ */
+function noteProblem(run: Run, live: LiveRun, problem: string | null): void {
+  if (run.state.message === live.peers.problem) run.state.message = problem;
+  live.peers.problem = problem;
+}
+
+/** A problem of the book's is not the run's end: it is left out of the final message. */
+export function clearPeersProblem(run: Run): void {
+  const { live } = run;
+  if (live?.peers.problem && run.state.message === live.peers.problem) run.state.message = null;
 }
 
 /** Every running node has the current book and no hook is due or running. */

@@ -62,13 +62,16 @@ function validate(run: Run, name: string, nodes: number): void {
 
 async function resize(run: Run, live: LiveRun, submission: Submission, group: GroupPlan, nodes: number): Promise<ScaleGroupResult> {
   const members = activeJobs(run.state).filter((job) => job.group_index === group.index);
+  const stateGroup = run.state.groups[group.index];
   let added: number[] = [];
   let removed: number[] = [];
-  if (nodes > members.length) added = await grow(run, live, submission, group, nodes - members.length);
-  else if (nodes < members.length) removed = await shrink(run, group, members, members.length - nodes);
-  const stateGroup = run.state.groups[group.index];
-  if (stateGroup) stateGroup.nodes = activeJobs(run.state).filter((job) => job.group_index === group.index).length;
-  run.version += 1;
+  try {
+    if (nodes > members.length) added = await grow(run, live, submission, group, nodes - members.length);
+    else if (nodes < members.length) removed = await shrink(run, group, members, members.length - nodes);
+  } finally {
+    if (stateGroup) stateGroup.nodes = activeJobs(run.state).filter((job) => job.group_index === group.index).length;
+    run.version += 1;
+  }
   // Answered once every running node has the book that shows the change.
   await condition(() => peersSettled(run) || run.state.status !== 'RUNNING');
   return { group: group.name, nodes: stateGroup?.nodes ?? nodes, added, removed, peers_version: run.state.peers_version };
@@ -104,33 +107,39 @@ async function grow(run: Run, live: LiveRun, submission: Submission, group: Grou
   await submission.children[group.index]?.signal(newAttemptsSignal, { jobs: plans, release: [] });
   run.version += 1;
   const plan = run.input.plan;
-  await condition(() => run.state.status !== 'RUNNING' || jobs.every((job) => job.removed || isJobFinished(job) || (job.running_at !== null && isJobReady(plan, job))));
+  await condition(
+    () => run.state.status !== 'RUNNING' || jobs.some((job) => job.removed || isJobFinished(job)) || jobs.every((job) => job.running_at !== null && isJobReady(plan, job)),
+  );
   for (const job of jobs) live.addedByResize.delete(job.job_num);
   const failed = jobs.find((job) => job.removed || isJobFinished(job));
+  if (run.state.status !== 'RUNNING') throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before ${group.name} grew`, 'ScaleFailed');
   if (failed) {
+    // The resize is undone whole: no gap is left in the group's ranks.
+    const others = jobs.filter((job) => !job.removed);
+    await shrink(run, group, others, others.length, 'the resize failed');
     const why = failed.message ?? failed.termination_reason ?? 'it ended';
     throw ApplicationFailure.nonRetryable(`${group.name}/${failed.group_job_index} (job ${failed.job_num}) did not start: ${why}`, 'ScaleFailed');
   }
-  if (run.state.status !== 'RUNNING') throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before ${group.name} grew`, 'ScaleFailed');
   return jobs.map((job) => job.job_num);
 }
 
 /** The group's `count` highest ranks: out of the run at once, then stopped and their machines given back. */
-async function shrink(run: Run, group: GroupPlan, members: JobState[], count: number): Promise<number[]> {
+async function shrink(run: Run, group: GroupPlan, members: JobState[], count: number, why?: string): Promise<number[]> {
   const victims = [...members].sort((a, b) => b.job_num - a.job_num).slice(0, count);
-  const size = members.length - count;
+  const size = activeJobs(run.state).filter((job) => job.group_index === group.index).length - count;
+  const reason = why ?? `${group.name} resized to ${size}`;
   const refs: JobRef[] = [];
   for (const job of victims) {
     const ref = jobRefOf(run, job);
     if (ref) refs.push(ref);
     job.removed = true;
     run.live?.attemptsToStart.delete(job.job_num);
-    if (!isJobFinished(job)) endJob(job, 'TERMINATED', 'TERMINATED_BY_SERVER', `removed: ${group.name} resized to ${size}`);
+    if (!isJobFinished(job)) endJob(job, 'TERMINATED', 'TERMINATED_BY_SERVER', `removed: ${reason}`);
   }
   run.version += 1;
   if (refs.length > 0) {
     await teardownActivities.releaseJobs.executeWithOptions(
-      { summary: `remove ${group.name} rank${refs.length === 1 ? '' : 's'} ${victims.map((j) => j.job_num).join(', ')} (resized to ${size})` },
+      { summary: `remove ${group.name} rank${refs.length === 1 ? '' : 's'} ${victims.map((j) => j.job_num).join(', ')} (${reason})` },
       [{ backend: run.input.backend, jobs: refs, grace_s: run.input.options.stop_grace_s }],
     );
   }

@@ -4,7 +4,7 @@ import { setStatus, type Outcome, type Run } from './run-context';
 import { endedEarly, maxDurationExceeded, stopCriteriaMet } from './run-outcomes';
 import type { Submission } from './run-groups';
 import { healFailures, restartDependents, startNewAttempts } from './run-healing';
-import { currentPeers, noteBookSent, publishPeers } from './run-peers';
+import { bookToStartWith, currentPeers, noteBookSent, publishPeers } from './run-peers';
 import { dependencyWaits, jobsAllowedToStart, usesDependencies } from './startup-order';
 
 /**
@@ -27,7 +27,7 @@ export function announceAddresses(run: Run, submission: Submission, addresses: A
   const peers = currentPeers(run);
   const book: AddressBook = { ...addresses, peers };
   run.announced = book;
-  if (run.live) noteBookSent(run.live, state.jobs, peers.version);
+  noteBookSent(run, state.jobs, peers);
   const first = jobsAllowedToStart(run.input.plan, state.jobs);
   first.forEach((n) => submission.signalled.add(n));
   const inline = JSON.stringify(book).length * submission.children.length <= ADDRESS_BOOK_INLINE_MAX_BYTES ? { book } : {};
@@ -83,11 +83,13 @@ async function letAllowedJobsStart(run: Run, submission: Submission): Promise<vo
   const allowed = jobsAllowedToStart(run.input.plan, state.jobs).filter((n) => !submission.signalled.has(n));
   if (allowed.length > 0) {
     allowed.forEach((n) => submission.signalled.add(n));
+    // A live run's nodes start with the book as it is now (the one announced may be old by then).
+    const book = run.live ? bookToStartWith(run, allowed.flatMap((n) => state.jobs[n] ?? [])) : undefined;
     await Promise.all([
       submission.delivered,
       ...submission.children.map((child, g) => {
         const jobNums = allowed.filter((n) => state.jobs[n]?.group_index === g);
-        return jobNums.length > 0 ? child.signal(mayStartSignal, { job_nums: jobNums }) : undefined;
+        return jobNums.length > 0 ? child.signal(mayStartSignal, { job_nums: jobNums, ...(book ? { book } : {}) }) : undefined;
       }),
     ]);
   } else if (submission.delivered) {

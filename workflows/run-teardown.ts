@@ -1,6 +1,7 @@
 import type { JobRef } from '../src/backends/backend';
 import { rootMessage } from './failures';
 import { teardownActivities } from './node-group-activities';
+import { jobRefOf } from './run-job-refs';
 import { endJob, isJobFinished } from './job-transitions';
 import { setStatus, type Outcome, type Run } from './run-context';
 import type { JobState, JobTerminationReason, RunTerminationReason } from './run-state';
@@ -14,11 +15,8 @@ export async function teardown(run: Run, outcome: Outcome): Promise<void> {
     outcome.kind === 'stopped'
       ? outcome.abort ? ['ABORTED', 'ABORTED_BY_USER'] : ['TERMINATED', 'TERMINATED_BY_USER']
       : ['TERMINATED', 'TERMINATED_BY_SERVER'];
-  const toStop: JobRef[] = state.jobs.flatMap((job) =>
-    job.instance && job.exit_code === null && !job.removed
-      ? [{ run_id: state.run_uid, run_name: input.plan.run_name, submission: state.submission, job_num: job.job_num, job_name: job.job_name, instance: job.instance }]
-      : [],
-  );
+  // Each node's current attempt (an earlier one was given back when it was replaced).
+  const toStop: JobRef[] = state.jobs.flatMap((job) => (job.exit_code === null && !job.removed ? (jobRefOf(run, job) ?? []) : []));
   const grace = outcome.kind === 'stopped' && outcome.abort ? 0 : input.options.stop_grace_s;
   try {
     if (toStop.length > 0) await teardownActivities.stopJobs({ backend: input.backend, jobs: toStop, grace_s: grace });

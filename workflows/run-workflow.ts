@@ -12,6 +12,7 @@ import { addressBookOf, resubmitJobs } from './job-transitions';
 import type { RunInput, RunInputArg } from './messages';
 import { newRun, setStatus, type Outcome, type Run } from './run-context';
 import { newLiveRun } from './run-live';
+import { clearPeersProblem } from './run-peers';
 import { setRunHandlers } from './run-handlers';
 import { setScaleHandler } from './run-scaling';
 import { startGroups } from './run-groups';
@@ -91,6 +92,7 @@ async function runSubmission(run: Run): Promise<Outcome> {
     return await startInOrderAndWatch(run, submission);
   } finally {
     run.state.status = 'TERMINATING';
+    clearPeersProblem(run);
     // Batch activities report to the run directly and learn of the cancellation late: the
     // exits that teardown itself causes must not count as the jobs' own.
     run.eventsClosedFor = run.state.submission;
