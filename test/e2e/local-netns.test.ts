@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SubmissionClosedError } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
+import { nodeMac } from '../../src/backends/local/netns';
 import { readProcStat } from '../../src/backends/local/proc';
 import { JobLayout } from '../../src/runner/job-layout';
 import { alive, groupRequest, hostPid, jobRef, LocalFleetHarness, makeRun, waitFor } from './local-fixtures';
@@ -59,6 +60,8 @@ describe('local fleet, netns mode', () => {
     for (const [num, instance] of instances.entries()) {
       expect(instance.internal_ip).toMatch(/^10\.213\.250\.\d+$/);
       expect(existsSync(`/run/netns/${instance.details.netns}`)).toBe(true);
+      // The MAC follows the address: a later node at this address keeps the peers' neighbour caches right.
+      expect(execFileSync('ip', ['-n', instance.details.netns ?? '', 'link', 'show'], { encoding: 'utf8' })).toContain(`link/ether ${nodeMac(instance.internal_ip)} `);
       expect(await backend.runnerReady(jobRef(run, num, instance))).toBe(true);
     }
     expect(readdirSync(join(h.stateDir, 'leases')).filter((ip) => ip.startsWith('10.213.250.'))).toHaveLength(3);

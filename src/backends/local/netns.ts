@@ -82,6 +82,17 @@ export async function ensureNodeNetwork(names: NodeLinkNames, address: string): 
  * forked from this (large) process. False when anything was there already or a step failed: the
  * step-by-step path then checks and completes each one.
  */
+/**
+ * The node's MAC, derived from its address (`02:54:` and the four bytes: locally administered,
+ * unicast). A new node at an address an earlier node had (a replacement, a resize) answers with
+ * the same MAC, so the peers' neighbour caches, which keep an entry REACHABLE for up to ~45 s,
+ * stay right instead of sending it to the old machine's vanished link.
+ */
+export function nodeMac(address: string): string {
+  const bytes = address.split('.').map((b) => Number(b).toString(16).padStart(2, '0'));
+  return ['02', '54', ...bytes].join(':');
+}
+
 async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string): Promise<boolean> {
   await ensureBridgeOnce();
   if ((await netnsExists(names.netns)) || (await linkExists(names.hostLink))) return false;
@@ -90,7 +101,12 @@ async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string): P
     `link add ${names.hostLink} type veth peer name ${names.nodeLink} netns ${names.netns}`,
     `link set ${names.hostLink} master ${BRIDGE} up`,
   ];
-  const inside = [`addr replace ${address}/${PREFIX} dev ${names.nodeLink}`, `link set ${names.nodeLink} up`, 'link set lo up'];
+  const inside = [
+    `link set ${names.nodeLink} address ${nodeMac(address)}`,
+    `addr replace ${address}/${PREFIX} dev ${names.nodeLink}`,
+    `link set ${names.nodeLink} up`,
+    'link set lo up',
+  ];
   // Names and addresses are ours (hex and dotted digits): nothing here needs quoting.
   const script = [`ip -batch - <<'OUT' || exit 1`, ...outside, 'OUT', `exec ip -n ${names.netns} -batch - <<'IN'`, ...inside, 'IN', ''].join('\n');
   return (await spawner.run('sh', ['-c', script])).code === 0;
@@ -108,6 +124,7 @@ async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Pro
     async () => (await linkExists(names.hostLink)) && (await peerInside()),
   );
   await ipOrThrow(['link', 'set', names.hostLink, 'master', BRIDGE, 'up']);
+  await ipOrThrow(['-n', names.netns, 'link', 'set', names.nodeLink, 'address', nodeMac(address)]);
   await ipOrThrow(['-n', names.netns, 'addr', 'replace', `${address}/${PREFIX}`, 'dev', names.nodeLink]);
   await ipOrThrow(['-n', names.netns, 'link', 'set', names.nodeLink, 'up']);
   await ipOrThrow(['-n', names.netns, 'link', 'set', 'lo', 'up']);
