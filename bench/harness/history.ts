@@ -154,3 +154,31 @@ export function lastEventOf(costs: WorkflowCost[], kind: string, ...names: strin
   const times = costs.flatMap((c) => names.map((name) => lastEvent(c, kind, name))).filter((t) => !Number.isNaN(t));
   return times.length > 0 ? Math.max(...times) : Number.NaN;
 }
+
+/** A workflow timer (`sleep` in workflow code): its duration and when it started and fired. */
+export interface TimerSpan {
+  durationMs: number;
+  startedMs: number;
+  /** NaN when it has not fired (cancelled, or still pending). */
+  firedMs: number;
+}
+
+/** Every timer of a workflow's history, in the order they were started. */
+export async function timersOf(client: Client, workflowId: string): Promise<TimerSpan[]> {
+  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  const timers = new Map<string, TimerSpan>();
+  for (const event of history.events ?? []) {
+    const started = event.timerStartedEventAttributes;
+    if (started) {
+      timers.set(String(event.eventId), {
+        durationMs: optionalTsToMs(started.startToFireTimeout) ?? Number.NaN,
+        startedMs: optionalTsToMs(event.eventTime) ?? Number.NaN,
+        firedMs: Number.NaN,
+      });
+    }
+    const fired = event.timerFiredEventAttributes;
+    const timer = fired ? timers.get(String(fired.startedEventId)) : undefined;
+    if (timer) timer.firedMs = optionalTsToMs(event.eventTime) ?? Number.NaN;
+  }
+  return [...timers.values()];
+}
