@@ -28,7 +28,7 @@ import { netnsAvailable } from '../src/backends/local/netns';
 import { lookupUser, runUserName } from '../src/backends/local/run-user';
 import { TroupeClient } from '../src/client';
 import type { GroupPlan, Plan } from '../src/plan/plan-schema';
-import { alive, serverPidIn, servicePlan } from '../test/e2e/local-heal-fixtures';
+import { alive, askRouter, serverPidIn, servicePlan } from '../test/e2e/local-heal-fixtures';
 import { leftovers } from '../test/helpers/leftovers';
 import { runWorkflowId } from '../workflows/ids';
 import { runStateQuery, type RunOptionsInput } from '../workflows/messages';
@@ -189,6 +189,25 @@ async function serverAnswers(bench: Bench, name: string, pick: (s: RunState) => 
   });
 }
 
+/**
+ * A request through the router once the new decode node is READY (the router sends it to the last
+ * READY decode node of its peers.json): which node answered, or why it failed. Not a timing: a
+ * check that the router can use the new node.
+ */
+async function throughRouter(routerIp: string): Promise<string> {
+  try {
+    return (await askRouter(routerIp)).decode;
+  } catch (err) {
+    return `failed: ${err instanceof Error ? err.message : String(err)}`;
+  }
+}
+
+function routerNote(answers: string[], expected: string, addresses: string[]): string {
+  const failed = answers.filter((a) => a !== expected);
+  const others = failed.length > 0 ? ` (others: ${[...new Set(failed)].join('; ')})` : '';
+  return `a request through the router after each READY was served by the new node in ${answers.length - failed.length} of ${answers.length}${others}; the new node's addresses: ${addresses.join(', ')}`;
+}
+
 /** The first `jobEvents` signal the run received at or after `sinceMs`: when a failure reached it. */
 function failureReached(signals: number[], sinceMs: number): number {
   return signals.find((t) => t >= sinceMs) ?? Number.NaN;
@@ -248,6 +267,8 @@ async function restartScenario(bench: Bench): Promise<Scenario> {
   const scenario: Scenario = { label: 'restart-node', series: {}, load: [], notes: [] };
   const add = (key: string, value: number) => (scenario.series[key] ??= []).push(value);
   const kills: number[] = [];
+  const routed: string[] = [];
+  const addresses: string[] = [];
   await withRun(bench, name, plan, RUN_OPTIONS, async (up) => {
     const kept = keptPids(up);
     let state = up;
@@ -268,6 +289,8 @@ async function restartScenario(bench: Bench): Promise<Scenario> {
       add('kill → the new server answers 200 (GET every 20 ms in its namespace)', answered - t0);
       add('kill → replacement READY', at(replacement?.ready_at) - t0);
       add("kill → the router's hook has its address", (await routerTold(hookLog, t0, (ips) => ips.includes(ipOf(replacement)))) - t0);
+      routed.push(await throughRouter(ipOf(state.jobs[0])));
+      addresses.push(ipOf(replacement));
       checkKept(kept, state, `through restart ${i + 1}`);
       if (!(await gone(`/run/netns/${netnsOf(decode)}`))) bench.problems.push(`${name}: the replaced machine ${netnsOf(decode)} was not released`);
       process.stdout.write('.');
@@ -278,6 +301,7 @@ async function restartScenario(bench: Bench): Promise<Scenario> {
   const signals = await jobEventSignals(bench, name);
   scenario.series = { 'kill → exit signalled to the run': kills.map((t) => failureReached(signals, t) - t), ...scenario.series };
   scenario.notes.push('router and prefill kept their server pids and attempt 0 through every restart');
+  scenario.notes.push(routerNote(routed, 'decode/0', addresses));
   return scenario;
 }
 
@@ -288,6 +312,8 @@ async function scaleScenario(bench: Bench): Promise<Scenario> {
   const scenario: Scenario = { label: 'scale', series: {}, load: [], notes: [] };
   const add = (key: string, value: number) => (scenario.series[key] ??= []).push(value);
   let releasedAtAnswer = 0;
+  const routed: string[] = [];
+  const addresses: string[] = [];
   await withRun(bench, name, plan, RUN_OPTIONS, async (up) => {
     const kept = keptPids(up);
     const run = bench.troupe.run(name);
@@ -312,6 +338,8 @@ async function scaleScenario(bench: Bench): Promise<Scenario> {
       add('1 → 2: request → new node READY', at(added.ready_at) - t0);
       lastInstance = added.instance?.instance_id;
       add("1 → 2: request → the router's hook has both", (await routerTold(hookLog, t0, (ips) => ips.includes(ipOf(added)) && ips.includes(first))) - t0);
+      routed.push(await throughRouter(ipOf(state.jobs[0])));
+      addresses.push(ipOf(added));
       checkKept(kept, state, `through resize ${i + 1} (1 → 2)`);
 
       const t2 = Date.now();
@@ -330,6 +358,7 @@ async function scaleScenario(bench: Bench): Promise<Scenario> {
   });
   scenario.notes.push(`the removed node's namespace was gone when 2 → 1 answered in ${releasedAtAnswer} of ${REPS}`);
   scenario.notes.push('router and prefill kept their server pids and attempt 0 through every resize');
+  scenario.notes.push(routerNote(routed, 'decode/1', addresses));
   scenario.notes.push('the first 1 → 2 adds rank 3; the later ones take it back as a new attempt (a fresh machine each time)');
   return scenario;
 }
