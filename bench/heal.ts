@@ -79,10 +79,7 @@ function timedHook(logPath: string): string {
 }
 
 function samplePlan(name: string, decode: Partial<GroupPlan>, hookLog: string): Plan {
-  const plan = servicePlan(name, decode, { hookLog });
-  const router = plan.groups[0];
-  if (router) router.on_peers_change = timedHook(hookLog);
-  return plan;
+  return servicePlan(name, decode, { hookLog, router: { on_peers_change: timedHook(hookLog) } });
 }
 
 interface HookLine {
