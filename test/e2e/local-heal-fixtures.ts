@@ -1,7 +1,9 @@
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
+import type { Resources } from '../../src/config/resources-schema';
 import type { GroupPlan, Plan } from '../../src/plan/plan-schema';
+import type { RunState } from '../../workflows/run-state';
 import { makePlan } from '../helpers/plans';
 
 /**
@@ -62,21 +64,44 @@ export function hookCommand(logPath: string): string {
 
 const probe = { check: { kind: 'http' as const, port: 8000, path: '/' }, interval_s: 0.3, timeout_s: 60 };
 
-export function servicePlan(
-  name: string,
-  decode: Partial<GroupPlan>,
-  opts: { hookLog: string; prefillNodes?: number; prefill?: Partial<GroupPlan>; router?: Partial<GroupPlan> },
-): Plan {
+export interface ServicePlanOptions {
+  hookLog: string;
+  prefillNodes?: number;
+  prefill?: Partial<GroupPlan>;
+  router?: Partial<GroupPlan>;
+  /** Every group's resources (default: the plans helper's CPU-only node). */
+  resources?: Resources;
+}
+
+export function servicePlan(name: string, decode: Partial<GroupPlan>, opts: ServicePlanOptions): Plan {
+  const { resources } = opts;
   const plan = makePlan(name, [
-    { name: 'router', nodes: 1, commands: [ROUTER] },
-    { name: 'prefill', nodes: opts.prefillNodes ?? 1, commands: [WORKER] },
-    { name: 'decode', nodes: decode.nodes ?? 1, commands: [WORKER] },
+    { name: 'router', nodes: 1, commands: [ROUTER], resources },
+    { name: 'prefill', nodes: opts.prefillNodes ?? 1, commands: [WORKER], resources },
+    { name: 'decode', nodes: decode.nodes ?? 1, commands: [WORKER], resources },
   ]);
   const [router, prefill, decodeGroup] = plan.groups as [GroupPlan, GroupPlan, GroupPlan];
   Object.assign(router, { depends_on: [1, 2], on_peers_change: hookCommand(opts.hookLog), ...opts.router });
   Object.assign(prefill, { ready: probe, ...opts.prefill });
   Object.assign(decodeGroup, { ready: probe, ...decode });
   return plan;
+}
+
+/** Every node up: READY, the router (no probe) RUNNING. */
+export const allUp = (s: RunState): boolean =>
+  s.status === 'RUNNING' && s.jobs.filter((j) => !j.removed).every((j) => j.status === 'READY' || (j.group_name === 'router' && j.status === 'RUNNING'));
+
+export const hookLines = (path: string): string[] => (existsSync(path) ? readFileSync(path, 'utf8').split('\n').filter(Boolean) : []);
+
+/** The first line of the hook log that passes `check` (60 s at most). */
+export async function waitForLine(path: string, check: (line: string) => boolean): Promise<string> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const line = hookLines(path).find(check);
+    if (line) return line;
+    if (Date.now() > deadline) throw new Error(`no such line in ${path}: ${hookLines(path).join(' | ')}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 /** POST /generate through the router at `ip` (its server may still be coming up: refused connections are tried again for 10 s). */

@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { WorkflowHandle } from '@temporalio/client';
 import { runWorkflowId } from '../../workflows/ids';
@@ -7,7 +7,7 @@ import { runStateQuery, scaleGroupUpdate, stopRunSignal } from '../../workflows/
 import type { Plan } from '../../src/plan/plan-schema';
 import type { JobState, RunState } from '../../workflows/run-state';
 import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
-import { alive, askRouter, serverPidIn, servicePlan } from './local-heal-fixtures';
+import { alive, allUp, askRouter, hookLines, serverPidIn, servicePlan, waitForLine } from './local-heal-fixtures';
 
 /**
  * Groups that heal and scale while the run goes on, on the local fleet (network namespaces, real
@@ -54,17 +54,6 @@ const netnsOf = (job: JobState | undefined): string => {
   return netns;
 };
 const ipOf = (job: JobState | undefined): string => job?.instance?.internal_ip ?? '';
-const hookLines = (path: string): string[] => (existsSync(path) ? readFileSync(path, 'utf8').split('\n').filter(Boolean) : []);
-
-async function waitForLine(path: string, check: (line: string) => boolean): Promise<string> {
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const line = hookLines(path).find(check);
-    if (line) return line;
-    if (Date.now() > deadline) throw new Error(`no such line in ${path}: ${hookLines(path).join(' | ')}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 /** The reason an Update was refused with (the validator's message, in the failure's cause). */
 async function refusal(update: Promise<unknown>): Promise<string> {
@@ -72,8 +61,6 @@ async function refusal(update: Promise<unknown>): Promise<string> {
   if (!(err instanceof Error)) throw new Error('the update was accepted');
   return err.cause instanceof Error ? err.cause.message : err.message;
 }
-
-const allUp = (s: RunState) => s.status === 'RUNNING' && s.jobs.filter((j) => !j.removed).every((j) => j.status === 'READY' || (j.group_name === 'router' && j.status === 'RUNNING'));
 
 describe('a decode node that fails is replaced while the run goes on', () => {
   it('restart-node: a new machine at rank 2, READY again, the router told by its hook; the router and prefill keep their pids; past the budget the run fails', async () => {

@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,7 +7,7 @@ import type { Client } from '@temporalio/client';
 import { expect } from 'vitest';
 import { closeAllSshSessions } from '../../src/backends/ssh';
 import { SshBackend } from '../../src/backends/ssh/ssh-backend';
-import { TroupeClient, type RunState } from '../../src/client';
+import { RunUnreachableError, TroupeClient, type RunState } from '../../src/client';
 import { loadFleetConfig } from '../../src/plan';
 import { FleetClient } from '../../src/fleet/fleet-client';
 import { fleetSpecOf } from '../../src/fleet/fleet-spec';
@@ -119,13 +119,21 @@ export async function expectAllClean(env: SshFleetEnv, fleetName: string | null)
   }
 }
 
-/** Waits until the run's state satisfies `done`; returns that state. */
-export async function waitForRun(env: SshFleetEnv, runName: string, done: (s: RunState) => boolean, timeoutMs = 90_000): Promise<RunState> {
+/**
+ * Waits until the run's state satisfies `done`; returns that state. A query left unanswered while
+ * a killed worker's tasks time out (RunUnreachableError) is asked again.
+ */
+export async function waitForRun(env: Pick<SshFleetEnv, 'troupe'>, runName: string, done: (s: RunState) => boolean, timeoutMs = 90_000): Promise<RunState> {
   const handle = env.troupe.run(runName);
   const deadline = Date.now() + timeoutMs;
   let last: RunState | null = null;
   while (Date.now() < deadline) {
-    last = await handle.state();
+    try {
+      last = await handle.state();
+    } catch (err) {
+      if (!(err instanceof RunUnreachableError)) throw err;
+      continue;
+    }
     if (done(last)) return last;
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -211,3 +219,22 @@ export function troupeCli(env: SshFleetEnv, args: string[]): Promise<CliResult> 
     child.once('close', (code) => resolve({ code, stdout, stderr, ms: Date.now() - started }));
   });
 }
+
+/** `troupe worker` in its own process (the CLI as users run it), resolved once it polls. */
+export async function startCliWorker(extraEnv: Record<string, string>): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [cli, 'worker', '--backend', 'ssh'], {
+    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), ...extraEnv },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+      if (process.env.DEBUG_WORKER) process.stderr.write(chunk);
+      if (stderr.includes('Troupe worker on')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`troupe worker exited early (${code}): ${stderr}`)));
+  });
+  return child;
+}
+

@@ -1,7 +1,5 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectSsh, HostKeyTrust } from '../../src/backends/ssh';
@@ -9,9 +7,9 @@ import { TroupeClient } from '../../src/client';
 import { FleetClient } from '../../src/fleet/fleet-client';
 import { fleetSpecOf } from '../../src/fleet/fleet-spec';
 import { loadFleetConfig } from '../../src/plan';
-import { temporalAddress, uniqueTaskQueue } from '../helpers/temporal';
+import { uniqueTaskQueue } from '../helpers/temporal';
 import { kill9 } from '../helpers/worker-process-control';
-import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, waitForRun, type SshFleetEnv } from './ssh-fleet-fixtures';
+import { applyFleetYaml, expectAllClean, fleetYaml, startCliWorker, startSshFleetEnv, waitForRun, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
  * An SSH fleet at the scale of a small cluster: 64 real sshd hosts in network namespaces (8 CPU
@@ -28,7 +26,6 @@ const CPU_HOSTS = Array.from({ length: 8 }, (_, i) => `cpu-${i}`);
 const L40S_HOSTS = Array.from({ length: 28 }, (_, i) => `l40s-${i}`);
 const A10G_HOSTS = Array.from({ length: 28 }, (_, i) => `a10g-${i}`);
 const ALL = [...CPU_HOSTS, ...L40S_HOSTS, ...A10G_HOSTS];
-const cli = fileURLToPath(new URL('../../bin/troupe.js', import.meta.url));
 
 let env: SshFleetEnv;
 let fleetName: string | null = null;
@@ -200,22 +197,3 @@ describe('an SSH fleet of 64 hosts', () => {
     expect(byStatus('unreachable')).toBe(8);
   }, 300_000);
 });
-
-/** `troupe worker` in its own process (the CLI as users run it), resolved once it polls. */
-async function startCliWorker(extraEnv: Record<string, string>): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [cli, 'worker', '--backend', 'ssh'], {
-    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), ...extraEnv },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  await new Promise<void>((resolve, reject) => {
-    let stderr = '';
-    child.stderr?.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-      if (process.env.DEBUG_SCALE) process.stderr.write(chunk);
-      if (stderr.includes('Troupe worker on')) resolve();
-    });
-    child.once('exit', (code) => reject(new Error(`troupe worker exited early (${code}): ${stderr}`)));
-  });
-  return child;
-}
-
