@@ -28,7 +28,8 @@ import { netnsAvailable } from '../src/backends/local/netns';
 import { lookupUser, runUserName } from '../src/backends/local/run-user';
 import { TroupeClient } from '../src/client';
 import type { GroupPlan, Plan } from '../src/plan/plan-schema';
-import { alive, askRouter, serverPidIn, servicePlan } from '../test/e2e/local-heal-fixtures';
+import { pidAlive } from '../test/helpers/local-fleet';
+import { askRouter, serverPidIn, servicePlan } from '../test/e2e/local-heal-fixtures';
 import { leftovers } from '../test/helpers/leftovers';
 import { runWorkflowId } from '../workflows/ids';
 import { runStateQuery, type RunOptionsInput } from '../workflows/messages';
@@ -223,8 +224,8 @@ function keptPids(state: RunState): Array<{ label: string; netns: string; pid: n
 function checkKept(kept: ReturnType<typeof keptPids>, state: RunState, when: string): void {
   for (const [i, k] of kept.entries()) {
     const job = state.jobs[i];
-    if (!alive(k.pid) || serverPidIn(k.netns) !== k.pid || job?.pid !== k.jobPid || job.attempt !== 0) {
-      throw new Error(`${k.label} did not keep running ${when}: server pid ${k.pid} alive ${alive(k.pid)}, job pid ${k.jobPid} → ${job?.pid}, attempt ${job?.attempt}`);
+    if (!pidAlive(k.pid) || serverPidIn(k.netns) !== k.pid || job?.pid !== k.jobPid || job.attempt !== 0) {
+      throw new Error(`${k.label} did not keep running ${when}: server pid ${k.pid} alive ${pidAlive(k.pid)}, job pid ${k.jobPid} → ${job?.pid}, attempt ${job?.attempt}`);
     }
   }
 }
@@ -389,7 +390,7 @@ async function retryScenario(bench: Bench): Promise<Scenario> {
       add('kill → the new server answers 200 (GET every 20 ms in its namespace)', answered - t0);
       add('kill → decode READY', at(decode?.ready_at) - t0);
       add('kill → every node up (the router RUNNING again, after prefill and decode READY)', latest((j) => j.ready_at ?? j.running_at) - t0);
-      if (before.every((k) => !alive(k.pid))) restartedToo += 1;
+      if (before.every((k) => !pidAlive(k.pid))) restartedToo += 1;
       process.stdout.write('.');
     }
     process.stdout.write('\n');

@@ -174,6 +174,9 @@ export function clearPeersProblem(run: Run): void {
 /** Every running node has the current book and no hook is due or running. */
 export function peersSettled(run: Run): boolean {
   const { live } = run;
-  if (!live || live.peers.publishing || !live.peers.book) return !live?.peers.publishing;
-  return JSON.stringify(groupsOf(run)) === live.peers.key && behind(run, live, live.peers.book.version).length === 0;
+  if (!live) return true;
+  const { book, publishing, key } = live.peers;
+  if (publishing) return false;
+  if (!book) return true;
+  return JSON.stringify(groupsOf(run)) === key && behind(run, live, book.version).length === 0 && hooksDue(run, live, book).length === 0;
 }

@@ -5,6 +5,7 @@ import type { Resources } from '../../src/config/resources-schema';
 import type { GroupPlan, Plan } from '../../src/plan/plan-schema';
 import type { RunState } from '../../workflows/run-state';
 import { makePlan } from '../helpers/plans';
+import { waitFor } from './local-fixtures';
 
 /**
  * The PD sample as a long-lived service for the healing and resizing tests: stand-in prefill and
@@ -94,14 +95,8 @@ export const allUp = (s: RunState): boolean =>
 export const hookLines = (path: string): string[] => (existsSync(path) ? readFileSync(path, 'utf8').split('\n').filter(Boolean) : []);
 
 /** The first line of the hook log that passes `check` (60 s at most). */
-export async function waitForLine(path: string, check: (line: string) => boolean): Promise<string> {
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const line = hookLines(path).find(check);
-    if (line) return line;
-    if (Date.now() > deadline) throw new Error(`no such line in ${path}: ${hookLines(path).join(' | ')}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+export function waitForLine(path: string, check: (line: string) => boolean): Promise<string> {
+  return waitFor(`a line in ${path}`, async () => hookLines(path).find(check), 60_000);
 }
 
 /** POST /generate through the router at `ip` (its server may still be coming up: refused connections are tried again for 10 s). */
@@ -148,13 +143,4 @@ export function serverPidIn(netns: string): number {
   });
   if (server === undefined) throw new Error(`no python3 in namespace ${netns}`);
   return server;
-}
-
-export function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }

@@ -6,8 +6,9 @@ import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery, scaleGroupUpdate, stopRunSignal } from '../../workflows/messages';
 import type { Plan } from '../../src/plan/plan-schema';
 import type { JobState, RunState } from '../../workflows/run-state';
+import { pidAlive } from '../helpers/local-fleet';
 import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
-import { alive, allUp, askRouter, hookLines, serverPidIn, servicePlan, waitForLine } from './local-heal-fixtures';
+import { allUp, askRouter, hookLines, serverPidIn, servicePlan, waitForLine } from './local-heal-fixtures';
 
 /**
  * Groups that heal and scale while the run goes on, on the local fleet (network namespaces, real
@@ -55,6 +56,12 @@ const netnsOf = (job: JobState | undefined): string => {
 };
 const ipOf = (job: JobState | undefined): string => job?.instance?.internal_ip ?? '';
 
+/** `troupe stop` of a run that has not ended on its own: it ends STOPPED_BY_USER. */
+async function expectStopped(handle: WorkflowHandle): Promise<void> {
+  await handle.signal(stopRunSignal, { abort: false });
+  expect(((await handle.result()) as RunState).termination_reason).toBe('STOPPED_BY_USER');
+}
+
 /** The reason an Update was refused with (the validator's message, in the failure's cause). */
 async function refusal(update: Promise<unknown>): Promise<string> {
   const err: unknown = await update.then(() => null, (e: unknown) => e);
@@ -99,7 +106,7 @@ describe('a decode node that fails is replaced while the run goes on', () => {
     const end = (await handle.result()) as RunState;
     expect(end.status).toBe('FAILED');
     expect(end.message).toMatch(/^group decode: restart budget exhausted \(2 of max_restarts 2\); last failure: job 2 \(decode\/0\) on local failed: CONTAINER_EXITED_WITH_ERROR: exited with code 137/);
-    expect(alive(routerPid)).toBe(false);
+    expect(pidAlive(routerPid)).toBe(false);
     await kill9(worker);
   }, 240_000);
 
@@ -122,8 +129,7 @@ describe('a decode node that fails is replaced while the run goes on', () => {
     await waitForLine(hookLog, (line) => line.endsWith(` ${ipOf(healed.jobs[2])}`));
     expect(serverPidIn(netnsOf(healed.jobs[0]))).toBe(routerPid);
     expect((await askRouter(ipOf(healed.jobs[0]))).text).toBe('Hello, world');
-    await handle.signal(stopRunSignal, { abort: false });
-    expect(((await handle.result()) as RunState).termination_reason).toBe('STOPPED_BY_USER');
+    await expectStopped(handle);
     await kill9(worker);
   }, 240_000);
 });
@@ -153,8 +159,7 @@ describe('a group that restarts whole, and a dependent that restarts with it', (
     expect(after.jobs[1]).toMatchObject({ attempt: 0, restarts: 0 });
     expect(serverPidIn(netnsOf(after.jobs[1]))).toBe(prefillPid);
     expect((await askRouter(ipOf(router))).text).toBe('Hello, world');
-    await handle.signal(stopRunSignal, { abort: false });
-    expect(((await handle.result()) as RunState).termination_reason).toBe('STOPPED_BY_USER');
+    await expectStopped(handle);
     await kill9(worker);
   }, 240_000);
 });
@@ -200,9 +205,7 @@ describe('resizing a running group', () => {
     expect((await handle.query(runStateQuery)).jobs[4]).toMatchObject({ removed: false, attempt: 1, status: 'READY' });
     expect((await askRouter(ipOf(shrunk.jobs[0]))).text).toBe('Hello, world');
 
-    await handle.signal(stopRunSignal, { abort: false });
-    const end = (await handle.result()) as RunState;
-    expect(end.termination_reason).toBe('STOPPED_BY_USER');
+    await expectStopped(handle);
     await kill9(worker);
   }, 240_000);
 });
