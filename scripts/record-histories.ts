@@ -8,7 +8,7 @@
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import { ApplicationFailure, Client, Connection, WorkflowUpdateFailedError } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { NativeConnection } from '@temporalio/worker';
 import { LocalBackend } from '../src/backends/local/local-backend';
@@ -17,7 +17,7 @@ import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } f
 import { createTroupeWorker } from '../src/worker/create-worker';
 import { failureConverterPath } from '../src/codec/data-converter';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
-import { runStateQuery, scaleGroupUpdate, stopRunSignal, type RunInputArg } from '../workflows/messages';
+import { HANDING_OVER, runStateQuery, scaleGroupUpdate, stopRunSignal, type RunInputArg } from '../workflows/messages';
 import { makePlan } from '../test/helpers/plans';
 import type { Plan } from '../src/plan/plan-schema';
 
@@ -55,7 +55,14 @@ function save(file: string, workflowId: string, historyJson: string): void {
 async function record(name: string, input: RunInputArg, during?: (h: Awaited<ReturnType<typeof client.workflow.start>>) => Promise<void>) {
   const workflowId = runWorkflowId(input.plan.run_name);
   const handle = await client.workflow.start('RunWorkflow', { taskQueue, workflowId, args: [input] });
-  if (during) await during(handle);
+  try {
+    if (during) await during(handle);
+  } catch (err) {
+    // The run's jobs must not outlive a recording that went wrong.
+    await handle.signal(stopRunSignal, { abort: true });
+    await handle.result().catch(() => undefined);
+    throw err;
+  }
   await handle.result();
   mkdirSync(outDir, { recursive: true });
   save(`${stamp}-${name}.run.json`, workflowId, historyToJSON(await handle.fetchHistory()));
@@ -64,7 +71,33 @@ async function record(name: string, input: RunInputArg, during?: (h: Awaited<Ret
     const childId = nodeGroupWorkflowId(workflowId, first.name, 0);
     save(`${stamp}-${name}.group.json`, childId, historyToJSON(await client.workflow.getHandle(childId).fetchHistory()));
   }
-  console.log(`recorded ${name}`);
+  // A run that continued as new: its last execution (which took up the running jobs) and that one's group child too.
+  let executions = 0;
+  for await (const _ of client.workflow.list({ query: `WorkflowId = "${workflowId}"` })) executions += 1;
+  if (executions > 1 && first) {
+    save(`${stamp}-${name}-adopted.run.json`, workflowId, historyToJSON(await client.workflow.getHandle(workflowId).fetchHistory()));
+    const childId = nodeGroupWorkflowId(workflowId, first.name, 0, executions - 1);
+    save(`${stamp}-${name}-adopted.group.json`, childId, historyToJSON(await client.workflow.getHandle(childId).fetchHistory()));
+  }
+  console.log(`recorded ${name} (${executions} execution${executions === 1 ? '' : 's'})`);
+}
+
+/**
+ * The scaleGroup Update, asked again while it is refused for now: the run continues as new, or its
+ * loop has not yet seen the restarted group READY (the query may show it first).
+ */
+async function scale(h: Awaited<ReturnType<typeof client.workflow.start>>, nodes: number): Promise<void> {
+  for (let tries = 0; ; tries++) {
+    try {
+      await h.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes }] });
+      return;
+    } catch (err) {
+      const refusal = err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure ? err.cause : null;
+      const forNow = refusal?.type === HANDING_OVER || refusal?.message.includes('is restarting') === true;
+      if (!forNow || tries >= 100) throw err;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
 }
 
 const pd = (runName: string, overrides: Partial<Plan> = {}) => makePlan(runName, [
@@ -107,7 +140,8 @@ try {
     await h.signal(stopRunSignal, { abort: false });
   });
   // A live run: decode/0 fails once and is replaced at its rank (restart-node), then decode grows
-  // 1 → 2 and shrinks back through the scaleGroup Update, the router told by on_peers_change.
+  // 1 → 2 and shrinks back through the scaleGroup Update, the router told by on_peers_change; its
+  // history passes 100 events on the way, so it continues as new (run-handover.ts) at least once.
   const marks = mkdtempSync(join(tmpdir(), 'troupe-record-marks-'));
   chmodSync(marks, 0o1777);
   const live = makePlan('rec-heal', [
@@ -119,14 +153,14 @@ try {
     Object.assign(router, { depends_on: [1], on_peers_change: 'true' });
     Object.assign(decode, { nodes_range: { min: 1, max: 2 }, on_failure: { action: 'restart-node', max_restarts: 2, within_s: null } });
   }
-  await record('heal-restart-resize', { plan: live, backend: 'local', options: { stop_grace_s: 1 } }, async (h) => {
+  await record('heal-restart-resize', { plan: live, backend: 'local', options: { stop_grace_s: 1, continue_as_new_after_events: 100 } }, async (h) => {
     for (;;) {
       const s = await h.query(runStateQuery);
       if (s.status === 'RUNNING' && s.jobs[1]?.attempt === 1 && s.jobs[1].status === 'RUNNING' && s.jobs[0]?.status === 'RUNNING') break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    await h.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 2 }] });
-    await h.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 1 }] });
+    await scale(h, 2);
+    await scale(h, 1);
     await h.signal(stopRunSignal, { abort: false });
   });
   rmSync(marks, { recursive: true, force: true });

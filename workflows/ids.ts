@@ -15,9 +15,12 @@ export function runNameFromWorkflowId(workflowId: string): string | null {
     : null;
 }
 
-/** `run/<name>/group/<group>`; resubmissions by `retry` get `#<n>` so ids never collide. */
-export function nodeGroupWorkflowId(runId: string, groupName: string, submission: number): string {
-  return `${runId}/group/${groupName}${submission > 0 ? `#${submission}` : ''}`;
+/**
+ * `run/<name>/group/<group>`; resubmissions by `retry` get `#<n>` and the children of a run's
+ * later executions (continue-as-new) `@<generation>`, so ids never collide.
+ */
+export function nodeGroupWorkflowId(runId: string, groupName: string, submission: number, generation = 0): string {
+  return `${runId}/group/${groupName}${submission > 0 ? `#${submission}` : ''}${generation > 0 ? `@${generation}` : ''}`;
 }
 
 export function fleetWorkflowId(fleetName: string): string {

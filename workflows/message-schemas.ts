@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { InstanceSchema } from '../src/backends/backend';
-import { PlanSchema, RetryPolicySchema } from '../src/plan/plan-schema';
-import { JobTerminationReasonSchema } from './run-state-schema';
+import { InstanceSchema, JobRefSchema } from '../src/backends/backend';
+import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema } from '../src/plan/plan-schema';
+import { JobTerminationReasonSchema, RunStateSchema } from './run-state-schema';
 
 /**
  * What RunWorkflow takes and what a run and its groups tell each other, as zod schemas. Durations
@@ -26,20 +26,17 @@ export const RunOptionsSchema = z.object({
   retry_backoff_s: z.number().positive().default(5),
   /** Overrides the task's `retry` for this run (null: no retry; absent: the task's). */
   retry: RetryPolicySchema.nullable().optional(),
+  /**
+   * A run that heals or resizes lives as long as its service: once its history has this many
+   * events it continues as new at its next quiet moment, its groups handed over to new children
+   * that adopt the running jobs (README, "Groups that heal and scale"). The server's own
+   * suggestion (at 4 Ki events by default) hands over too.
+   */
+  continue_as_new_after_events: z.number().int().min(100).default(4000),
 });
 export type RunOptions = z.infer<typeof RunOptionsSchema>;
 export type RunOptionsInput = z.input<typeof RunOptionsSchema>;
 
-export const RunInputSchema = z.object({
-  plan: PlanSchema,
-  /** Name of the backend in the worker's registry: `local`, `ssh`, … */
-  backend: z.string(),
-  options: RunOptionsSchema,
-  /** Keep the Troupe* search attributes current (only when the namespace has them registered). */
-  search_attributes: z.boolean().default(false),
-});
-export type RunInput = z.infer<typeof RunInputSchema>;
-export type RunInputArg = z.input<typeof RunInputSchema>;
 
 /** The run's live address book, as every node's peers.json holds it (README: TROUPE_PEERS_FILE). */
 export const PeersBookSchema = z.object({
@@ -105,3 +102,49 @@ export const AddressBookSchema = z.object({
   peers: PeersBookSchema.optional(),
 });
 export type AddressBook = z.infer<typeof AddressBookSchema>;
+
+/**
+ * What a live run's execution hands to the next when it continues as new, at a quiet moment: no
+ * restart, resize or delivery under way, every node running (and ready, with a probe). Maps and
+ * sets travel as arrays.
+ */
+export const CarriedRunSchema = z.object({
+  state: RunStateSchema,
+  /** 0 for the run's first execution, +1 at each hand-over: part of its group children's ids. */
+  generation: z.number().int().positive(),
+  retry_deadline_ms: z.number().nullable(),
+  backoff_s: z.number().positive(),
+  /** A stop asked while the groups were being handed over: the next execution carries it out. */
+  stop_request: z.object({ abort: z.boolean() }).nullable(),
+  group_provisioning: z.boolean(),
+  failure_events: z.array(z.tuple([z.number().int(), RetryEventSchema.nullable()])),
+  announced: AddressBookSchema.nullable(),
+  /** Jobs already let start, and when the submission first had a job running (max_duration). */
+  signalled: z.array(z.number().int()),
+  running_since_ms: z.number().nullable(),
+  live: z.object({
+    restart_times: z.array(z.array(z.number())),
+    added_plans: z.array(JobPlanSchema),
+    unwanted: z.array(JobRefSchema),
+    peers: z.object({
+      book: PeersBookSchema.nullable(),
+      sent: z.array(z.object({ job_num: z.number().int(), attempt: z.number().int(), version: z.number().int() })),
+      seen: z.array(z.object({ job_num: z.number().int(), attempt: z.number().int(), key: z.string() })),
+      problem: z.string().nullable(),
+    }),
+  }),
+});
+export type CarriedRun = z.infer<typeof CarriedRunSchema>;
+
+export const RunInputSchema = z.object({
+  plan: PlanSchema,
+  /** Name of the backend in the worker's registry: `local`, `ssh`, … */
+  backend: z.string(),
+  options: RunOptionsSchema,
+  /** Keep the Troupe* search attributes current (only when the namespace has them registered). */
+  search_attributes: z.boolean().default(false),
+  /** What an earlier execution of this run hands over when it continues as new (absent: a new run). */
+  carried: CarriedRunSchema.optional(),
+});
+export type RunInput = z.infer<typeof RunInputSchema>;
+export type RunInputArg = z.input<typeof RunInputSchema>;

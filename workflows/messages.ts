@@ -5,7 +5,7 @@ import type { AddressBook, JobEvent } from './message-schemas';
 import type { JobState, RunState } from './run-state';
 
 /** The messages between a user, a run and its group children (their schemas: workflows/message-schemas.ts). */
-export type { AddressBook, JobEvent, PeersBook, RunInput, RunInputArg, RunOptions, RunOptionsInput } from './message-schemas';
+export type { AddressBook, CarriedRun, JobEvent, PeersBook, RunInput, RunInputArg, RunOptions, RunOptionsInput } from './message-schemas';
 
 /** User → run. */
 export const stopRunSignal = defineSignal<[{ abort: boolean }]>('stopRun');
@@ -57,3 +57,6 @@ export interface ScaleGroupResult {
  * READY with a probe) or the removed ones are stopped and released.
  */
 export const scaleGroupUpdate = defineUpdate<ScaleGroupResult, [{ group: string; nodes: number }]>('scaleGroup');
+
+/** A resize's refusal type while the run continues as new: the request is fine, only early (the SDK asks again). */
+export const HANDING_OVER = 'RunHandingOver';

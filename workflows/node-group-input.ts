@@ -1,3 +1,4 @@
+import type { Instance } from '../src/backends/backend';
 import type { GroupPlan, JobPlan, Plan, RetryPolicy } from '../src/plan/plan-schema';
 import type { RunOptions } from './messages';
 
@@ -24,4 +25,9 @@ export interface NodeGroupInput {
    * group then lives until the run ends, taking new attempts of its ranks.
    */
   live: boolean;
+  /**
+   * The run continued as new: the group's jobs that run (at their current attempts, on their
+   * machines), to supervise again instead of provisioning and starting (null: a new group).
+   */
+  adopt: Array<{ job: JobPlan; instance: Instance }> | null;
 }

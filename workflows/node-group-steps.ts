@@ -89,13 +89,21 @@ async function waitForRunners(input: NodeGroupInput, jobs: JobRef[], label: stri
 
 /**
  * One activity starts the batch and supervises it until its last job ends; it reports to the run
- * itself. Without the book in the group's state, the activity reads it from the run.
+ * itself. Without the book in the group's state, the activity reads it from the run. `probe:
+ * false`: the jobs are known READY (taken up after a hand-over), not probed again.
  */
-export async function runBatch(input: NodeGroupInput, group: GroupState, batch: JobPlan[], book: AddressBook | null = group.addresses): Promise<void> {
+export async function runBatch(
+  input: NodeGroupInput,
+  group: GroupState,
+  batch: JobPlan[],
+  book: AddressBook | null = group.addresses,
+  opts: { probe: boolean } = { probe: true },
+): Promise<void> {
   const jobs = batch.map((job) => ({ ref: jobRef(input, group, job), plan_job: job }));
   const refs = jobs.map((j) => j.ref);
+  const verb = opts.probe ? 'run' : 'supervise';
   try {
-    await supervisedActivities.runJobs.executeWithOptions({ summary: `run ${labelOf(batch)} on ${hostsOf(refs)}` }, [
+    await supervisedActivities.runJobs.executeWithOptions({ summary: `${verb} ${labelOf(batch)} on ${hostsOf(refs)}` }, [
       {
         backend: input.backend,
         run_workflow_id: input.run_workflow_id,
@@ -105,7 +113,7 @@ export async function runBatch(input: NodeGroupInput, group: GroupState, batch: 
         addresses: book,
         group_sizes: input.group_sizes,
         jobs,
-        probe: input.group.ready ?? null,
+        probe: opts.probe ? (input.group.ready ?? null) : null,
         interval_ms: input.options.watch_interval_ms,
       },
     ]);

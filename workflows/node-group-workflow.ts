@@ -16,9 +16,25 @@ export type { NodeGroupInput } from './node-group-input';
 export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
   const group = newGroupState(input);
   setGroupHandlers(group);
+  const first = input.adopt ? adoptRunningJobs(input, group, input.adopt) : startInitialJobs(input, group);
   // A group that may heal or grow lives until the run ends it, taking new attempts of its ranks.
-  if (input.live) await Promise.all([startInitialJobs(input, group), serveNewAttempts(input, group)]);
-  else await startInitialJobs(input, group);
+  if (input.live) await Promise.all([first, serveNewAttempts(input, group)]);
+  else await first;
+}
+
+/**
+ * The run continued as new: its jobs run on, and this group's child of the new execution
+ * supervises them again. Starting a job that runs returns its process (starts are at most once
+ * in every backend); what ended meanwhile is on the host's disk and reported again. Each was
+ * READY (or has no probe) when the run handed over, so none is probed again.
+ */
+async function adoptRunningJobs(input: NodeGroupInput, group: GroupState, adopt: NonNullable<NodeGroupInput['adopt']>): Promise<void> {
+  if (adopt.length === 0) return;
+  for (const { job, instance } of adopt) {
+    group.instances.set(job.job_num, instance);
+    group.settled.add(job.job_num);
+  }
+  await runBatch(input, group, adopt.map((a) => a.job), null, { probe: false });
 }
 
 /** The group's first machines: provisioned, their runners awaited, started a batch at a time as the run allows. */

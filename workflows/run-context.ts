@@ -1,4 +1,4 @@
-import { upsertSearchAttributes } from '@temporalio/workflow';
+import { upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { RetryEvent, RetryPolicy } from '../src/plan/plan-schema';
 import type { AddressBook, RunInput } from './messages';
 import { initialState } from './job-transitions';
@@ -10,7 +10,12 @@ import type { Submission } from './submission';
 export type Outcome =
   | { kind: 'done' }
   | { kind: 'failed'; job_num: number | null; retry_event: RetryEvent | null; message: string }
-  | { kind: 'stopped'; abort: boolean };
+  | { kind: 'stopped'; abort: boolean }
+  /** A live run's history is long: it continues as new, its jobs running on (run-handover.ts). */
+  | { kind: 'handover' };
+
+/** How a submission ended for good: what teardown, retry and the run's final status go by. */
+export type Ending = Exclude<Outcome, { kind: 'handover' }>;
 
 /**
  * One run as plain data: its state (what queries answer) and what its handlers learnt. The run's
@@ -39,6 +44,16 @@ export interface Run {
   submissionNow: Submission | null;
   /** The address book as the submission's first jobs got it (what `runAddressBook` answers in a run that is not live). */
   announced: AddressBook | null;
+  /** The next back-off before a resubmission (doubles each time). */
+  backoffS: number;
+  /** Executions before this one (continue-as-new): part of the group children's ids. */
+  generation: number;
+  /** This execution is handing its groups over to the next, or taking them over from the one before: resizes wait. */
+  handingOver: boolean;
+  /** The history's length when this execution began. */
+  historyAtStart: number;
+  /** The plan and state are too large for the next execution's input: no hand-over. */
+  tooLargeToHandOver: boolean;
 }
 
 export function newRun(input: RunInput): Run {
@@ -57,6 +72,11 @@ export function newRun(input: RunInput): Run {
     live: isLivePlan(input.plan) ? newLiveRun(input.plan) : null,
     submissionNow: null,
     announced: null,
+    backoffS: input.options.retry_backoff_s,
+    generation: 0,
+    handingOver: false,
+    historyAtStart: workflowInfo().historyLength,
+    tooLargeToHandOver: false,
   };
 }
 

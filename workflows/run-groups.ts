@@ -7,6 +7,8 @@ import {
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
 import { rootMessage } from './failures';
+import { isJobFinished } from './job-transitions';
+import { jobPlanOf } from './run-live';
 import { nodeGroupWorkflowId } from './ids';
 import { NodeGroupWorkflow, type NodeGroupInput } from './node-group-workflow';
 import type { Run } from './run-context';
@@ -14,12 +16,26 @@ import type { Submission } from './submission';
 
 export type { Submission } from './submission';
 
-/** A child per group, in a scope the submission's end cancels. */
-export async function startGroups(run: Run): Promise<Submission> {
+/**
+ * A child per group, in a scope the submission's end cancels. `adopted` (an execution that took
+ * over from the one before): the children take up the jobs that run, without provisioning.
+ */
+export async function startGroups(run: Run, adopted?: { signalled: Set<number>; runningSinceMs: number | null }): Promise<Submission> {
   const scope = new CancellationScope();
-  const children = await scope.run(() => Promise.all(run.input.plan.groups.map((group) => startGroup(run, group.index))));
-  const submission: Submission = { scope, children, childResults: [], childFailure: null, signalled: new Set(), delivered: null, runningSinceMs: null };
+  const children = await scope.run(() => Promise.all(run.input.plan.groups.map((group) => startGroup(run, group.index, adopted !== undefined))));
+  const submission: Submission = {
+    scope,
+    children,
+    childResults: [],
+    childFailure: null,
+    signalled: adopted?.signalled ?? new Set(),
+    delivered: null,
+    runningSinceMs: adopted?.runningSinceMs ?? null,
+    startUp: null,
+  };
   run.submissionNow = submission;
+  // An execution that took over from the one before has its groups back.
+  run.handingOver = false;
   submission.childResults = children.map((child, i) =>
     child.result().catch((err: unknown) => {
       if (!isCancellation(err)) submission.childFailure ??= `group ${run.input.plan.groups[i]?.name}: ${rootMessage(err)}`;
@@ -28,7 +44,15 @@ export async function startGroups(run: Run): Promise<Submission> {
   return submission;
 }
 
-function startGroup(run: Run, index: number): Promise<ChildWorkflowHandle<typeof NodeGroupWorkflow>> {
+/** The jobs of group `index` that run now, where they run: what its adopting child takes up. */
+function runningJobsOf(run: Run, index: number): NodeGroupInput['adopt'] {
+  return run.state.jobs.flatMap((job) => {
+    if (job.group_index !== index || job.removed || isJobFinished(job) || job.instance === null) return [];
+    return [{ job: jobPlanOf(run.input.plan, run.live, job), instance: job.instance }];
+  });
+}
+
+function startGroup(run: Run, index: number, adopt: boolean): Promise<ChildWorkflowHandle<typeof NodeGroupWorkflow>> {
   const { input, state } = run;
   const { plan } = input;
   const group = plan.groups[index];
@@ -55,12 +79,15 @@ function startGroup(run: Run, index: number): Promise<ChildWorkflowHandle<typeof
     retry_deadline_ms: run.retryDeadlineMs,
     unlocked: index === 0,
     live: run.live !== null,
+    adopt: adopt ? runningJobsOf(run, index) : null,
   };
+  const jobs = childInput.adopt ? childInput.adopt.map((a) => a.job) : childInput.jobs;
+  const what = childInput.adopt ? `takes up ${jobs.length} running node${jobs.length === 1 ? '' : 's'}` : `${group.nodes} node${group.nodes === 1 ? '' : 's'}`;
   return startChild(NodeGroupWorkflow, {
-    workflowId: nodeGroupWorkflowId(state.run_id, group.name, state.submission),
+    workflowId: nodeGroupWorkflowId(state.run_id, group.name, state.submission, run.generation),
     args: [childInput],
     cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-    staticSummary: `group ${group.name}: ${group.nodes} node${group.nodes === 1 ? '' : 's'}, jobs ${childInput.jobs[0]?.job_num ?? ''}-${childInput.jobs.at(-1)?.job_num ?? ''}`,
+    staticSummary: `group ${group.name}: ${what}, jobs ${jobs.map((j) => j.job_num).join(', ')}`,
     parentClosePolicy: ParentClosePolicy.REQUEST_CANCEL,
   });
 }

@@ -1,5 +1,5 @@
 import { activeJobs, describeJob, endJob, isJobFinished } from './job-transitions';
-import type { Outcome, Run } from './run-context';
+import type { Ending, Outcome, Run } from './run-context';
 import type { Submission } from './run-groups';
 import { isJobReady } from './startup-order';
 
@@ -56,7 +56,7 @@ export function maxDurationExceeded(run: Run): Outcome {
 }
 
 /** A failure the run's `retry` covers, within its duration (past it the run ends RETRY_LIMIT_EXCEEDED). */
-export function mayRetry(run: Run, outcome: Outcome): boolean {
+export function mayRetry(run: Run, outcome: Ending): boolean {
   const { retry, retryDeadlineMs } = run;
   if (outcome.kind !== 'failed') return false;
   if (!retry || !outcome.retry_event || !retry.on_events.includes(outcome.retry_event)) return false;

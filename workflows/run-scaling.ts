@@ -3,7 +3,7 @@ import type { JobRef } from '../src/backends/backend';
 import type { GroupPlan } from '../src/plan/plan-schema';
 import { activeJobs, endJob, freshJob, isJobFinished, nextAttempt } from './job-transitions';
 import { teardownActivities } from './node-group-activities';
-import { newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResult } from './messages';
+import { HANDING_OVER, newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResult } from './messages';
 import type { Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import { jobPlanOf, newRankPlan, type LiveRun } from './run-live';
@@ -53,6 +53,10 @@ function validate(run: Run, name: string, nodes: number): void {
     throw new Error(`group ${name} takes ${range.min}..${range.max} nodes (its nodes range), not ${nodes}`);
   }
   const { state } = run;
+  if (run.handingOver && !run.stopRequest) {
+    // The client tries again (RunHandle.scaleGroup): the next execution (or this one, once its groups are back) takes it.
+    throw ApplicationFailure.retryable(`run ${run.input.plan.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
+  }
   if (state.status !== 'RUNNING' || run.stopRequest || !run.live || !run.submissionNow) {
     throw new Error(`run ${run.input.plan.run_name} is ${run.stopRequest ? 'stopping' : state.status}: a group is resized while the run is RUNNING`);
   }

@@ -3,6 +3,7 @@ import { addressesReadySignal, mayStartSignal, unlockGroupSignal, type AddressBo
 import { setStatus, type Outcome, type Run } from './run-context';
 import { endedEarly, maxDurationExceeded, stopCriteriaMet } from './run-outcomes';
 import type { Submission } from './run-groups';
+import { handoverDue } from './run-handover';
 import { healFailures, restartDependents, startNewAttempts } from './run-healing';
 import { bookToStartWith, currentPeers, noteBookSent, publishPeers } from './run-peers';
 import { dependencyWaits, jobsAllowedToStart, usesDependencies } from './startup-order';
@@ -70,8 +71,9 @@ export async function startInOrderAndWatch(run: Run, submission: Submission): Pr
     const maxDurationLeft =
       plan.max_duration_s !== null && submission.runningSinceMs !== null ? submission.runningSinceMs + plan.max_duration_s * 1000 - Date.now() : null;
     if (maxDurationLeft !== null && maxDurationLeft <= 0) return maxDurationExceeded(run);
+    if (handoverDue(run, submission)) return { kind: 'handover' };
     await condition(
-      () => run.version !== seen || endedEarly(run, submission) !== null,
+      () => run.version !== seen || endedEarly(run, submission) !== null || handoverDue(run, submission),
       maxDurationLeft !== null ? Math.max(1, maxDurationLeft) : undefined,
     );
   }

@@ -3,12 +3,12 @@ import { rootMessage } from './failures';
 import { teardownActivities } from './node-group-activities';
 import { jobRefOf } from './run-job-refs';
 import { endJob, isJobFinished } from './job-transitions';
-import { setStatus, type Outcome, type Run } from './run-context';
+import { setStatus, type Ending, type Run } from './run-context';
 import type { JobState, JobTerminationReason, RunTerminationReason } from './run-state';
 
 
 /** Every started process stopped, every machine released; the jobs still open end as the outcome says. */
-export async function teardown(run: Run, outcome: Outcome): Promise<void> {
+export async function teardown(run: Run, outcome: Ending): Promise<void> {
   const { state, input } = run;
   state.status = 'TERMINATING';
   const [status, reason]: [JobState['status'], JobTerminationReason] =
@@ -30,7 +30,7 @@ export async function teardown(run: Run, outcome: Outcome): Promise<void> {
 }
 
 /** The run's final status and termination reason. */
-export function finish(run: Run, outcome: Outcome): void {
+export function finish(run: Run, outcome: Ending): void {
   const { state } = run;
   state.finished_at = new Date().toISOString();
   let reason: RunTerminationReason;

@@ -15,7 +15,8 @@ import { newLiveRun } from './run-live';
 import { clearPeersProblem } from './run-peers';
 import { setRunHandlers } from './run-handlers';
 import { setScaleHandler } from './run-scaling';
-import { startGroups } from './run-groups';
+import { startGroups, type Submission } from './run-groups';
+import { handOver, resumeRun } from './run-handover';
 import { addressDeadlineMs, addressesTimedOut, endedEarly, mayRetry } from './run-outcomes';
 import { answerOf, type RunState } from './run-state';
 import { announceAddresses, startInOrderAndWatch, unlockOtherGroups } from './run-startup';
@@ -30,32 +31,38 @@ const { describeBackend } = proxyLocalActivities<TroupeActivities>({
 /**
  * One run of a task over heterogeneous node groups: a child per group, the staged unlock, the
  * address book, start-up in the order the task asks, watching, and a teardown that always runs.
- * Resubmits the whole run while `retry` allows. The steps live beside it (run-*.ts); the
- * handlers only record into the run's state (run-handlers.ts).
+ * Resubmits the whole run while `retry` allows; a run that heals or resizes continues as new when
+ * its history grows long (run-handover.ts). The steps live beside it (run-*.ts); the handlers
+ * only record into the run's state (run-handlers.ts).
  */
 export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
-  const run = newRun(await parseInput(arg));
+  const input = await parseInput(arg);
+  const resumed = input.carried ? resumeRun(input, input.carried) : null;
+  const run = resumed?.run ?? newRun(input);
   setRunHandlers(run);
   setScaleHandler(run);
   try {
     // Whether the backend provisions a group in one call only matters to groups of several nodes.
-    if (run.input.plan.groups.some((g) => g.nodes > 1)) {
+    if (!resumed && run.input.plan.groups.some((g) => g.nodes > 1)) {
       run.groupProvisioning = (await describeBackend({ backend: run.input.backend })).group_provisioning;
     }
-    let backoffS = run.input.options.retry_backoff_s;
+    let next: Promise<Submission> = resumed ? startGroups(run, resumed) : startSubmission(run);
     for (;;) {
-      const outcome = await runSubmission(run);
+      const submission = await next;
+      const outcome = await runSubmission(run, submission);
+      if (outcome.kind === 'handover') return await handOver(run, submission);
       await CancellationScope.nonCancellable(() => teardown(run, outcome));
       if (!mayRetry(run, outcome)) {
         finish(run, outcome);
         break;
       }
-      await sleep(backoffS * 1000);
-      backoffS = Math.min(backoffS * 2, 300);
+      await sleep(run.backoffS * 1000);
+      run.backoffS = Math.min(run.backoffS * 2, 300);
       resubmitJobs(run.state, run.input);
       run.failureEvents.clear();
       run.live = run.live ? newLiveRun(run.input.plan) : null;
       run.announced = null;
+      next = startSubmission(run);
     }
   } catch (err) {
     if (!isCancellation(err)) throw err;
@@ -69,33 +76,52 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   return answerOf(run.state);
 }
 
-/** One submission: its groups, the staged unlock, the address book, start-up in order and watching. */
-async function runSubmission(run: Run): Promise<Outcome> {
+/** A new submission: its group children, the staged unlock, the address book, start-up in order. */
+async function startSubmission(run: Run): Promise<Submission> {
   setStatus(run, 'PROVISIONING');
   const submission = await startGroups(run);
+  submission.startUp = startUp(run, submission);
+  return submission;
+}
+
+/** The staged unlock and the address book; null once every job may start. */
+async function startUp(run: Run, submission: Submission): Promise<Outcome | null> {
   const ended = () => endedEarly(run, submission);
+  // Staged unlock: job 0's attempt (group 0's batch with group provisioning) comes first.
+  await condition(() => ended() !== null || run.state.jobs[0]?.instance != null);
+  const early = ended();
+  if (early) return early;
+  await unlockOtherGroups(submission);
+
+  // Addresses: every job must have one before anything starts, within a deadline.
+  const haveAll = await condition(() => ended() !== null || run.state.jobs.every((job) => job.instance !== null), addressDeadlineMs(run));
+  const afterAddresses = ended();
+  if (afterAddresses) return afterAddresses;
+  const book = addressBookOf(run.state);
+  if (!haveAll || !book) return addressesTimedOut(run);
+  announceAddresses(run, submission, book);
+  return null;
+}
+
+/**
+ * One submission (or, after a hand-over, the rest of it): start-up in order and watching, then its
+ * children ended. A hand-over leaves the jobs running and their events still counting.
+ */
+async function runSubmission(run: Run, submission: Submission): Promise<Outcome> {
+  let outcome: Outcome | null = null;
   try {
-    // Staged unlock: job 0's attempt (group 0's batch with group provisioning) comes first.
-    await condition(() => ended() !== null || run.state.jobs[0]?.instance != null);
-    const early = ended();
-    if (early) return early;
-    await unlockOtherGroups(submission);
-
-    // Addresses: every job must have one before anything starts, within a deadline.
-    const haveAll = await condition(() => ended() !== null || run.state.jobs.every((job) => job.instance !== null), addressDeadlineMs(run));
-    const afterAddresses = ended();
-    if (afterAddresses) return afterAddresses;
-    const book = addressBookOf(run.state);
-    if (!haveAll || !book) return addressesTimedOut(run);
-    announceAddresses(run, submission, book);
-
-    return await startInOrderAndWatch(run, submission);
+    outcome = (await submission.startUp) ?? (await startInOrderAndWatch(run, submission));
+    return outcome;
   } finally {
-    run.state.status = 'TERMINATING';
-    clearPeersProblem(run);
-    // Batch activities report to the run directly and learn of the cancellation late: the
-    // exits that teardown itself causes must not count as the jobs' own.
-    run.eventsClosedFor = run.state.submission;
+    if (outcome?.kind === 'handover') {
+      run.handingOver = true;
+    } else {
+      run.state.status = 'TERMINATING';
+      clearPeersProblem(run);
+      // Batch activities report to the run directly and learn of the cancellation late: the
+      // exits that teardown itself causes must not count as the jobs' own.
+      run.eventsClosedFor = run.state.submission;
+    }
     submission.scope.cancel();
     await Promise.all(submission.childResults);
   }

@@ -1,5 +1,6 @@
 import type { CancellationScope, ChildWorkflowHandle } from '@temporalio/workflow';
 import type { NodeGroupWorkflow } from './node-group-workflow';
+import type { Outcome } from './run-context';
 
 /** One submission's group children, started together and cancelled together. */
 export interface Submission {
@@ -14,5 +15,7 @@ export interface Submission {
   /** Signals sent but not yet awaited. */
   delivered: Promise<unknown> | null;
   runningSinceMs: number | null;
+  /** The staged unlock and the address book (null: nothing to wait for, every job may start). */
+  startUp: Promise<Outcome | null> | null;
 }
 

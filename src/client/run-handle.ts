@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
+  ApplicationFailure,
   isGrpcCancelledError,
   isGrpcDeadlineError,
   ServiceError,
@@ -19,6 +20,7 @@ import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
 import {
   runJobsQuery,
   runStateQuery,
+  HANDING_OVER,
   scaleGroupUpdate,
   stopRunSignal,
   type RunInputArg,
@@ -98,6 +100,9 @@ export interface WatchOptions {
 }
 
 const DEFAULT_LOG_LIMIT_BYTES = 256 * 1024;
+/** How long a resize is asked again while the run continues as new, and how often. */
+const HANDOVER_WAIT_MS = 60_000;
+const HANDOVER_RETRY_MS = 250;
 /** A log read is a short workflow; without a worker it would wait forever. */
 const LOG_READ_TIMEOUT = '1 minute';
 
@@ -204,7 +209,16 @@ export class RunHandle {
     const missing = await missingPollers(this.ctx.client, this.ctx);
     if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `scale group "${group}" of run ${this.name}`);
     try {
-      return await this.handle().executeUpdate(scaleGroupUpdate, { args: [{ group, nodes }] });
+      // Refused only because the run is continuing as new (a moment): asked again of its next execution.
+      for (let waitedMs = 0; ; waitedMs += HANDOVER_RETRY_MS) {
+        try {
+          return await this.handle().executeUpdate(scaleGroupUpdate, { args: [{ group, nodes }] });
+        } catch (err) {
+          const handingOver = err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure && err.cause.type === HANDING_OVER;
+          if (!handingOver || waitedMs >= HANDOVER_WAIT_MS) throw err;
+          await sleep(HANDOVER_RETRY_MS);
+        }
+      }
     } catch (err) {
       if (err instanceof WorkflowUpdateFailedError) {
         throw new TroupeClientError(`run ${this.name} did not scale group "${group}" to ${nodes}: ${rootCauseMessage(err)}`, { cause: err });

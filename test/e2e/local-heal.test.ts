@@ -1,20 +1,22 @@
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { WorkflowHandle } from '@temporalio/client';
+import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { runWorkflowId } from '../../workflows/ids';
-import { runStateQuery, scaleGroupUpdate, stopRunSignal } from '../../workflows/messages';
+import { runStateQuery, scaleGroupUpdate, stopRunSignal, type RunOptionsInput } from '../../workflows/messages';
 import type { Plan } from '../../src/plan/plan-schema';
 import type { JobState, RunState } from '../../workflows/run-state';
 import { pidAlive } from '../helpers/local-fleet';
 import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 import { allUp, askRouter, hookLines, serverPidIn, servicePlan, waitForLine } from './local-heal-fixtures';
+import { waitFor } from './local-fixtures';
 
 /**
  * Groups that heal and scale while the run goes on, on the local fleet (network namespaces, real
  * processes, worker processes killed with SIGKILL): a decode node killed is replaced at its rank
  * while the router and prefill keep running; its budget's end fails the run; decode resized
- * 1 → 3 → 2; a quorum lets the router start before the last prefill node is READY.
+ * 1 → 3 → 2; a quorum lets the router start before the last prefill node is READY; a run whose
+ * history grows long continues as new without restarting a process.
  */
 
 const env = useWorkerProcesses('heal');
@@ -27,12 +29,12 @@ async function startWorker(): Promise<ChildProcess> {
   return child;
 }
 
-async function startRun(name: string, plan: Plan): Promise<WorkflowHandle> {
+async function startRun(name: string, plan: Plan, options: RunOptionsInput = {}): Promise<WorkflowHandleWithFirstExecutionRunId> {
   started.push(name);
   return await env.client.workflow.start('RunWorkflow', {
     taskQueue,
     workflowId: runWorkflowId(name),
-    args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
+    args: [{ plan, backend: 'local', options: { stop_grace_s: 1, ...options } }],
   });
 }
 
@@ -231,4 +233,65 @@ describe('quorum', () => {
     await handle.result();
     await kill9(worker);
   }, 180_000);
+});
+
+describe('a long-lived run continues as new', () => {
+  /** The run's executions, oldest first (continue-as-new makes one more each time). */
+  async function executionsOf(name: string): Promise<Array<{ runId: string; status: string }>> {
+    const found: Array<{ runId: string; status: string; start: number }> = [];
+    for await (const info of env.client.workflow.list({ query: `WorkflowId = "${runWorkflowId(name)}"` })) {
+      found.push({ runId: info.runId, status: info.status.name, start: info.startTime.getTime() });
+    }
+    return found.sort((a, b) => a.start - b.start).map(({ runId, status }) => ({ runId, status }));
+  }
+
+  /** Resolves once the run's latest execution is not `runId`: it has continued as new. */
+  async function handedOver(handle: WorkflowHandle, runId: string): Promise<string> {
+    return await waitFor('a hand-over', async () => {
+      const latest = (await handle.describe()).runId;
+      return latest !== runId ? latest : undefined;
+    }, 60_000);
+  }
+
+  it('past continue_as_new_after_events: the groups are handed over with no process restarted; the next executions heal, resize and stop the run; kill -9 of the worker as one begins changes nothing', async () => {
+    let worker = await startWorker();
+    const hookLog = `${shared.dir}/handover-hooks.log`;
+    const name = `heal-handover-${taskQueue}`;
+    const decode = { nodes: 1, nodes_range: { min: 1, max: 2 }, on_failure: { action: 'restart-node' as const, max_restarts: 5, within_s: null } };
+    const handle = await startRun(name, servicePlan(name, decode, { hookLog }), { continue_as_new_after_events: 100 });
+    const before = await waitForRunState(handle, allUp);
+    const pids = before.jobs.map((job) => serverPidIn(netnsOf(job)));
+
+    // The PD run comes up in ~90 events; a restart passes 100, and the run hands over once it is quiet.
+    process.kill(pids[2] ?? 0, 'SIGKILL');
+    const secondRunId = await handedOver(handle, handle.firstExecutionRunId);
+    const healed = await waitForRunState(handle, (s) => allUp(s) && s.jobs[2]?.attempt === 1);
+    expect(healed.run_uid).toBe(handle.firstExecutionRunId);
+    const decodePid = serverPidIn(netnsOf(healed.jobs[2]));
+    await waitForLine(hookLog, (line) => line.endsWith(` ${ipOf(healed.jobs[2])}`));
+
+    // A resize and another restart in the second execution; the worker killed as the third begins.
+    const up = await handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 2 }] });
+    expect(up).toMatchObject({ group: 'decode', nodes: 2, added: [3], removed: [] });
+    await waitForLine(hookLog, (line) => line.split(' ')[1] === String(up.peers_version));
+    const grown = await handle.query(runStateQuery);
+    process.kill(serverPidIn(netnsOf(grown.jobs[3])), 'SIGKILL');
+    await handedOver(handle, secondRunId);
+    await kill9(worker);
+    worker = await startWorker();
+    const third = await waitForRunState(handle, (s) => allUp(s) && s.jobs[3]?.attempt === 1);
+    // Every process that ran before a hand-over runs on, once: the router, prefill, decode/0's replacement.
+    expect(third.jobs.slice(0, 3).map((job) => [job.attempt, job.pid])).toEqual(healed.jobs.map((job) => [job.attempt, job.pid]));
+    expect(third.jobs.slice(0, 3).map((job) => serverPidIn(netnsOf(job)))).toEqual([pids[0], pids[1], decodePid]);
+    await waitForLine(hookLog, (line) => (line.split(' ')[2]?.split(',') ?? []).includes(ipOf(third.jobs[3])));
+    expect((await askRouter(ipOf(third.jobs[0]))).text).toBe('Hello, world');
+
+    const executions = await executionsOf(name);
+    expect(executions.length).toBeGreaterThanOrEqual(3);
+    expect(executions.slice(0, -1).every((e) => e.status === 'CONTINUED_AS_NEW')).toBe(true);
+    await expectStopped(handle);
+    for (const job of third.jobs) expect(existsSync(`/run/netns/${netnsOf(job)}`)).toBe(false);
+    expect(pids.slice(0, 2).some((pid) => pidAlive(pid))).toBe(false);
+    await kill9(worker);
+  }, 300_000);
 });

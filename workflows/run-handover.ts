@@ -1,0 +1,121 @@
+import { allHandlersFinished, condition, continueAsNew, log, workflowInfo } from '@temporalio/workflow';
+import { activeJobs, isJobFinished } from './job-transitions';
+import type { CarriedRun, RunInput } from './messages';
+import { newRun, setStatus, type Run } from './run-context';
+import { peersSettled } from './run-peers';
+import type { RunWorkflow } from './run-workflow';
+import type { Submission } from './submission';
+
+/**
+ * A run that heals or resizes lives as long as its service, and each restart or resize adds to
+ * its history (~50 events, ~22 more in the group's child). Past `continue_as_new_after_events` (or
+ * when the server suggests it) the run continues as new at a quiet moment: its group children end
+ * without touching their jobs, and the next execution starts children that adopt the running jobs
+ * (a start that is at most once in every backend returns the running process). Jobs keep their
+ * processes, machines and ranks; what happened meanwhile is on the hosts' disks and reported again.
+ */
+
+/** Events the new execution must add of its own before it may hand over again (never a loop of hand-overs). */
+const HISTORY_MARGIN = 100;
+/** The next execution's input holds the plan and the state; the server refuses a payload over 2 MB. */
+const CARRIED_MAX_BYTES = 1_500_000;
+
+/** Long enough, and nothing under way that a hand-over would have to carry. */
+export function handoverDue(run: Run, submission: Submission): boolean {
+  const { live, state } = run;
+  if (!live || state.status !== 'RUNNING' || run.stopRequest || run.tooLargeToHandOver) return false;
+  const { historyLength, continueAsNewSuggested } = workflowInfo();
+  if (historyLength < run.historyAtStart + HISTORY_MARGIN) return false;
+  if (!continueAsNewSuggested && historyLength < run.input.options.continue_as_new_after_events) return false;
+  if (!isQuiet(run, submission)) return false;
+  if (JSON.stringify(run.input).length + JSON.stringify(state).length > CARRIED_MAX_BYTES) {
+    // Thousands of nodes: the run goes on in this execution (README, "A run that lives for months").
+    run.tooLargeToHandOver = true;
+    log.warn('the run is too large to continue as new; its history keeps growing', { run: state.run_name, events: historyLength });
+    return false;
+  }
+  return true;
+}
+
+function isQuiet(run: Run, submission: Submission): boolean {
+  const { live, input } = run;
+  if (!live) return false;
+  const settledJobs = activeJobs(run.state).every((job) => {
+    if (isJobFinished(job)) return true;
+    const probed = input.plan.groups[job.group_index]?.ready != null;
+    return job.instance !== null && job.running_at !== null && (!probed || job.ready_at !== null) && submission.signalled.has(job.job_num);
+  });
+  return (
+    settledJobs &&
+    submission.delivered === null &&
+    live.attemptsToStart.size === 0 &&
+    live.restartingGroups.size === 0 &&
+    live.dependentsToRestart.size === 0 &&
+    live.resizing.size === 0 &&
+    live.addedByResize.size === 0 &&
+    live.unwanted.length === 0 &&
+    peersSettled(run) &&
+    allHandlersFinished()
+  );
+}
+
+/** The next execution of the run, with what this one knows (its children have ended). */
+export async function handOver(run: Run, submission: Submission): Promise<never> {
+  const { live } = run;
+  if (!live) throw new Error('only a live run hands over');
+  await condition(allHandlersFinished);
+  const carried: CarriedRun = {
+    state: run.state,
+    generation: run.generation + 1,
+    retry_deadline_ms: run.retryDeadlineMs,
+    backoff_s: run.backoffS,
+    stop_request: run.stopRequest,
+    group_provisioning: run.groupProvisioning,
+    failure_events: [...run.failureEvents],
+    announced: run.announced,
+    signalled: [...submission.signalled],
+    running_since_ms: submission.runningSinceMs,
+    live: {
+      restart_times: live.restartTimes,
+      added_plans: [...live.addedPlans.values()],
+      unwanted: live.unwanted,
+      peers: {
+        book: live.peers.book,
+        sent: [...live.peers.sent].map(([job_num, sent]) => ({ job_num, ...sent })),
+        seen: [...live.peers.seen].map(([job_num, seen]) => ({ job_num, ...seen })),
+        problem: live.peers.problem,
+      },
+    },
+  };
+  return continueAsNew<typeof RunWorkflow>({ ...run.input, carried });
+}
+
+/** The run as the execution before this one left it; what its adopted submission starts from. */
+export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; signalled: Set<number>; runningSinceMs: number | null } {
+  const run = newRun({ ...input, carried: undefined });
+  run.state = carried.state;
+  run.generation = carried.generation;
+  run.retryDeadlineMs = carried.retry_deadline_ms;
+  run.backoffS = carried.backoff_s;
+  run.stopRequest = carried.stop_request;
+  run.groupProvisioning = carried.group_provisioning;
+  run.failureEvents = new Map(carried.failure_events);
+  run.announced = carried.announced;
+  // Until its children have taken the jobs up (startGroups), resizes are asked again.
+  run.handingOver = true;
+  const { live } = run;
+  if (live) {
+    live.restartTimes = carried.live.restart_times;
+    live.addedPlans = new Map(carried.live.added_plans.map((plan) => [plan.job_num, plan]));
+    live.unwanted = carried.live.unwanted;
+    const { book, sent, seen, problem } = carried.live.peers;
+    live.peers.book = book;
+    live.peers.key = book ? JSON.stringify(book.groups) : '';
+    live.peers.sent = new Map(sent.map(({ job_num, ...rest }) => [job_num, rest]));
+    live.peers.seen = new Map(seen.map(({ job_num, ...rest }) => [job_num, rest]));
+    live.peers.problem = problem;
+  }
+  // The search attributes travel with the run; its status is set again all the same.
+  setStatus(run, run.state.status);
+  return { run, signalled: new Set(carried.signalled), runningSinceMs: carried.running_since_ms };
+}
