@@ -11,6 +11,7 @@ import { JobLayout } from '../../src/runner/job-layout';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { kill9 } from '../helpers/worker-process-control';
 import { allUp, askRouter, serverPidIn, servicePlan, waitForLine } from './local-heal-fixtures';
+import { waitFor } from './local-fixtures';
 import { applyFleetYaml, expectAllClean, fleetYaml, startCliWorker, startSshFleetEnv, waitForRun, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
@@ -98,7 +99,9 @@ async function healScenario(served: Served, interruption: Interruption | null): 
     expect(applied.hosts.map((h) => h.status)).toEqual(HOSTS.map(() => 'ready'));
     const decodeGroup = { on_failure: { action: 'restart-node' as const, max_restarts: 2, within_s: null }, ...(interruption?.status === 'RUNNING' ? { ready: heldBackProbe(holdBack) } : {}) };
     const plan = servicePlan(run, decodeGroup, { hookLog, resources: SMALL });
-    const handle = await served.troupe.submit({ plan, fleets: [fleet], options: { stop_grace_s: 1 } });
+    // Past 100 events (the restart takes it there) the run continues as new once quiet: the checks
+    // after the restart are made of the execution that took the running jobs up.
+    const handle = await served.troupe.submit({ plan, fleets: [fleet], options: { stop_grace_s: 1, continue_as_new_after_events: 100 } });
 
     const before = await waitForRun(served, run, allUp);
     const [router, prefill, decode] = before.jobs;
@@ -132,6 +135,8 @@ async function healScenario(served: Served, interruption: Interruption | null): 
 
     // The router's hook saw the new address; a request goes through the new decode node.
     await waitForLine(hookLog, (line) => line.endsWith(` ${ipOf(replacement)}`));
+    await waitFor('the hand-over to a new execution', async () => ((await handle.describe()).runId !== before.run_uid ? true : undefined), 60_000);
+    expect(await served.troupe.run(run).state()).toMatchObject({ status: 'RUNNING', run_uid: before.run_uid });
     expect(await askRouter(ipOf(router))).toMatchObject({ text: 'Hello, world', decode: 'decode/0' });
     expect(serverPid(router)).toBe(routerPid);
     expect(serverPid(prefill)).toBe(prefillPid);
