@@ -1,14 +1,19 @@
 import { ApplicationFailure } from '@temporalio/common';
-import { NoCapacityError, SubmissionClosedError, type Instance } from '../src/backends/backend';
+import { NoCapacityError, SubmissionClosedError, type Instance, type Room } from '../src/backends/backend';
 import { FailureType } from '../workflows/failure-types';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
-import type { BackendCall, BackendRegistry, ProvisionInput } from './types';
+import type { BackendCall, BackendRegistry, ProvisionInput, RoomInput } from './types';
 
 export function createProvisioningActivities(backends: BackendRegistry) {
   return {
     async describeBackend({ backend }: BackendCall): Promise<{ group_provisioning: boolean }> {
       return { group_provisioning: backendFor(backends, backend).groupProvisioning };
+    },
+
+    /** How many more nodes of a group the fleet has room for now (a resize asks before it changes anything). */
+    async fleetRoom({ backend, request }: RoomInput): Promise<Room> {
+      return await backendFor(backends, backend).room(request);
     },
 
     /** Places one job, or a group's batch; idempotent per (run, submission, job). */

@@ -1,5 +1,5 @@
 /** What the activities take and give: a module of types alone, so that every activity file and the workflows can import it without a circle. */
-import type { Backend, Instance, JobRef, LogChunk, PeersFile, ProvisionRequest } from '../src/backends/backend';
+import type { Backend, Instance, JobRef, LogChunk, PeersFile, ProvisionRequest, Room, RoomRequest } from '../src/backends/backend';
 import type { AddressBook } from '../workflows/messages';
 import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
 import type { BatchJobFailure } from '../workflows/failure-types';
@@ -13,6 +13,10 @@ export interface BackendCall {
 
 export interface ProvisionInput extends BackendCall {
   request: ProvisionRequest;
+}
+
+export interface RoomInput extends BackendCall {
+  request: RoomRequest;
 }
 
 export interface JobCall extends BackendCall {
@@ -84,6 +88,7 @@ export interface TroupeActivities {
   probeFleetHost(input: ProbeHostInput): Promise<ProbeHostResult>;
   describeBackend(input: BackendCall): Promise<{ group_provisioning: boolean }>;
   provisionJobs(input: ProvisionInput): Promise<Instance[]>;
+  fleetRoom(input: RoomInput): Promise<Room>;
   waitRunnersReady(input: WaitRunnersInput): Promise<{ failed: Array<BatchJobFailure & { job_num: number }> }>;
   runJobs(input: RunJobsInput): Promise<void>;
   stopJobs(input: StopJobsInput): Promise<void>;

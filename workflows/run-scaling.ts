@@ -1,6 +1,8 @@
-import { ApplicationFailure, condition, setHandler } from '@temporalio/workflow';
+import { ApplicationFailure, condition, proxyActivities, setHandler } from '@temporalio/workflow';
+import type { TroupeActivities } from '../activities/types';
 import type { JobRef } from '../src/backends/backend';
 import type { GroupPlan } from '../src/plan/plan-schema';
+import { FailureType } from './failure-types';
 import { activeJobs, endJob, freshJob, isJobFinished, nextAttempt } from './job-transitions';
 import { teardownActivities } from './node-group-activities';
 import { HANDING_OVER, newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResult } from './messages';
@@ -29,6 +31,7 @@ export function setScaleHandler(run: Run): void {
       if (!live || !submission) throw ApplicationFailure.nonRetryable(`run ${run.input.plan.run_name} is not running`, 'ScaleFailed');
       live.resizing.add(group.index);
       try {
+        await checkRoom(run, group, nodes);
         return await resize(run, live, submission, group, nodes);
       } finally {
         live.resizing.delete(group.index);
@@ -52,16 +55,50 @@ function validate(run: Run, name: string, nodes: number): void {
   if (!Number.isInteger(nodes) || nodes < range.min || nodes > range.max) {
     throw new Error(`group ${name} takes ${range.min}..${range.max} nodes (its nodes range), not ${nodes}`);
   }
+  if (run.live?.resizing.has(group.index)) throw new Error(`group ${name} is being resized already; try again when that ends`);
+  const refused = runRefusal(run, group);
+  if (refused) throw new Error(refused);
+}
+
+/** Why the run cannot take a resize of the group now, or null. */
+function runRefusal(run: Run, group: GroupPlan): string | null {
   const { state } = run;
   if (run.handingOver && !run.stopRequest) {
     // The client tries again (RunHandle.scaleGroup): the next execution (or this one, once its groups are back) takes it.
     throw ApplicationFailure.retryable(`run ${run.input.plan.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
   }
   if (state.status !== 'RUNNING' || run.stopRequest || !run.live || !run.submissionNow) {
-    throw new Error(`run ${run.input.plan.run_name} is ${run.stopRequest ? 'stopping' : state.status}: a group is resized while the run is RUNNING`);
+    return `run ${run.input.plan.run_name} is ${run.stopRequest ? 'stopping' : state.status}: a group is resized while the run is RUNNING`;
   }
-  if (run.live.resizing.has(group.index)) throw new Error(`group ${name} is being resized already; try again when that ends`);
-  if (run.live.restartingGroups.has(group.index)) throw new Error(`group ${name} is restarting; try again once its nodes are READY`);
+  if (run.live.restartingGroups.has(group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
+  return null;
+}
+
+/** A validator cannot call activities: the fleet's room is asked first thing in the handler, before any change. */
+const roomActivities = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '1m',
+  retry: { initialInterval: '1s', maximumInterval: '10s', maximumAttempts: 3, nonRetryableErrorTypes: [FailureType.UnknownBackend] },
+});
+
+/**
+ * A growth the fleet has no room for is refused whole, the run as it was (no rank taken, no book
+ * version). Room taken by others between this answer and provisioning still fails the resize
+ * there, and it is undone.
+ */
+async function checkRoom(run: Run, group: GroupPlan, nodes: number): Promise<void> {
+  const count = nodes - activeJobs(run.state).filter((job) => job.group_index === group.index).length;
+  if (count <= 0) return;
+  const s = count === 1 ? '' : 's';
+  const room = await roomActivities.fleetRoom.executeWithOptions({ summary: `room for ${count} more ${group.name} node${s}` }, [
+    { backend: run.input.backend, request: { group, count, fleets: run.input.plan.fleets } },
+  ]);
+  if (room.fits < count) {
+    const why = room.reason ? `: ${room.reason}` : '';
+    throw ApplicationFailure.nonRetryable(`${room.fleet} has room for ${room.fits} more ${group.name} node${room.fits === 1 ? '' : 's'}, not ${count}${why}`, 'ScaleFailed');
+  }
+  // The run may have moved on while the fleet answered.
+  const refused = runRefusal(run, group);
+  if (refused) throw ApplicationFailure.nonRetryable(refused, 'ScaleFailed');
 }
 
 async function resize(run: Run, live: LiveRun, submission: Submission, group: GroupPlan, nodes: number): Promise<ScaleGroupResult> {

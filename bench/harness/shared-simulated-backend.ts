@@ -11,6 +11,8 @@ import {
   type JobRef,
   type LogChunk,
   type ProvisionRequest,
+  type Room,
+  type RoomRequest,
 } from '../../src/backends/backend';
 
 /**
@@ -41,6 +43,11 @@ export class SharedSimulatedBackend implements Backend {
       gpus: req.group.resources.gpu.count.min ?? 0,
       details: {},
     }));
+  }
+
+  /** Unbounded, like its provision(). */
+  async room({ count }: RoomRequest): Promise<Room> {
+    return { fleet: 'the simulated fleet', fits: count, reason: null };
   }
 
   jobDirectory(job: JobRef): string {

@@ -86,6 +86,25 @@ export interface ProvisionRequest {
   fleets: string[] | null;
 }
 
+/** How many more nodes of a group a run asks room for (a resize that adds them). */
+export interface RoomRequest {
+  group: GroupPlan;
+  /** New nodes wanted, 1 or more. */
+  count: number;
+  /** Fleet names the run may use, if it names any. */
+  fleets: string[] | null;
+}
+
+/** How many of the asked nodes the fleet could place now. */
+export interface Room {
+  /** The fleet as users call it: `fleet gpus`, `the local fleet`. */
+  fleet: string;
+  /** 0..count. */
+  fits: number;
+  /** Why no more fit, when `fits` < count (else null). */
+  reason: string | null;
+}
+
 export type JobProcessState =
   | { state: 'running'; pid: number }
   | { state: 'exited'; pid: number; exit_code: number }
@@ -103,6 +122,12 @@ export interface Backend {
   readonly groupProvisioning: boolean;
   /** Places the jobs; throws NoCapacityError when the fleet cannot hold them. */
   provision(req: ProvisionRequest): Promise<Instance[]>;
+  /**
+   * How many of `count` more nodes of the group would find a machine now, by provision()'s own
+   * rule, without taking any: a resize is refused before anything changes when they do not all fit.
+   * A preview (another run may take the room first; provision() still decides).
+   */
+  room(req: RoomRequest): Promise<Room>;
   /** The job's directory on its node (env, hostfile, launch script, log, pid, exit code). */
   jobDirectory(job: JobRef): string;
   /** True when the instance can run commands now. */

@@ -91,8 +91,13 @@ export interface CandidateHost {
  * FleetWorkflow's allocation and the plan's preview.
  */
 export function pickHosts<H extends CandidateHost>(hosts: readonly H[], resources: Resources, count: number, taken: ReadonlySet<number>): H[] | null {
-  const fitting = hosts
+  const fitting = freeFittingHosts(hosts, resources, taken);
+  return fitting.length >= count ? fitting.slice(0, count) : null;
+}
+
+/** Every free, ready host that fits and is not in `taken`, in the order pickHosts takes them. */
+export function freeFittingHosts<H extends CandidateHost>(hosts: readonly H[], resources: Resources, taken: ReadonlySet<number>): H[] {
+  return hosts
     .filter((h) => h.status === 'ready' && h.holder === null && h.facts !== null && !taken.has(h.index) && hostShortfalls(h.facts, resources).length === 0)
     .sort((a, b) => compareHostSize(a.facts as HostFacts, b.facts as HostFacts) || a.index - b.index);
-  return fitting.length >= count ? fitting.slice(0, count) : null;
 }

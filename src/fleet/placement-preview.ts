@@ -1,3 +1,4 @@
+import type { Resources } from '../config/resources-schema';
 import type { Plan } from '../plan/plan-schema';
 import type { FleetHostState, FleetState } from '../../workflows/fleet-messages';
 import { describeResources, hostShortfalls, pickHosts } from './host-match';
@@ -32,8 +33,13 @@ export function previewPlacement(plan: Plan, fleet: FleetState): JobPlacement[] 
   });
 }
 
-function noHostReason(fleet: FleetState, resources: Plan['groups'][number]['resources'], taken: ReadonlySet<number>): string {
-  const why = fleet.hosts.map((h) => {
+function noHostReason(fleet: FleetState, resources: Resources, taken: ReadonlySet<number>): string {
+  return `no free host with ${describeResources(resources)} (${hostsFor(fleet, resources, taken)})`;
+}
+
+/** Each host of the fleet and what it is to a node with these resources: `gpu-1 held by run-a; gpu-2: fits; cpu-1: no GPU, needs 1.. GPU`. */
+export function hostsFor(fleet: FleetState, resources: Resources, taken: ReadonlySet<number>): string {
+  const each = fleet.hosts.map((h) => {
     const name = h.spec.target.hostname;
     if (h.status !== 'ready') return `${name} ${h.status}`;
     if (h.holder) return `${name} held by ${h.holder.run_name}`;
@@ -41,5 +47,5 @@ function noHostReason(fleet: FleetState, resources: Plan['groups'][number]['reso
     const short = h.facts ? hostShortfalls(h.facts, resources) : [];
     return `${name}: ${short.join(', ') || 'fits'}`;
   });
-  return `no free host with ${describeResources(resources)} (${why.join('; ')})`;
+  return each.join('; ');
 }

@@ -1,5 +1,6 @@
-import type { ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { runWorkflowId } from '../../workflows/ids';
@@ -7,6 +8,7 @@ import { runStateQuery, scaleGroupUpdate, stopRunSignal, type RunOptionsInput } 
 import type { Plan } from '../../src/plan/plan-schema';
 import type { JobState, RunState } from '../../workflows/run-state';
 import { pidAlive } from '../helpers/local-fleet';
+import { temporalAddress } from '../helpers/temporal';
 import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 import { allUp, askRouter, hookLines, serverPidIn, servicePlan, waitForLine } from './local-heal-fixtures';
 import { waitFor } from './local-fixtures';
@@ -62,6 +64,18 @@ const ipOf = (job: JobState | undefined): string => job?.instance?.internal_ip ?
 async function expectStopped(handle: WorkflowHandle): Promise<void> {
   await handle.signal(stopRunSignal, { abort: false });
   expect(((await handle.result()) as RunState).termination_reason).toBe('STOPPED_BY_USER');
+}
+
+/** `troupe scale …` and the like, as a user runs it, against this file's workers. */
+function troupeCli(...args: string[]): Promise<{ code: number; stderr: string }> {
+  const child = spawn(process.execPath, ['bin/troupe.js', ...args], {
+    cwd: fileURLToPath(new URL('../..', import.meta.url)),
+    env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), TROUPE_TASK_QUEUE: taskQueue, NO_COLOR: '1' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve) => child.once('exit', (code) => resolve({ code: code ?? 1, stderr })));
 }
 
 /** The reason an Update was refused with (the validator's message, in the failure's cause). */
@@ -209,6 +223,35 @@ describe('resizing a running group', () => {
 
     await expectStopped(handle);
     await kill9(worker);
+  }, 240_000);
+});
+
+describe('a resize the fleet has no room for', () => {
+  it('is refused before anything changes, by the Update and by `troupe scale` (exit 1); a resize within the room still works', async () => {
+    // Four nodes at most: router, prefill and decode take three, so decode can grow by one, not two.
+    const child = await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: { TEST_LOCAL_CAPACITY: '4' } });
+    workers.push(child);
+    const name = `heal-room-${taskQueue}`;
+    const handle = await startRun(name, servicePlan(name, { nodes: 1, nodes_range: { min: 1, max: 3 } }, { hookLog: `${shared.dir}/room-hooks.log` }));
+    const before = await waitForRunState(handle, allUp);
+    const refusedWith = 'the local fleet has room for 1 more decode node, not 2: it holds 4 nodes at most, 3 taken';
+    expect(await refusal(handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 3 }] }))).toBe(refusedWith);
+    const cli = await troupeCli('scale', name, 'decode', '3');
+    expect(cli.code).toBe(1);
+    expect(cli.stderr.trim().split('\n').at(-1)).toBe(`run ${name} did not scale group "decode" to 3: ${refusedWith}`);
+
+    const unchanged = await handle.query(runStateQuery);
+    const ranks = (s: RunState) => s.jobs.map((j) => [j.job_num, j.group_name, j.group_job_index, j.attempt, j.removed, j.status]);
+    expect(ranks(unchanged)).toEqual(ranks(before));
+    expect(unchanged.peers_version).toBe(before.peers_version);
+    expect(unchanged.groups.map((g) => g.nodes)).toEqual([1, 1, 1]);
+
+    const up = await handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 2 }] });
+    expect(up).toMatchObject({ group: 'decode', nodes: 2, added: [3], removed: [] });
+    expect(up.peers_version).toBeGreaterThan(before.peers_version);
+    expect((await handle.query(runStateQuery)).jobs[3]).toMatchObject({ group_name: 'decode', group_job_index: 1, status: 'READY' });
+    await expectStopped(handle);
+    await kill9(child);
   }, 240_000);
 });
 

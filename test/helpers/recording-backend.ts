@@ -1,4 +1,4 @@
-import type { Backend, Instance, JobFiles, JobRef, PeersFile, ProvisionRequest } from '../../src/backends/backend';
+import type { Backend, Instance, JobFiles, JobRef, PeersFile, ProvisionRequest, Room, RoomRequest } from '../../src/backends/backend';
 import { NoCapacityError } from '../../src/backends/backend';
 
 export interface ProvisionCall {
@@ -58,6 +58,10 @@ export class RecordingBackend implements Backend {
     } finally {
       call.ended = Date.now();
     }
+  }
+
+  room(req: RoomRequest): Promise<Room> {
+    return this.inner.room(req);
   }
 
   jobDirectory(job: JobRef): string {

@@ -121,6 +121,12 @@ export class InstanceStore {
     return new Map(entries.filter((e): e is readonly [string, Lease] => e[1] !== null));
   }
 
+  /** How many addresses of `pool` no instance holds now. */
+  async freeAddresses(pool: readonly string[]): Promise<number> {
+    const held = await this.leases();
+    return pool.filter((ip) => !held.has(ip)).length;
+  }
+
   /**
    * An address for the instance: the one it already leased (a provision() that died before
    * writing its record), else the first free one of `pool`. Exclusive creation makes two

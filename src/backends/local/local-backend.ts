@@ -15,6 +15,8 @@ import {
   type LogChunk,
   type PeersFile,
   type ProvisionRequest,
+  type Room,
+  type RoomRequest,
 } from '../backend';
 import type { GroupPlan } from '../../plan/plan-schema';
 import { renderEnvFile } from '../../runner/env-file';
@@ -225,6 +227,21 @@ export class LocalBackend implements Backend {
       await this.refuseReleased(req.run_id, req.submission);
     }
     return records.map(toInstance);
+  }
+
+  /** One node takes one address of the fleet's pool (and GPUs it reports, when its group needs some). */
+  async room({ group, count }: RoomRequest): Promise<Room> {
+    const fleet = 'the local fleet';
+    try {
+      this.gpusFor(group);
+    } catch (err) {
+      if (err instanceof NoCapacityError) return { fleet, fits: 0, reason: err.message };
+      throw err;
+    }
+    const pool = this.pool(await this.networkMode());
+    const free = await this.store.freeAddresses(pool);
+    if (free >= count) return { fleet, fits: count, reason: null };
+    return { fleet, fits: free, reason: `it holds ${pool.length} node${pool.length === 1 ? '' : 's'} at most, ${pool.length - free} taken` };
   }
 
   private gpusFor(group: GroupPlan): number {

@@ -10,6 +10,8 @@ import {
   type LogChunk,
   type PeersFile,
   type ProvisionRequest,
+  type Room,
+  type RoomRequest,
 } from '../backend';
 import { attemptDirectoryName } from '../../runner/job-layout';
 
@@ -67,6 +69,13 @@ export class SimulatedBackend implements Backend {
       }
       return instance;
     });
+  }
+
+  async room({ count }: RoomRequest): Promise<Room> {
+    const fleet = 'the simulated fleet';
+    const free = this.opts.capacity === undefined ? count : Math.max(0, this.opts.capacity - this.instances.size);
+    if (free >= count) return { fleet, fits: count, reason: null };
+    return { fleet, fits: free, reason: `it holds ${this.opts.capacity} instances at most, ${this.instances.size} taken` };
   }
 
   jobDirectory(job: JobRef): string {

@@ -12,8 +12,12 @@ import {
   type LogChunk,
   type PeersFile,
   type ProvisionRequest,
+  type Room,
+  type RoomRequest,
 } from '../backend';
-import type { FleetClient } from '../../fleet/fleet-client';
+import { FleetNotFoundError, type FleetClient } from '../../fleet/fleet-client';
+import { describeResources, freeFittingHosts } from '../../fleet/host-match';
+import { hostsFor } from '../../fleet/placement-preview';
 import type { FleetState, HeldHost } from '../../../workflows/fleet-messages';
 import { isHeldBy } from '../../fleet/job-holder';
 import { defaultJobBaseDir } from './detect';
@@ -60,6 +64,13 @@ export function sshInstanceId(fleet: string, runId: string, submission: number, 
   return `ssh:${fleet}:${runId}:${submission}:${jobNum}${attempt ? `:attempt-${attempt}` : ''}`;
 }
 
+/** The fleet the run's jobs go to: the first it names. */
+function fleetOf(fleets: string[] | null, who: string): string {
+  const fleet = fleets?.[0];
+  if (fleet) return fleet;
+  throw new Error(`${who}: the ssh backend places jobs on a fleet and the run names none: pass --fleet NAME to \`troupe apply\`, or set \`fleets: [NAME]\` in the task`);
+}
+
 /**
  * The SSH fleet backend: each job gets a whole host of a fleet (an allocation Update on the
  * fleet's workflow), and runs there through the SshRunner over pooled connections whose host key
@@ -80,13 +91,7 @@ export class SshBackend implements Backend {
   constructor(private readonly options: SshBackendOptions) {}
 
   async provision(req: ProvisionRequest): Promise<Instance[]> {
-    const fleet = req.fleets?.[0];
-    if (!fleet) {
-      throw new Error(
-        `run ${req.run_name}: the ssh backend places jobs on a fleet and the run names none: ` +
-          'pass --fleet NAME to `troupe apply`, or set `fleets: [NAME]` in the task',
-      );
-    }
+    const fleet = fleetOf(req.fleets, `run ${req.run_name}`);
     this.usedFleets.add(fleet);
     const hosts = await this.options.fleets.allocate(fleet, {
       run_id: req.run_id,
@@ -97,6 +102,18 @@ export class SshBackend implements Backend {
       jobs: req.jobs.map((job) => ({ job_num: job.job_num, job_name: job.job_name, ...(job.attempt ? { attempt: job.attempt } : {}) })),
     });
     return hosts.map((host) => this.instanceOf(fleet, req.run_id, req.submission, host));
+  }
+
+  /** Each node takes a whole free host that fits, as the fleet's allocation decides (pickHosts). */
+  async room({ group, count, fleets }: RoomRequest): Promise<Room> {
+    const name = fleetOf(fleets, `group ${group.name}`);
+    const fleet = `fleet ${name}`;
+    const state = await this.options.fleets.state(name);
+    if (!state) return { fleet, fits: 0, reason: new FleetNotFoundError(name).message };
+    if (state.deleted) return { fleet, fits: 0, reason: 'it is being deleted' };
+    const free = freeFittingHosts(state.hosts, group.resources, new Set()).length;
+    if (free >= count) return { fleet, fits: count, reason: null };
+    return { fleet, fits: free, reason: `hosts for ${describeResources(group.resources)}: ${hostsFor(state, group.resources, new Set())}` };
   }
 
   private instanceOf(fleet: string, runId: string, submission: number, host: HeldHost): Instance {
