@@ -7,7 +7,7 @@ import { dependentsOf, jobPlanOf, type LiveRun } from './run-live';
 import { bookToStartWith } from './run-peers';
 import type { JobState } from './run-state';
 import type { Submission } from './submission';
-import { dependencyWaits, isJobReady, usesDependencies } from './startup-order';
+import { dependencyWaits, isJobReady, startsInGroupOrder, usesDependencies } from './startup-order';
 
 /**
  * Groups that heal (Troupe's `on_failure`): a failed node is replaced by a new machine at the same
@@ -133,9 +133,9 @@ export function restartDependents(run: Run, submission: Submission): void {
 }
 
 /**
- * New attempts start once the order allows (the groups they depend on ready) and every new
- * attempt of their group has its machine (a group restarted whole starts with its new addresses),
- * each with the address book as it is now.
+ * New attempts start once the order allows (the groups they depend on ready; inside their group,
+ * the run's `startup_order`) and every new attempt of their group has its machine (a group
+ * restarted whole starts with its new addresses), each with the address book as it is now.
  */
 export async function startNewAttempts(run: Run, submission: Submission): Promise<void> {
   const { live } = run;
@@ -151,7 +151,9 @@ export async function startNewAttempts(run: Run, submission: Submission): Promis
     return [job];
   });
   const unplaced = new Set(pending.filter((job) => job.instance === null).map((job) => job.group_index));
-  const due = pending.filter((job) => !unplaced.has(job.group_index) && (waits === null || waits[job.group_index] === null));
+  const due = pending.filter(
+    (job) => !unplaced.has(job.group_index) && (waits === null || waits[job.group_index] === null) && startsInGroupOrder(plan, run.state.jobs, job),
+  );
   if (due.length === 0) return;
   const book = bookToStartWith(run, due);
   if (!book) return;

@@ -72,3 +72,17 @@ export function jobsAllowedToStart(plan: Plan, jobs: readonly JobState[]): numbe
       return workers.every(hasStarted) ? all : workers.map((job) => job.job_num);
   }
 }
+
+/**
+ * Whether a new attempt (a restart, a resize) may start now as far as its own group goes, by
+ * dstack's `startup_order` applied inside the group: `master-first` the group's master (its first
+ * rank) first and the others once it is running; `workers-first` the others first and the master
+ * once all of them are running; `any` (and a run ordered by `depends_on`) all together.
+ */
+export function startsInGroupOrder(plan: Plan, jobs: readonly JobState[], job: JobState): boolean {
+  if (plan.startup_order === 'any') return true;
+  const members = membersOf(jobs, job.group_index);
+  const master = members.reduce((first, j) => (j.group_job_index < first.group_job_index ? j : first), job);
+  if (plan.startup_order === 'master-first') return job === master || hasStarted(master);
+  return job !== master || members.every((j) => j === master || hasStarted(j));
+}

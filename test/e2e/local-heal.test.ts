@@ -5,7 +5,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery, scaleGroupUpdate, stopRunSignal, type RunOptionsInput } from '../../workflows/messages';
-import type { Plan } from '../../src/plan/plan-schema';
+import type { GroupPlan, Plan } from '../../src/plan/plan-schema';
+import { makePlan } from '../helpers/plans';
 import type { JobState, RunState } from '../../workflows/run-state';
 import { pidAlive } from '../helpers/local-fleet';
 import { temporalAddress } from '../helpers/temporal';
@@ -176,6 +177,32 @@ describe('a group that restarts whole, and a dependent that restarts with it', (
     expect(serverPidIn(netnsOf(after.jobs[1]))).toBe(prefillPid);
     expect((await askRouter(ipOf(router))).text).toBe('Hello, world');
     await expectStopped(handle);
+    await kill9(worker);
+  }, 240_000);
+});
+
+describe('a group that restarts whole follows the run\'s startup_order', () => {
+  it('master-first: its master (first rank) runs before its other nodes start; workers-first: after all of them', async () => {
+    const worker = await startWorker();
+    const sleeper = `python3 -c 'import time; time.sleep(3600)'`;
+    for (const order of ['master-first', 'workers-first'] as const) {
+      const name = `heal-${order}-${taskQueue}`;
+      const plan = makePlan(name, [{ name: 'head', nodes: 1, commands: [sleeper] }, { name: 'workers', nodes: 3, commands: [sleeper] }], { startup_order: order });
+      Object.assign(plan.groups[1] as GroupPlan, { on_failure: { action: 'restart-group', max_restarts: 1, within_s: null } });
+      const handle = await startRun(name, plan);
+      const before = await waitForRunState(handle, (s) => s.status === 'RUNNING' && s.jobs.every((j) => j.status === 'RUNNING'));
+      process.kill(serverPidIn(netnsOf(before.jobs[3])), 'SIGKILL');
+      const after = await waitForRunState(handle, (s) => [1, 2, 3].every((n) => s.jobs[n]?.attempt === 1 && s.jobs[n]?.status === 'RUNNING'));
+      const runningAt = (n: number) => Date.parse(after.jobs[n]?.running_at ?? '');
+      // Rank 1 is the group's master; its new attempt starts before (after) the others' by the run's order.
+      for (const other of [2, 3]) {
+        if (order === 'master-first') expect(runningAt(other), `${order}: job ${other}`).toBeGreaterThan(runningAt(1));
+        else expect(runningAt(other), `${order}: job ${other}`).toBeLessThan(runningAt(1));
+      }
+      expect(after.jobs[0]).toMatchObject({ attempt: 0, status: 'RUNNING' });
+      expect(after.groups[1]?.restarts).toBe(1);
+      await expectStopped(handle);
+    }
     await kill9(worker);
   }, 240_000);
 });
