@@ -209,3 +209,39 @@ describe('restart-node on an SSH fleet', () => {
     }
   }, 300_000);
 });
+
+describe('a resize an SSH fleet has no room for', () => {
+  it('is refused before anything changes, naming the fleet, the group, how many fit and each host; a resize within the room still works', async () => {
+    const fleet = `room-${env.taskQueue.slice(-6)}`;
+    const run = `room-run-${env.taskQueue.slice(-6)}`;
+    try {
+      await applyFleetYaml(env, fleetYaml(env, fleet, HOSTS));
+      const plan = servicePlan(run, { nodes: 1, nodes_range: { min: 1, max: 4 } }, { hookLog: `${env.dir}/${run}-hooks.log`, resources: SMALL });
+      const handle = await env.troupe.submit({ plan, fleets: [fleet], options: { stop_grace_s: 1 } });
+      const before = await waitForRun(env, run, allUp);
+
+      // 5 hosts, 3 held by the run: decode grows by 2 at most.
+      const err: unknown = await handle.scaleGroup('decode', 4).then(() => null, (e: unknown) => e);
+      const message = err instanceof Error ? err.message : String(err);
+      expect(message).toMatch(new RegExp(`^run ${run} did not scale group "decode" to 4: fleet ${fleet} has room for 2 more decode nodes, not 3: hosts for cpu 1\\.\\., memory 1GB\\.\\., disk 1GB\\.\\.: `));
+      expect(message.split(`held by ${run}`)).toHaveLength(4);
+      expect(message.split(': fits')).toHaveLength(3);
+      const unchanged = await handle.state();
+      expect(unchanged.jobs.map((j) => [j.job_num, j.attempt, j.status])).toEqual(before.jobs.map((j) => [j.job_num, j.attempt, j.status]));
+      expect(unchanged.peers_version).toBe(before.peers_version);
+      expect(unchanged.groups[2]?.nodes).toBe(1);
+
+      expect(await handle.scaleGroup('decode', 3)).toMatchObject({ nodes: 3, added: [3, 4] });
+      expect((await env.fleets.state(fleet))?.hosts.every((h) => h.holder?.run_name === run)).toBe(true);
+      await handle.stop();
+      expect((await handle.wait()).termination_reason).toBe('STOPPED_BY_USER');
+      await expectAllClean(env, fleet);
+    } finally {
+      await env.troupe.run(run).stop().catch(() => undefined);
+      const end = await env.troupe.run(run).wait().catch(() => null);
+      const bases = new Set(end?.jobs.flatMap((j) => [j, ...j.previous_attempts]).flatMap((j) => j.instance?.details.base_dir ?? []));
+      for (const base of bases) if (end) rmSync(runDirectory(base, end.run_uid), { recursive: true, force: true });
+      await env.fleets.delete(fleet, { force: true }).catch(() => undefined);
+    }
+  }, 240_000);
+});
