@@ -74,9 +74,13 @@ function runRefusal(run: Run, group: GroupPlan): string | null {
   return null;
 }
 
-/** A validator cannot call activities: the fleet's room is asked first thing in the handler, before any change. */
+/**
+ * A validator cannot call activities: the fleet's room is asked first thing in the handler, before
+ * any change. A short timeout: the answer takes a fleet query at most (10 s), and a worker killed
+ * meanwhile delays the resize by this much before another one asks.
+ */
 const roomActivities = proxyActivities<TroupeActivities>({
-  startToCloseTimeout: '1m',
+  startToCloseTimeout: '20s',
   retry: { initialInterval: '1s', maximumInterval: '10s', maximumAttempts: 3, nonRetryableErrorTypes: [FailureType.UnknownBackend] },
 });
 
