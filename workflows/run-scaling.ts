@@ -55,18 +55,18 @@ function validate(run: Run, name: string, nodes: number): void {
   if (!Number.isInteger(nodes) || nodes < range.min || nodes > range.max) {
     throw new Error(`group ${name} takes ${range.min}..${range.max} nodes (its nodes range), not ${nodes}`);
   }
+  if (run.handingOver && !run.stopRequest) {
+    // The client tries again (RunHandle.scaleGroup): the next execution (or this one, once its groups are back) takes it.
+    throw ApplicationFailure.retryable(`run ${run.input.plan.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
+  }
   if (run.live?.resizing.has(group.index)) throw new Error(`group ${name} is being resized already; try again when that ends`);
   const refused = runRefusal(run, group);
   if (refused) throw new Error(refused);
 }
 
-/** Why the run cannot take a resize of the group now, or null. */
+/** Why the run cannot take a resize of the group now, or null (no hand-over starts while a resize is under way). */
 function runRefusal(run: Run, group: GroupPlan): string | null {
   const { state } = run;
-  if (run.handingOver && !run.stopRequest) {
-    // The client tries again (RunHandle.scaleGroup): the next execution (or this one, once its groups are back) takes it.
-    throw ApplicationFailure.retryable(`run ${run.input.plan.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
-  }
   if (state.status !== 'RUNNING' || run.stopRequest || !run.live || !run.submissionNow) {
     return `run ${run.input.plan.run_name} is ${run.stopRequest ? 'stopping' : state.status}: a group is resized while the run is RUNNING`;
   }
