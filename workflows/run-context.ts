@@ -6,16 +6,7 @@ import type { RunState, RunStatus } from './run-state';
 import { isLivePlan, newLiveRun, type LiveRun } from './run-live';
 import type { Submission } from './submission';
 
-/** How a submission ended, before teardown. */
-export type Outcome =
-  | { kind: 'done' }
-  | { kind: 'failed'; job_num: number | null; retry_event: RetryEvent | null; message: string }
-  | { kind: 'stopped'; abort: boolean }
-  /** A live run's history is long: it continues as new, its jobs running on (run-handover.ts). */
-  | { kind: 'handover' };
-
-/** How a submission ended for good: what teardown, retry and the run's final status go by. */
-export type Ending = Exclude<Outcome, { kind: 'handover' }>;
+export type { Ending, Outcome } from './outcome';
 
 /**
  * One run as plain data: its state (what queries answer) and what its handlers learnt. The run's

@@ -1,9 +1,9 @@
 import { allHandlersFinished, condition, continueAsNew, log, workflowInfo } from '@temporalio/workflow';
 import { activeJobs, isJobFinished } from './job-transitions';
-import type { CarriedRun, RunInput } from './messages';
+import type { CarriedRun, RunInput, RunInputArg } from './messages';
 import { newRun, setStatus, type Run } from './run-context';
 import { peersSettled } from './run-peers';
-import type { RunWorkflow } from './run-workflow';
+import type { RunState } from './run-state';
 import type { Submission } from './submission';
 
 /**
@@ -87,7 +87,8 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
       },
     },
   };
-  return continueAsNew<typeof RunWorkflow>({ ...run.input, carried });
+  // RunWorkflow's signature (importing it would make a circle of modules).
+  return continueAsNew<(arg: RunInputArg) => Promise<RunState>>({ ...run.input, carried });
 }
 
 /** The run as the execution before this one left it; what its adopted submission starts from. */

@@ -1,6 +1,6 @@
 import type { CancellationScope, ChildWorkflowHandle } from '@temporalio/workflow';
 import type { NodeGroupWorkflow } from './node-group-workflow';
-import type { Outcome } from './run-context';
+import type { Outcome } from './outcome';
 
 /** One submission's group children, started together and cancelled together. */
 export interface Submission {
