@@ -17,12 +17,7 @@ import { LocalBackend } from '../src/backends/local/local-backend';
 import { nodeLinkNames, type NodeLinkNames } from '../src/backends/local/local-names';
 import { ensureNodeNetwork, netnsAvailable, removeNodeNetwork } from '../src/backends/local/netns';
 import type { Plan } from '../src/plan/plan-schema';
-import { closeAllSshSessions } from '../src/backends/ssh';
-import { SshBackend } from '../src/backends/ssh/ssh-backend';
-import { FleetClient } from '../src/fleet/fleet-client';
-import { fleetSpecOf } from '../src/fleet/fleet-spec';
-import { loadFleetConfig } from '../src/plan';
-import { createTestHosts, type TestHosts } from '../test/e2e/hosts';
+import type { TestHosts } from '../test/e2e/hosts';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import type { RunOptionsInput } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
@@ -34,6 +29,7 @@ import { fmt, median, percentile } from './harness/stats';
 import { startBenchTemporal, startInProcessWorker, type BenchTemporal } from './harness/temporal-env';
 import { stackedBarChart, stackVertically, lineChart, writePng } from './plot/charts';
 import { resultsDir } from './harness/results';
+import { createBenchSshFleet } from './harness/ssh-fleet';
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 20);
 const WARMUP = 2;
@@ -213,51 +209,26 @@ async function localFleetTarget(mode: 'netns' | 'loopback'): Promise<FleetTarget
  */
 async function sshFleetTarget(env: BenchTemporal, bashrc: boolean): Promise<FleetTarget> {
   const L40S = { name: 'NVIDIA L40S', memoryMiB: 46068, count: 1 };
-  const hosts = await createTestHosts(
+  const label = `SSH ${bashrc ? "with root's .bashrc (pyenv init)" : 'without .bashrc'}`;
+  const fleet = await createBenchSshFleet(
+    env,
+    `bench-ssh-${bashrc ? 'bashrc' : 'nobashrc'}-${process.pid}`,
+    taskQueueFor(label),
     ['cpu', 'l40s-a', 'l40s-b'].map((name) => ({ name, skipBashrc: !bashrc, ...(name === 'cpu' ? {} : { gpus: L40S }) })),
   );
-  const fleetName = `bench-ssh-${bashrc ? 'bashrc' : 'nobashrc'}-${process.pid}`;
-  const byAddress = new Map(Object.values(hosts.hosts).map((h) => [h.address, h.jobBaseDir]));
-  const label = `SSH ${bashrc ? "with root's .bashrc (pyenv init)" : 'without .bashrc'}`;
-  const fleets = new FleetClient(env.client, { taskQueue: taskQueueFor(label) });
-  const backend = new SshBackend({
-    fleets,
-    releaseGraceSeconds: 1,
-    jobBaseDir: ({ hostname }) => {
-      const base = byAddress.get(hostname);
-      if (!base) throw new Error(`no test host at ${hostname}`);
-      return base;
-    },
-  });
-  const savedKnownHosts = process.env.TROUPE_KNOWN_HOSTS;
-  process.env.TROUPE_KNOWN_HOSTS = hosts.knownHostsFile;
   return {
     label,
     backend: 'ssh',
-    registry: { ssh: backend },
-    floors: [{ label: `floor: 3 parallel ssh sessions, ${bashrc ? 'with' : 'without'} .bashrc`, measure: () => measureSshFloor(hosts) }],
-    async prepare() {
-      const lines = ['type: fleet', `name: ${fleetName}`, 'placement: cluster', 'ssh_config:', '  user: root', `  identity_file: ${hosts.clientKeyPath}`, '  hosts:'];
-      for (const name of ['cpu', 'l40s-a', 'l40s-b']) lines.push(`    - ${hosts.host(name).address}`);
-      const yaml = `${lines.join('\n')}\n`;
-      const state = await fleets.apply(fleetSpecOf(loadFleetConfig(yaml, `${fleetName}.yml`, { environ: {} }), `${fleetName}.yml`));
-      const unusable = state.hosts.filter((h) => h.status !== 'ready');
-      if (unusable.length > 0) throw new Error(`fleet hosts not ready: ${JSON.stringify(unusable.map((h) => [h.spec.target.hostname, h.reason]))}`);
-    },
+    registry: { ssh: fleet.backend },
+    floors: [{ label: `floor: 3 parallel ssh sessions, ${bashrc ? 'with' : 'without'} .bashrc`, measure: () => measureSshFloor(fleet.hosts) }],
+    prepare: () => fleet.apply(),
     adaptPlan: (plan) => ({
       ...plan,
-      fleets: [fleetName],
+      fleets: [fleet.fleetName],
       groups: plan.groups.map((g) => ({ ...g, resources: { ...g.resources, disk: { min: 1, max: null } } })),
     }),
-    async release() {
-      await fleets.delete(fleetName, { force: true }).catch((err: unknown) => console.error(`fleet ${fleetName} not deleted: ${String(err)}`));
-    },
-    async cleanup() {
-      await closeAllSshSessions();
-      await hosts.destroy();
-      if (savedKnownHosts === undefined) delete process.env.TROUPE_KNOWN_HOSTS;
-      else process.env.TROUPE_KNOWN_HOSTS = savedKnownHosts;
-    },
+    release: () => fleet.remove(),
+    cleanup: () => fleet.destroy(),
   };
 }
 
