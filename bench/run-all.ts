@@ -1,7 +1,8 @@
 /**
- * Every bench, one after the other (`npm run bench`): launch latency on the local fleet, scale and
- * concurrency on the simulated backend, healing and resizing on the local fleet. Each bounds its
- * own time; the output is also written to bench/results/run-all.log. Nothing is asserted.
+ * Every bench, one after the other (`npm run bench`): launch latency on the local fleet and SSH
+ * test hosts, scale and concurrency on the simulated backend, healing and resizing on the local
+ * fleet and SSH test hosts. Each bounds its own time; the output is also written to
+ * bench/results/run-all.log. Nothing is asserted.
  */
 import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
