@@ -834,6 +834,6 @@ async function main(): Promise<void> {
 }
 
 await main();
-// After restart-node on SSH one TCP socket stays open once the hosts are gone (an SSH session to a
-// destroyed test host, seen with process.getActiveResourcesInfo()), holding the process for minutes.
+// After restart-node on SSH one SSH connection, ended by closeAllSshSessions() but not yet closed,
+// waits for the FIN of a test host already destroyed and holds the process (BENCHMARKS.md section 6).
 process.exit();
