@@ -16,7 +16,9 @@
  *   `on_dependency_restart: restart`; one decode server killed → both decode nodes new and READY,
  *   the router started again after them; prefill keeps its pid;
  * - quorum: prefill of 3 nodes, the third held back 2 s after the second is READY; a new run per
- *   repetition with `ready: {min: 2}` and one without → when the router runs.
+ *   repetition with `ready: {min: 2}` and one without → when the router runs;
+ * - handover: decode `restart-node`, the run `continue_as_new_after_events: 100`; decode killed
+ *   until the run continues as new, N times → how long its jobs go unsupervised, no process restarted.
  *
  *   npx tsx bench/heal.ts [case…]    (every case by default; BENCH_HEAL_REPS=5;
  *                                     BENCH_LOCAL=0 / BENCH_SSH=0 skip a fleet)
@@ -46,12 +48,12 @@ import type { GroupPlan, Plan } from '../src/plan/plan-schema';
 import { pidAlive } from '../test/helpers/local-fleet';
 import { askRouter, serverPidIn, servicePlan } from '../test/e2e/local-heal-fixtures';
 import { leftovers } from '../test/helpers/leftovers';
-import { runWorkflowId } from '../workflows/ids';
+import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import { RunOptionsSchema } from '../workflows/message-schemas';
 import { runStateQuery, type RunOptionsInput } from '../workflows/messages';
 import type { JobState, RunState } from '../workflows/run-state';
 import { loadAverage } from './harness/cpu';
-import { timersOf, workflowCost } from './harness/history';
+import { firstEvent, lastEvent, lastEventOf, timersOf, workflowCost } from './harness/history';
 import { resultsDir } from './harness/results';
 import { createBenchSshFleet } from './harness/ssh-fleet';
 import { fmt, median, percentile } from './harness/stats';
@@ -363,6 +365,85 @@ async function restartScenario(bench: Bench): Promise<Scenario> {
   scenario.notes.push('router and prefill kept their server pids and attempt 0 through every restart');
   scenario.notes.push(routerNote(routed, 'decode/0', addresses));
   return done(scenario);
+}
+
+/**
+ * A long-lived run continuing as new (`continue_as_new_after_events: 100`): decode's server killed
+ * until the run hands over (one restart passes 100 events in the first execution, two in later
+ * ones, which start at ~30 and must add 100 of their own). Per hand-over: how long the run stops
+ * supervising its jobs (from its decision, the first cancel of a group child, to the last group
+ * of the next execution scheduling its supervision again), and that no process was started again.
+ */
+async function handoverScenario(bench: Bench): Promise<Scenario> {
+  const name = runName(bench, 'handover');
+  const hookLog = join(bench.sharedDir, `${name}.hooks`);
+  const plan = samplePlan(bench, name, { on_failure: { action: 'restart-node', max_restarts: 1_000, within_s: null } }, hookLog);
+  const scenario = newScenario(bench, 'handover', 'continue-as-new');
+  const { add } = scenario;
+  const restartsPer: number[] = [];
+  const client = bench.env.client;
+  const workflowId = runWorkflowId(name);
+  await withRun(bench, name, plan, { ...RUN_OPTIONS, continue_as_new_after_events: 100 }, async (up) => {
+    const kept = keptPids(bench, up, [0, 1]);
+    let state = up;
+    let runId = (await client.workflow.getHandle(workflowId).describe()).runId;
+    for (let generation = 1; generation <= REPS; generation++) {
+      scenario.load.push(loadAverage());
+      let next: string | null = null;
+      let restarts = 0;
+      while (next === null) {
+        const attempt = state.jobs[2]?.attempt ?? 0;
+        process.kill(serverPidIn(bench.target.netnsOf(state.jobs[2])), 'SIGKILL');
+        restarts += 1;
+        state = await waitFor(bench, name, (s) => allUp(s) && s.jobs[2]?.attempt === attempt + 1, `decode attempt ${attempt + 1} READY`);
+        next = await nextExecution(bench, workflowId, runId, 5_000);
+      }
+      restartsPer.push(restarts);
+      const decodePid = serverPidIn(bench.target.netnsOf(state.jobs[2]));
+      const old = await workflowCost(client, workflowId, runId);
+      const decided = firstEvent(old, 'requestCancelExternalWorkflowExecutionInitiated');
+      const continued = lastEvent(old, 'workflowExecutionContinuedAsNew');
+      const supervised = await supervisedAgain(bench, plan, workflowId, generation);
+      add('events in the execution that handed over (a count, not ms)', old.events);
+      add('decision → continued as new (the group children ended)', continued - decided);
+      add('continued as new → every group supervises its jobs again', supervised - continued);
+      add('decision → supervised again (no job watched meanwhile; exits wait on the hosts)', supervised - decided);
+      state = await waitFor(bench, name, allUp, 'every node up after the hand-over');
+      checkKept(kept, [0, 1], state, `through hand-over ${generation}`);
+      if (serverPidIn(bench.target.netnsOf(state.jobs[2])) !== decodePid) bench.problems.push(`${name}: decode's server changed through hand-over ${generation}`);
+      runId = next;
+      process.stdout.write('.');
+    }
+    process.stdout.write('\n');
+  });
+  scenario.notes.push(`restarts per hand-over: ${restartsPer.join(', ')}`);
+  scenario.notes.push('router, prefill and the current decode node kept their server pids through every hand-over');
+  return done(scenario);
+}
+
+/** When the last group child of the run's `generation` scheduled its supervision of the jobs it took up. */
+async function supervisedAgain(bench: Bench, plan: Plan, workflowId: string, generation: number): Promise<number> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const children = await Promise.all(plan.groups.map((g) => workflowCost(bench.env.client, nodeGroupWorkflowId(workflowId, g.name, 0, generation)).catch(() => null)));
+    const found = children.flatMap((c) => (c ? [c] : []));
+    if (found.length === plan.groups.length && found.every((c) => !Number.isNaN(lastEvent(c, 'activityTaskScheduled', 'runJobs')))) {
+      return lastEventOf(found, 'activityTaskScheduled', 'runJobs');
+    }
+    if (Date.now() > deadline) return Number.NaN;
+    await sleep(200);
+  }
+}
+
+/** The run's execution after `runId`, once it has continued as new (null if not within `withinMs`). */
+async function nextExecution(bench: Bench, workflowId: string, runId: string, withinMs: number): Promise<string | null> {
+  const deadline = Date.now() + withinMs;
+  for (;;) {
+    const latest = (await bench.env.client.workflow.getHandle(workflowId).describe()).runId;
+    if (latest !== runId) return latest;
+    if (Date.now() > deadline) return null;
+    await sleep(100);
+  }
 }
 
 async function scaleScenario(bench: Bench): Promise<Scenario> {
@@ -768,6 +849,7 @@ const CASES: Record<string, (bench: Bench) => Promise<Scenario>> = {
   'retry-default': (bench) => retryScenario(bench, 'default'),
   'restart-group': restartGroupScenario,
   quorum: quorumScenario,
+  handover: handoverScenario,
 };
 
 async function measureTarget(env: BenchTemporal, make: (taskQueue: string) => Promise<HealTarget> | HealTarget, cases: string[]): Promise<Scenario[]> {

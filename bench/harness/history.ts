@@ -79,8 +79,9 @@ function payloadBytes(value: unknown, depth = 0): number {
   return total;
 }
 
-export async function workflowCost(client: Client, workflowId: string): Promise<WorkflowCost> {
-  const handle = client.workflow.getHandle(workflowId);
+/** `runId`: one execution of a workflow that continued as new (absent: its latest). */
+export async function workflowCost(client: Client, workflowId: string, runId?: string): Promise<WorkflowCost> {
+  const handle = client.workflow.getHandle(workflowId, runId);
   const [history, description] = await Promise.all([handle.fetchHistory(), handle.describe()]);
   const events = history.events ?? [];
   const activityNames = new Map<string, string>();
