@@ -158,7 +158,7 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       const send = (events: JobEvent[]) => sendEvents(ctx, input.run_workflow_id, input.submission, events);
       try {
         const addresses = input.addresses ?? (await Promise.race([addressBookOf(ctx, input.run_workflow_id, input.run_uid, input.submission), ctx.cancelled]));
-        const started = await Promise.race([startBatch(target, input, addresses), ctx.cancelled]);
+        const started = await Promise.race([startBatch(target, input, addresses, details.started_ms), ctx.cancelled]);
         if (!(await send(started.events))) return;
         await supervise(ctx, target, input, started.running, details.started_ms, send);
       } finally {
@@ -169,7 +169,7 @@ export function createJobBatchActivities(backends: BackendRegistry) {
 }
 
 /** Starts every job of the batch; `running` and `failed` events for all of them, and the refs that run. */
-async function startBatch(target: Backend, input: RunJobsInput, addresses: AddressBook): Promise<{ events: JobEvent[]; running: JobRef[] }> {
+async function startBatch(target: Backend, input: RunJobsInput, addresses: AddressBook, startedMs: number): Promise<{ events: JobEvent[]; running: JobRef[] }> {
   let env: Record<string, string>;
   let sshKeys: RunSshKeys | null;
   try {
@@ -195,6 +195,11 @@ async function startBatch(target: Backend, input: RunJobsInput, addresses: Addre
     try {
       files = renderFilesFor(ctx, ref, plan_job);
       if (addresses.peers) files = { ...files, peers: { version: addresses.peers.version, json: JSON.stringify(addresses.peers) } };
+      // A backend that probes on the node gets the probe with the job; its timeout counts from the first attempt's start.
+      if (input.probe && target.readiness) {
+        const budget_ms = startedMs + input.probe.timeout_s * 1000 - Date.now();
+        files = { ...files, ready_probe: { script: renderProbeScript(input.probe, ref.instance.internal_ip), interval_s: input.probe.interval_s, budget_ms } };
+      }
     } catch (err) {
       return failed(ref, { type: FailureType.InvalidJobFiles, message: messageOf(err) });
     }
@@ -228,7 +233,11 @@ interface Supervised {
   lastAnswer: string;
 }
 
-/** Checks every running job each interval and probes the unready ones, until every job has ended. */
+/**
+ * Checks every running job each interval and probes the unready ones, until every job has ended.
+ * A backend with `readiness()` (SSH) probes on the node itself from the job's start: it is asked
+ * for the outcome each interval instead, which costs no command until the node pushes one.
+ */
 async function supervise(
   ctx: Context,
   target: Backend,
@@ -251,8 +260,28 @@ async function supervise(
   let pending: JobEvent[] = [];
   let pendingSinceMs = 0;
 
+  /** A backend that probes on the node: its outcome, read without a command until it changes. */
+  const askReadiness = (job: Supervised, readiness: NonNullable<Backend['readiness']>) => {
+    if (!probe) return;
+    job.probing = true;
+    readiness
+      .call(target, job.ref)
+      .catch(() => ({ state: 'pending' as const }))
+      .then((answer) => {
+        job.probing = false;
+        if (!live.has(job.ref.job_num) || !job.awaitingReady || answer.state === 'pending') return;
+        job.awaitingReady = false;
+        if (answer.state === 'ready') probeEvents.push({ kind: 'ready', job_num: job.ref.job_num, ...attemptOf(job.ref) });
+        else {
+          const last = describeProbeAnswer(probe, job.ref.instance.internal_ip, answer);
+          probeEvents.push(failed(job.ref, { type: FailureType.NotReady, message: `${job.label} not ready after ${probe.timeout_s}s: ${last}` }));
+        }
+      });
+  };
+
   const runProbe = (job: Supervised) => {
     if (!probe) return;
+    if (target.readiness) return askReadiness(job, target.readiness);
     job.probing = true;
     const script = renderProbeScript(probe, job.ref.instance.internal_ip);
     const attemptMs = Math.max(100, Math.min(10_000, readyDeadline - Date.now()));

@@ -1,10 +1,11 @@
 /**
  * Where the launch time goes: runs the PD sample on the LOCAL fleet (loopback addresses, or network
- * namespaces with `netns` as argument) a few times and prints the last run's events of the run and
- * its three groups merged in time order, in ms from submit, with the step from the event before, and
- * every call into the local backend when it returned, with its duration.
+ * namespaces with `netns` as argument) or on three SSH test hosts (`ssh`, without root's .bashrc;
+ * `ssh-bashrc` with it) a few times and prints the last run's events of the run and its three
+ * groups merged in time order, in ms from submit, with the step from the event before, and every
+ * call into the backend when it returned, with its duration.
  *
- *   npx tsx bench/timeline.ts [loopback|netns]      (BENCH_RUNS=5 by default; the last one is printed,
+ *   npx tsx bench/timeline.ts [loopback|netns|ssh|ssh-bashrc]   (BENCH_RUNS=5 by default; the last one is printed,
  *                                                    and with BENCH_SHOW=slowest every run slower than all before it)
  *
  * A diagnostic beside bench/launch-latency.ts: it asserts nothing and writes nothing.
@@ -12,25 +13,42 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { Backend } from '../src/backends/backend';
 import { LocalBackend } from '../src/backends/local/local-backend';
+import { createBenchSshFleet } from './harness/ssh-fleet';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import type { RunState } from '../workflows/run-state';
 import { workflowCost } from './harness/history';
 import { pdPlan } from './harness/plans';
 import { startBenchTemporal, startInProcessWorker } from './harness/temporal-env';
 
-const mode = process.argv[2] === 'netns' ? 'netns' : 'loopback';
+const MODES = ['loopback', 'netns', 'ssh', 'ssh-bashrc'] as const;
+const mode = MODES.find((m) => m === process.argv[2]) ?? 'loopback';
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 
 const env = await startBenchTemporal('timeline');
+const taskQueue = `bench-timeline-${process.pid}`;
 const fleetDir = mkdtempSync(join(tmpdir(), 'troupe-bench-timeline-'));
-const backend = new LocalBackend({
-  stateDir: fleetDir,
-  network: mode,
-  subnet: mode === 'netns' ? '10.213.202.0/24' : '127.213.202.0/24',
-  gpus: 1,
-  releaseGraceSeconds: 1,
-});
+const L40S = { name: 'NVIDIA L40S', memoryMiB: 46068, count: 1 };
+// The PD sample's hosts, as bench/launch-latency.ts makes them: the router's CPU host and one L40S each for prefill and decode.
+const sshFleet =
+  mode === 'ssh' || mode === 'ssh-bashrc'
+    ? await createBenchSshFleet(
+        env,
+        `bench-timeline-${process.pid}`,
+        taskQueue,
+        ['cpu', 'l40s-a', 'l40s-b'].map((name) => ({ name, skipBashrc: mode === 'ssh', ...(name === 'cpu' ? {} : { gpus: L40S }) })),
+      )
+    : null;
+const backend: Backend =
+  sshFleet?.backend ??
+  new LocalBackend({
+    stateDir: fleetDir,
+    network: mode === 'netns' ? 'netns' : 'loopback',
+    subnet: mode === 'netns' ? '10.213.202.0/24' : '127.213.202.0/24',
+    gpus: 1,
+    releaseGraceSeconds: 1,
+  });
 /** Every call of these into the backend, with its start and end, shown in the timeline beside the events. */
 const TRACED = new Set(['provision', 'runnerReady', 'startJob', 'stopJob', 'releaseRun', 'exec']);
 const calls: Array<{ name: string; what: string; start: number; end: number }> = [];
@@ -52,20 +70,22 @@ function describeCall(args: unknown[]): string {
   const first = args[0] as { job_name?: string; jobs?: Array<{ job_name: string }> } | undefined;
   return first?.job_name ?? first?.jobs?.map((j) => j.job_name).join(',') ?? '';
 }
-const taskQueue = `bench-timeline-${process.pid}`;
-const worker = await startInProcessWorker(env, taskQueue, { local: traced });
+const worker = await startInProcessWorker(env, taskQueue, { [backend.kind]: traced });
 let worst = 0;
 try {
+  await sshFleet?.apply();
   for (let i = 1; i <= RUNS; i++) {
     const runName = `bench-timeline-${process.pid}-${i}`;
-    const plan = pdPlan(runName, 'sleep 1');
+    const pd = pdPlan(runName, 'sleep 1');
+    // On the SSH fleet: the run names it, and asks for less disk than the default 100 GB.
+    const plan = sshFleet ? { ...pd, fleets: [sshFleet.fleetName], groups: pd.groups.map((g) => ({ ...g, resources: { ...g.resources, disk: { min: 1, max: null } } })) } : pd;
     const runId = runWorkflowId(runName);
     calls.length = 0;
     const t0 = Date.now();
     const handle = await env.client.workflow.start('RunWorkflow', {
       taskQueue,
       workflowId: runId,
-      args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
+      args: [{ plan, backend: backend.kind, options: { stop_grace_s: 1 } }],
     });
     const state = (await handle.result()) as RunState;
     const allRunning = Math.max(...state.jobs.map((j) => Date.parse(j.running_at ?? ''))) - t0;
@@ -88,7 +108,12 @@ try {
     }
   }
 } finally {
+  await sshFleet?.remove();
   await worker.stop();
+  await sshFleet?.destroy();
   await env.close();
   rmSync(fleetDir, { recursive: true, force: true });
 }
+// Done once the timeline is printed: a handle left open (seen after the SSH fleet) must not keep
+// the bench, and the shared SSH hosts' lock it runs under, for minutes.
+process.exit(0);

@@ -57,7 +57,23 @@ export interface JobFiles {
   ssh?: NodeSshKeys | null;
   /** The first address book of the node (`peers.json`, TROUPE_PEERS_FILE); later ones come with writePeers(). */
   peers?: PeersFile | null;
+  /**
+   * The group's readiness probe, for a backend that probes on the node itself (one with
+   * `readiness()`): started with the job, it runs until it passes or `budget_ms` has gone by.
+   */
+  ready_probe?: NodeReadyProbe | null;
 }
+
+/** A readiness probe as the node runs it (src/runner/ready-probe.ts renders the script). */
+export interface NodeReadyProbe {
+  script: string;
+  interval_s: number;
+  /** What is left of the group's timeout, counted from the job's first start attempt. */
+  budget_ms: number;
+}
+
+/** What the node's own probe loop found: still probing, passed, or out of time with its last answer. */
+export type ReadinessState = { state: 'pending' } | { state: 'ready' } | { state: 'not-ready'; exit_code: number; output: string };
 
 /** A version of a run's live address book, as written to every node's `peers.json`. */
 export interface PeersFile {
@@ -166,6 +182,12 @@ export interface Backend {
    * a script still running after `timeoutMs` is killed and counts as exit code 124.
    */
   exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult>;
+  /**
+   * Optional: a backend that runs the readiness probe on the node (JobFiles.ready_probe) and
+   * pushes its outcome answers here, without a command per probe; the outcome is on the node's
+   * disk, so it survives a worker crash. Without it, the probe runs through exec() every interval.
+   */
+  readiness?(job: JobRef): Promise<ReadinessState>;
 }
 
 export interface ExecResult {

@@ -19,11 +19,13 @@ import { quoteShellWord } from './shell-quote';
  *   `unshare` stays in the job's process group, waits for the namespace's init and returns its code.
  * - `entry`: the script run in place of launch.sh (ssh/run.sh, which starts the node's SSH server
  *   first: src/runner/inter-node-ssh.ts), relative to the job's directory.
+ * - `readyLoop` (SSH hosts with a readiness probe): that script of the job's directory is started in
+ *   the background just before the commands, with the wrapper's pid (src/backends/ssh/ready-loop.ts).
  * - `notifyDir` (SSH hosts): once the code is written, `exit <dir>` goes into every FIFO there, the
  *   job watchers' (src/backends/ssh/job-watch.ts). Opened read-write, a FIFO never blocks the
  *   wrapper, and one whose watcher is gone just drops the line.
  */
-export function renderJobWrapper(opts: { isolate?: { unshare: string }; entry?: string; notifyDir?: string } = {}): string {
+export function renderJobWrapper(opts: { isolate?: { unshare: string }; entry?: string; notifyDir?: string; readyLoop?: string } = {}): string {
   const commands = opts.isolate
     ? `exec ${quoteShellWord(opts.isolate.unshare)} --mount --pid --fork bash --noprofile --norc "$dir/${L.isolatedLaunch}"`
     : `. "$dir/${L.env}" && cd "$dir/${L.workDir}" && exec bash "$dir/${opts.entry ?? L.launchScript}"`;
@@ -38,7 +40,8 @@ printf '%s %s\\n' "$$" "\${20}" > ${L.started}/${L.pid}.tmp && mv -f ${L.started
 set +f
 trap : TERM INT HUP
 mkdir -p ${L.workDir}
-(
+${opts.readyLoop ? `bash --noprofile --norc ${quoteShellWord(opts.readyLoop)} "$$" </dev/null >/dev/null 2>&1 &
+` : ''}(
   ${commands}
 ) >> "$dir/${L.log}" 2>&1 < /dev/null
 code=$?

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { InstanceUnreachableError, SubmissionClosedError, type JobFiles, type JobRef } from '../../src/backends/backend';
 import {
@@ -338,6 +338,44 @@ describe('SshRunner', () => {
     expect(await r.exec(job, 'sleep 30 & sleep 31; echo never', 700)).toEqual({ exit_code: 124, output: '' });
     expect(Date.now() - started).toBeLessThan(5_000);
     await r.stopJob(job, 1);
+  });
+
+  it('pushes readiness from the host: no command while it probes, the outcome on disk for a worker that comes back', async () => {
+    const r = runner('cpu');
+    const session = await connectSsh(hosts.target('cpu'), trust);
+    // Passes once `<hostfile>.go` exists; the hosts share this machine's file system, so the test makes it without a command.
+    const probe = (budget_ms: number, script = 'test -e "$DSTACK_MPI_HOSTFILE.go" || { echo "  no go file yet "; exit 1; }') => ({ script, interval_s: 0.2, budget_ms });
+    const job = jobRef('cpu', 'probed');
+    await r.startJob(job, { ...files(r, job, ['sleep 1000']), ready_probe: probe(30_000) });
+    expect((await r.jobState(job)).state).toBe('running');
+    expect(await r.readiness(job)).toEqual({ state: 'pending' });
+    const sent = session.commandsSent;
+    const quietUntil = Date.now() + 1_500;
+    while (Date.now() < quietUntil) {
+      expect(await r.readiness(job)).toEqual({ state: 'pending' });
+      expect((await r.jobState(job)).state).toBe('running');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    // Asked 15 times while the host probed 7 times: not one command.
+    expect(session.commandsSent).toBe(sent);
+    writeFileSync(`${r.jobDirectory(job)}/hostfile.go`, '');
+    await expect.poll(() => r.readiness(job), { timeout: 5_000, interval: 50 }).toEqual({ state: 'ready' });
+    // One read of the outcome once it was pushed.
+    expect(session.commandsSent - sent).toBe(1);
+
+    // The worker gone (its sessions and watcher with it) while the probe passes: the next one reads it on the host.
+    const later = jobRef('cpu', 'probed-later');
+    await r.startJob(later, { ...files(r, later, ['sleep 1000']), ready_probe: probe(30_000) });
+    await closeAllSshSessions();
+    writeFileSync(`${r.jobDirectory(later)}/hostfile.go`, '');
+    await expect.poll(() => existsSync(`${r.jobDirectory(later)}/readiness`), { timeout: 5_000 }).toBe(true);
+    expect(await runner('cpu').readiness(later)).toEqual({ state: 'ready' });
+
+    // Out of time: the last answer, first non-empty line trimmed.
+    const never = jobRef('cpu', 'never-ready');
+    await r.startJob(never, { ...files(r, never, ['sleep 1000']), ready_probe: probe(600) });
+    await expect.poll(() => r.readiness(never), { timeout: 5_000, interval: 100 }).toEqual({ state: 'not-ready', exit_code: 1, output: 'no go file yet' });
+    for (const j of [job, later, never]) await r.stopJob(j, 1);
   });
 
   it('runs a job on a host behind a jump', async () => {

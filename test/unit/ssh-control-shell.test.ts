@@ -45,6 +45,10 @@ describe('control shell', () => {
     expect(counted.stdout.trim()).toBe(String(big.length));
     const literal = await shell.run(`printf '%s' '${hostile.replaceAll("'", `'\\''`)}'`, 5_000);
     expect(literal.stdout).toBe(hostile);
+    // A NUL byte cannot be in a bash string: such a stdin goes base64-encoded, byte for byte still.
+    const withNul = Buffer.from([0x61, 0x00, 0x0a, 0x00, 0xff, 0x62]);
+    expect((await shell.run('od -An -tx1 | tr -s " " | sed "s/^ //"', 5_000, withNul)).stdout.trim()).toBe('61 00 0a 00 ff 62');
+    expect((await shell.run('wc -c', 5_000, '')).stdout.trim()).toBe('0');
   });
 
   it('each command in a fresh bash: no state carries over, the login umask stays', async () => {

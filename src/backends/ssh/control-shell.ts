@@ -8,12 +8,15 @@ import { SshError } from './errors';
  * this shell inherited.
  *
  * Protocol, on the channel's stdin and stdout: Troupe sends one line per command,
- * `__troupe_run ID SECONDS BASE64(script) BASE64(stdin)`; the shell runs the script in its own
- * `bash --noprofile --norc -c` under `timeout -s KILL SECONDS` (its process group ends at the
- * deadline), with the decoded stdin on a pipe and its output in files of a private temporary
- * directory, then answers `\x1eTROUPE ID CODE OUTLEN ERRLEN\n` followed by the output and the
- * error output. Nothing else reaches stdout after the ready mark: whatever the rc files print
- * comes before it and is dropped.
+ * `__troupe_run ID SECONDS SCRIPTLEN STDINLEN ENCODING`, then the script's and the stdin's bytes;
+ * the shell reads them with builtins, runs the script in its own `bash --noprofile --norc -c`
+ * under `timeout -s KILL SECONDS` (its process group ends at the deadline), with the stdin in a
+ * file and its output in files of a private temporary directory, then answers
+ * `\x1eTROUPE ID CODE OUTLEN ERRLEN\n` followed by the output and the error output. A stdin with a
+ * NUL byte (which a bash string cannot hold) goes base64-encoded (ENCODING `b64`, else `raw`).
+ * Nothing else reaches stdout after the ready mark: whatever the rc files print comes before it
+ * and is dropped. A command costs the host 3 process creations (timeout, stat, cat) and an exec of
+ * bash: every one is milliseconds on a busy host, and a launch waits for several commands.
  */
 
 export interface CommandResult {
@@ -37,10 +40,16 @@ const PRELUDE = [
   'for __d in "${TMPDIR:-/tmp}"/troupe-ctl.*; do __p=${__d##*/troupe-ctl.}; __p=${__p%%.*}; [ -d "$__d" ] && ! kill -0 "$__p" 2>/dev/null && rm -rf "$__d"; done',
   '__T=$(mktemp -d "${TMPDIR:-/tmp}/troupe-ctl.$$.XXXXXX") || exit 97',
   "trap 'rm -rf \"$__T\"' EXIT",
+  // The next $1 bytes of stdin into __s (byte count: C locale, local to the function).
+  '__troupe_take() { local LC_ALL=C; IFS= read -r -N "$1" __s || [ "${#__s}" = "$1" ]; }',
   '__troupe_run() {',
-  '  timeout -s KILL "$2" bash --noprofile --norc -c "$(printf %s "$3" | base64 -d)" < <(printf %s "$4" | base64 -d) > "$__T/o" 2> "$__T/e"',
-  '  set -- "$1" "$?"',
-  `  printf '\\036TROUPE %s %s %s %s\\n' "$1" "$2" "$(stat -c %s "$__T/o")" "$(stat -c %s "$__T/e")"`,
+  '  __troupe_take "$3" || exit 98',
+  '  __c=$__s',
+  '  __troupe_take "$4" || exit 98',
+  '  if [ "$5" = b64 ]; then printf %s "$__s" | base64 -d; else printf %s "$__s"; fi > "$__T/i"',
+  '  timeout -s KILL "$2" bash --noprofile --norc -c "$__c" < "$__T/i" > "$__T/o" 2> "$__T/e"',
+  '  set -- "$1" "$?" $(stat -c %s "$__T/o" "$__T/e")',
+  `  printf '\\036TROUPE %s %s %s %s\\n' "$@"`,
   '  cat "$__T/o" "$__T/e"',
   '}',
   "printf '\\036TROUPE-READY\\n'",
@@ -55,7 +64,7 @@ export interface ShellChannel {
   on(event: 'data', listener: (chunk: Buffer) => void): unknown;
   on(event: 'close', listener: () => void): unknown;
   stderr: { on(event: 'data', listener: (chunk: Buffer) => void): unknown };
-  write(data: string): unknown;
+  write(data: string | Buffer): unknown;
   close(): unknown;
 }
 
@@ -125,7 +134,12 @@ export class ControlShell {
     if (this.pending) return Promise.reject(new SshError(this.host, `${this.host}: the control shell is busy`));
     const id = this.nextId++;
     const seconds = Math.ceil(timeoutMs / 1000) + 1;
-    const line = `__troupe_run ${id} ${seconds} ${Buffer.from(script, 'utf8').toString('base64') || "''"} ${stdinBase64(stdin)}\n`;
+    const body = Buffer.from(script, 'utf8');
+    if (body.includes(0)) return Promise.reject(new SshError(this.host, `${this.host}: a script with a NUL byte cannot run`));
+    const input = stdin === undefined ? Buffer.alloc(0) : typeof stdin === 'string' ? Buffer.from(stdin, 'utf8') : stdin;
+    const binary = input.includes(0);
+    const sent = binary ? Buffer.from(input.toString('base64'), 'latin1') : input;
+    const line = Buffer.concat([Buffer.from(`__troupe_run ${id} ${seconds} ${body.length} ${sent.length} ${binary ? 'b64' : 'raw'}\n`), body, sent]);
     return new Promise<CommandResult>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.end(new SshError(this.host, `${this.host}: no answer from the control shell within ${seconds + 1} s`));
@@ -204,7 +218,3 @@ export class ControlShell {
   }
 }
 
-function stdinBase64(stdin: string | Buffer | undefined): string {
-  if (stdin === undefined || stdin.length === 0) return "''";
-  return (typeof stdin === 'string' ? Buffer.from(stdin, 'utf8') : stdin).toString('base64');
-}

@@ -11,8 +11,10 @@ import { shQuote } from './shell-quote';
  * was killed before it could write (`gone <dir>`), and says `tick` every 15 s, which ends it by
  * SIGPIPE if its channel is gone.
  *
- * The worker trusts the watcher for a job only after a check on the host found the job running
- * while the watcher was already listening: an exit that came before cannot be missed. When the
+ * A job's readiness loop (ready-loop.ts) says `ready <dir>` the same way once its outcome is on
+ * disk. The worker trusts the watcher for a job only after a check on the host found the job
+ * running (or its readiness still pending) while the watcher was already listening: an exit or an
+ * outcome that came before cannot be missed. When the
  * watcher's channel closes (connection lost, host rebooted) every job is checked on the host
  * again, and a new watcher is started.
  */
@@ -68,6 +70,9 @@ export class JobWatch {
   private failedAt = 0;
   private readonly watched = new Map<string, Watched>();
   private readonly lastEvent = new Map<string, number>();
+  /** Jobs whose readiness was found pending on the host while the watcher listened. */
+  private readonly awaitingReady = new Map<string, Omit<Watched, 'pid'>>();
+  private readonly lastReadyEvent = new Map<string, number>();
   /** Jobs being checked on the host right now (their events count even before they are watched). */
   private readonly checking = new Map<string, number>();
   private sweeper: NodeJS.Timeout | null = null;
@@ -111,15 +116,43 @@ export class JobWatch {
     channel.write(`watch ${pid} ${dir}\n`);
   }
 
+  /** True while the watcher vouches that the job's readiness is still pending; false: read it on the host. */
+  readinessPending(dir: string): boolean {
+    const entry = this.awaitingReady.get(dir);
+    if (!entry || !this.channel || entry.epoch !== this.epoch || (this.lastReadyEvent.get(dir) ?? 0) > entry.since) return false;
+    entry.lastAsked = Date.now();
+    return true;
+  }
+
+  /** A read on the host that began at `since` found the job's readiness pending: the watcher vouches from now on. */
+  async watchReadiness(dir: string, since: number): Promise<void> {
+    await this.ensureStarted();
+    if (!this.channel || (this.lastReadyEvent.get(dir) ?? 0) > since) return;
+    this.awaitingReady.set(dir, { epoch: this.epoch, since, lastAsked: Date.now() });
+  }
+
+  /** Readiness is known (or no longer asked for): the watcher need not vouch for it. */
+  forgetReadiness(dir: string): void {
+    this.awaitingReady.delete(dir);
+    this.lastReadyEvent.delete(dir);
+    this.closeWhenIdle();
+  }
+
   /** The job has ended or was stopped: no more watching. The watcher ends with its last job. */
   forget(dirOrPrefix: string): void {
+    const covers = (dir: string) => dir === dirOrPrefix || dir.startsWith(`${dirOrPrefix}/`);
     for (const dir of [...this.watched.keys()]) {
-      if (dir !== dirOrPrefix && !dir.startsWith(`${dirOrPrefix}/`)) continue;
+      if (!covers(dir)) continue;
       this.watched.delete(dir);
       this.lastEvent.delete(dir);
       this.channel?.write(`unwatch 0 ${dir}\n`);
     }
-    if (this.watched.size === 0) this.close();
+    for (const dir of [...this.awaitingReady.keys()]) if (covers(dir)) this.forgetReadiness(dir);
+    this.closeWhenIdle();
+  }
+
+  private closeWhenIdle(): void {
+    if (this.watched.size === 0 && this.awaitingReady.size === 0) this.close();
   }
 
   close(): void {
@@ -188,19 +221,25 @@ export class JobWatch {
     this.sweeper.unref();
   }
 
-  /** `exit <dir>` or `gone <dir>`: the job is to be checked on the host again. */
+  /** `exit <dir>` or `gone <dir>`: the job is to be checked on the host again; `ready <dir>`: its readiness. */
   private take(line: string): void {
     const space = line.indexOf(' ');
     const verb = line.slice(0, space);
     const dir = line.slice(space + 1);
     // Every job of this user on the host reports to every watcher: keep only what concerns ours.
-    if ((verb !== 'exit' && verb !== 'gone') || (!this.watched.has(dir) && !this.checking.has(dir))) return;
-    this.seq += 1;
-    this.lastEvent.set(dir, this.seq);
+    if (!this.watched.has(dir) && !this.awaitingReady.has(dir) && !this.checking.has(dir)) return;
+    if (verb === 'exit' || verb === 'gone') {
+      this.seq += 1;
+      this.lastEvent.set(dir, this.seq);
+    } else if (verb === 'ready') {
+      this.seq += 1;
+      this.lastReadyEvent.set(dir, this.seq);
+    }
   }
 
   private sweep(): void {
     const now = Date.now();
     for (const [dir, entry] of this.watched) if (now - entry.lastAsked > FORGET_AFTER_MS) this.forget(dir);
+    for (const [dir, entry] of this.awaitingReady) if (now - entry.lastAsked > FORGET_AFTER_MS) this.forgetReadiness(dir);
   }
 }

@@ -5,6 +5,7 @@ import {
   SubmissionClosedError,
   type Backend,
   type ExecResult,
+  type ReadinessState,
   type Instance,
   type JobFiles,
   type JobProcessState,
@@ -221,6 +222,10 @@ export class SshBackend implements Backend {
 
   async exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult> {
     return await this.runnerOf(job).exec(job, script, timeoutMs);
+  }
+
+  async readiness(job: JobRef): Promise<ReadinessState> {
+    return await this.runnerOf(job).readiness(job);
   }
 
   /**

@@ -10,6 +10,7 @@ import {
   type LogChunk,
   type NodeSshKeys,
   type PeersFile,
+  type ReadinessState,
 } from '../backend';
 import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
@@ -20,6 +21,7 @@ import { connectSsh } from './connect';
 import { isHostUnreachable, SshCommandError, SshError } from './errors';
 import type { HostKeyTrust } from './host-key-trust';
 import { JobWatch } from './job-watch';
+import { parseReadiness, PROBE_FILE, READINESS_FILE, READY_LOOP_FILE, renderReadyLoop } from './ready-loop';
 import { checkBaseDir, containerName, jobDirectory, runDirectory } from './job-paths';
 import {
   CLAIM_WAIT_SECONDS,
@@ -83,6 +85,8 @@ export class SshRunner {
   private readonly host: string;
   /** Exits pushed from the host: a running job costs no command on it (src/backends/ssh/job-watch.ts). */
   private readonly watch: JobWatch;
+  /** The connection on which runnerReady() last found the job base directory writable. */
+  private readyOn: SshSession | null = null;
 
   constructor(
     readonly target: SshTarget,
@@ -105,13 +109,16 @@ export class SshRunner {
   /**
    * True when the host answers and its job base directory is writable; false while it cannot be
    * reached. The directory is the SSH user's alone (0700): another user's jobs on the host cannot
-   * read this user's runs (their hostfiles, scripts, logs).
+   * read this user's runs (their hostfiles, scripts, logs). Checked once per connection: while
+   * that connection lives (its keepalive answered), the host is taken as ready without a command.
    */
   async runnerReady(): Promise<boolean> {
     try {
       const session = await this.session();
+      if (this.readyOn === session && !session.closed) return true;
       const dir = shQuote(this.baseDir);
       const result = await session.exec(`mkdir -p ${dir} && chmod 700 ${dir} && test -w ${dir}`);
+      if (result.exitCode === 0) this.readyOn = session;
       return result.exitCode === 0;
     } catch (err) {
       if (isHostUnreachable(err)) return false;
@@ -160,12 +167,19 @@ export class SshRunner {
 
   /**
    * The job's files (without an image, its launch script too): env (0600: it may hold secrets),
-   * hostfile, wrapper, instance id; its first address book (peers.json and its version), if any;
+   * hostfile, wrapper, instance id; its readiness probe and the loop that runs it, if any;
+   * its first address book (peers.json and its version), if any;
    * in a run of two or more nodes, its inter-node SSH files (`ssh/`: keys 0600), and the wrapper
    * starts the job's SSH server first.
    */
   private jobUploads(job: JobRef, files: JobFiles, image: string | null): Array<[string, string, number]> {
     const ssh = files.ssh && image === null ? this.nodeSshUploads(job, files.ssh) : [];
+    const probe: Array<[string, string, number]> = files.ready_probe
+      ? [
+          [PROBE_FILE, files.ready_probe.script, 0o644],
+          [READY_LOOP_FILE, renderReadyLoop(files.ready_probe, this.watchersDirectory()), 0o644],
+        ]
+      : [];
     const peers: Array<[string, string, number]> = files.peers
       ? [
           [PEERS_VERSION_FILE, `${Math.trunc(files.peers.version)}\n`, 0o644],
@@ -176,9 +190,18 @@ export class SshRunner {
       [L.env, renderEnvFile(files.env), 0o600],
       [L.hostfile, files.hostfile, 0o644],
       ...peers,
-      [L.wrapper, renderJobWrapper({ notifyDir: this.watchersDirectory(), ...(ssh.length > 0 ? { entry: `${SshLayout.dir}/${SshLayout.run}` } : {}) }), 0o755],
+      [
+        L.wrapper,
+        renderJobWrapper({
+          notifyDir: this.watchersDirectory(),
+          ...(ssh.length > 0 ? { entry: `${SshLayout.dir}/${SshLayout.run}` } : {}),
+          ...(probe.length > 0 ? { readyLoop: READY_LOOP_FILE } : {}),
+        }),
+        0o755,
+      ],
       [INSTANCE_FILE, `${job.instance.instance_id}\n`, 0o644],
       ...ssh,
+      ...probe,
     ];
     return image !== null ? uploads : [...uploads, [L.launchScript, files.script, 0o755]];
   }
@@ -228,6 +251,28 @@ export class SshRunner {
       });
       if (state.state === 'running') await this.watch.watchRunning(dir, state.pid, since);
       else this.watch.forget(dir);
+      return state;
+    } finally {
+      this.watch.end(dir);
+    }
+  }
+
+  /**
+   * The outcome of the job's readiness loop (ready-loop.ts): while the host's job watcher vouches
+   * that it is still pending, answered here without a command; else (first ask, an outcome
+   * pushed, the watcher gone) read from the job's `readiness` file on the host.
+   */
+  async readiness(job: JobRef): Promise<ReadinessState> {
+    const dir = this.jobDirectory(job);
+    if (this.watch.readinessPending(dir)) return { state: 'pending' };
+    const since = this.watch.begin(dir);
+    try {
+      const state = await this.reachable(async (session) => {
+        const result = await session.exec(`cat ${shQuote(`${dir}/${READINESS_FILE}`)} 2>/dev/null || echo "result pending"`);
+        return parseReadiness(result.stdout.startsWith('result pending') ? null : result.stdout);
+      });
+      if (state.state === 'pending') await this.watch.watchReadiness(dir, since);
+      else this.watch.forgetReadiness(dir);
       return state;
     } finally {
       this.watch.end(dir);
