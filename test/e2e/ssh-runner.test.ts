@@ -277,7 +277,8 @@ describe('SshRunner', () => {
     for (const runId of [old, recent, current]) {
       const job = jobRef('cpu', 'job-0', runId);
       await r.startJob(job, files(r, job, ['echo done']));
-      await expect.poll(async () => (await r.jobState(job)).state).toBe('exited');
+      // A job that ends while its host's watcher starts is found by the watcher's /proc look, once a second.
+      await expect.poll(async () => (await r.jobState(job)).state, { timeout: 5_000 }).toBe('exited');
     }
     await r.cleanupRun(old);
     await r.cleanupRun(recent);
