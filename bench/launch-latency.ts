@@ -456,6 +456,6 @@ function sorted(values: number[]): Array<[number, number]> {
 }
 
 await main();
-// Done once the figures are written: a handle left open (seen after the SSH targets) must not keep
-// the bench, and the shared SSH hosts' lock it runs under, for minutes.
+// Done once the figures are written: an SSH connection to a test host destroyed before it answered
+// our close (BENCHMARKS, section 6) must not keep the bench, and the shared SSH hosts' lock, alive.
 process.exit(0);

@@ -114,6 +114,6 @@ try {
   await env.close();
   rmSync(fleetDir, { recursive: true, force: true });
 }
-// Done once the timeline is printed: a handle left open (seen after the SSH fleet) must not keep
-// the bench, and the shared SSH hosts' lock it runs under, for minutes.
+// Done once the timeline is printed: an SSH connection to a test host destroyed before it answered
+// our close (BENCHMARKS, section 6) must not keep the bench, and the shared SSH hosts' lock, alive.
 process.exit(0);
