@@ -27,6 +27,9 @@ export const MAX_SESSION_CHANNELS = 8;
  */
 export const MAX_CONTROL_SHELLS = 4;
 
+/** How long a closed connection waits for the host's side of the close before it is dropped. */
+const CLOSE_GRACE_MS = 2_000;
+
 
 type Settle = { settled: () => boolean; onSettle: (fn: () => void) => void };
 
@@ -90,6 +93,11 @@ export class SshSession {
   close(): void {
     this.markLost(new SshConnectionLostError(this.host, `${this.host}: connection closed by Troupe`));
     this.client.end();
+    // A host that never answers the close (gone, or its network cut) must not keep the socket, and
+    // the process with it, open: the connection is dropped after a short grace.
+    const force = setTimeout(() => this.client.destroy(), CLOSE_GRACE_MS);
+    force.unref();
+    this.client.once('close', () => clearTimeout(force));
   }
 
   /**
