@@ -8,16 +8,17 @@
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ApplicationFailure, Client, Connection, WorkflowUpdateFailedError } from '@temporalio/client';
+import { Client, Connection } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { NativeConnection } from '@temporalio/worker';
 import { LocalBackend } from '../src/backends/local/local-backend';
 import { SimulatedBackend } from '../src/backends/simulated/simulated-backend';
 import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 import { createTroupeWorker } from '../src/worker/create-worker';
+import { TroupeClient } from '../src/client';
 import { failureConverterPath } from '../src/codec/data-converter';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
-import { HANDING_OVER, runStateQuery, scaleGroupUpdate, stopRunSignal, type RunInputArg } from '../workflows/messages';
+import { runStateQuery, stopRunSignal, type RunInputArg } from '../workflows/messages';
 import { makePlan } from '../test/helpers/plans';
 import type { Plan } from '../src/plan/plan-schema';
 
@@ -83,18 +84,17 @@ async function record(name: string, input: RunInputArg, during?: (h: Awaited<Ret
 }
 
 /**
- * The scaleGroup Update, asked again while it is refused for now: the run continues as new, or its
- * loop has not yet seen the restarted group READY (the query may show it first).
+ * A resize through the SDK (which asks again while the run continues as new), asked again too
+ * while the run's loop has not yet seen the restarted group READY (the query may show it first).
  */
-async function scale(h: Awaited<ReturnType<typeof client.workflow.start>>, nodes: number): Promise<void> {
+async function scale(runName: string, nodes: number): Promise<void> {
+  const run = new TroupeClient(client, { taskQueue }).run(runName);
   for (let tries = 0; ; tries++) {
     try {
-      await h.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes }] });
+      await run.scaleGroup('decode', nodes);
       return;
     } catch (err) {
-      const refusal = err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure ? err.cause : null;
-      const forNow = refusal?.type === HANDING_OVER || refusal?.message.includes('is restarting') === true;
-      if (!forNow || tries >= 100) throw err;
+      if (!(err instanceof Error && err.message.includes('is restarting')) || tries >= 100) throw err;
       await new Promise((r) => setTimeout(r, 250));
     }
   }
@@ -159,8 +159,8 @@ try {
       if (s.status === 'RUNNING' && s.jobs[1]?.attempt === 1 && s.jobs[1].status === 'RUNNING' && s.jobs[0]?.status === 'RUNNING') break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    await scale(h, 2);
-    await scale(h, 1);
+    await scale(live.run_name, 2);
+    await scale(live.run_name, 1);
     await h.signal(stopRunSignal, { abort: false });
   });
   rmSync(marks, { recursive: true, force: true });
