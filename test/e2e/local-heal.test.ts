@@ -3,6 +3,7 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
+import { TroupeClient } from '../../src/client';
 import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery, scaleGroupUpdate, stopRunSignal, type RunOptionsInput } from '../../workflows/messages';
 import type { GroupPlan, Plan } from '../../src/plan/plan-schema';
@@ -341,7 +342,8 @@ describe('a long-lived run continues as new', () => {
     await waitForLine(hookLog, (line) => line.endsWith(` ${ipOf(healed.jobs[2])}`));
 
     // A resize and another restart in the second execution; the worker killed as the third begins.
-    const up = await handle.executeUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 2 }] });
+    // Through the client, as a user would: it asks again if the second execution is handing over just then.
+    const up = await new TroupeClient(env.client, { taskQueue }).run(name).scaleGroup('decode', 2);
     expect(up).toMatchObject({ group: 'decode', nodes: 2, added: [3], removed: [] });
     await waitForLine(hookLog, (line) => line.split(' ')[1] === String(up.peers_version));
     const grown = await handle.query(runStateQuery);

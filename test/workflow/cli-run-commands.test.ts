@@ -27,7 +27,12 @@ interface Result {
 
 function troupeCli(
   args: string[],
-  options: { taskQueue?: string; extraEnv?: Record<string, string>; onStderr?: (text: string, kill: (s: NodeJS.Signals) => void) => void } = {},
+  options: {
+    taskQueue?: string;
+    extraEnv?: Record<string, string>;
+    onStderr?: (text: string, kill: (s: NodeJS.Signals) => void) => void;
+    onStdout?: (text: string, kill: (s: NodeJS.Signals) => void) => void;
+  } = {},
 ): Promise<Result> {
   const started = Date.now();
   return new Promise((resolve, reject) => {
@@ -43,7 +48,10 @@ function troupeCli(
     });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+      options.onStdout?.(stdout, (s) => child.kill(s));
+    });
     child.stderr.on('data', (d: Buffer) => {
       stderr += d.toString();
       options.onStderr?.(stderr, (s) => child.kill(s));
@@ -215,6 +223,16 @@ describe('troupe ps, logs, stop', () => {
     const noAttempt = await troupeCli(['logs', name, '--job', '1', '--attempt', '2']);
     expect(noAttempt.code).toBe(1);
     expect(noAttempt.stderr.trim()).toBe(`job 1 (workers/0) of run ${name} has no attempt 2: its attempts are 0 (0 is the current one)`);
+
+    // Following a log: Ctrl-C lets go at once (exit 130), with what was read printed.
+    const followed = await troupeCli(['logs', name, '--group', 'workers', '-f'], {
+      onStdout: (text, kill) => {
+        if (text.includes('hello from 1')) kill('SIGINT');
+      },
+    });
+    expect(followed.code, followed.stderr).toBe(130);
+    expect(followed.stdout).toContain('workers/1 | hello from 1\n');
+    expect(followed.stderr).toBe('');
 
     // A group of a fixed size: the run refuses to resize it, and says why.
     const scaled = await troupeCli(['scale', name, 'workers', '3']);

@@ -171,7 +171,7 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
       }
       return prev;
     })();
-    // After a detach the connection closes under it; its failure then matters to no one.
+    // After a detach its failure matters to no one.
     changes.catch(() => undefined);
     try {
       for await (const chunk of handle.streamLogs({ jobs: [0], follow: true, signal, onUnavailable })) lines.push(chunk.job_num, chunk.data);
@@ -192,7 +192,7 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
     const outcome = await Promise.race([following, interrupt.interrupted]);
     if (outcome === 'interrupted') {
       process.stderr.write(`\nDetached from run ${handle.name}; it goes on.\n${reattachHelp(handle.name)}`);
-      return 130;
+      return await interrupt.letGo();
     }
     const final = isFinished(outcome.status) ? outcome : await handle.wait();
     process.stderr.write(`\n${renderJobsTable(final, style, process.stderr.columns).join('\n')}\n${renderRunOutcome(final, style, printed).join('\n')}\n`);

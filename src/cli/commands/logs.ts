@@ -102,7 +102,7 @@ export const command: Command = async (args) => {
     stream.catch(() => undefined);
     const outcome = await Promise.race([stream, interrupt.interrupted]);
     lines.flush();
-    if (outcome === 'interrupted') return 130;
+    if (outcome === 'interrupted') return await interrupt.letGo();
     const waiting = jobs.filter((j) => j.instance === null);
     if (!values.follow && waiting.length > 0) {
       process.stderr.write(`${waiting.map((j) => `${nodeName(j)} has no node yet (${j.status})`).join('\n')}\n`);

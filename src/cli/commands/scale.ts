@@ -49,7 +49,7 @@ export const command: Command = async (args) => {
     const result = await Promise.race([scaling, interrupt.interrupted]);
     if (result === 'interrupted') {
       process.stderr.write(`\nThe run goes on resizing ${group}; \`troupe ps\` shows its nodes.\n`);
-      return 130;
+      return await interrupt.letGo();
     }
     process.stdout.write(`${describeScaleResult(result)}\n`);
     return 0;

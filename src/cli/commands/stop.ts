@@ -62,7 +62,7 @@ export const command: Command = async (args) => {
     const final = await Promise.race([ending, interrupt.interrupted]);
     if (final === 'interrupted') {
       process.stderr.write(`\nRun ${runName} is still stopping; \`troupe ps -a\` shows when it has ended.\n`);
-      return 130;
+      return await interrupt.letGo();
     }
     process.stderr.write(`${renderRunOutcome(final, style).join('\n')}\n`);
     return 0;
