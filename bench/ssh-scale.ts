@@ -107,7 +107,7 @@ async function main(): Promise<void> {
     console.log(`ssh-scale: fleet applied in ${fmt(performance.now() - t0)} ms, ${state.hosts.filter((h) => h.status === 'ready').length} hosts ready`);
 
     const floors: Array<{ allRunning: number; end: number }> = [];
-    const runs: Array<{ allRunning: number; end: number }> = [];
+    const runs: Array<{ allRunning: number; end: number; lastExitSeen: number; runFinished: number }> = [];
     for (let round = 0; round < ROUNDS; round++) {
       floors.push(await floor(hosts));
       const run = `bench-scale-${process.pid}-${round}`;
@@ -123,13 +123,18 @@ async function main(): Promise<void> {
         await new Promise((r) => setTimeout(r, 20));
       }
       const final = await handle.wait();
-      runs.push({ allRunning, end: performance.now() - submitted });
+      // Where the end goes, on the run's own clock: the last job's exit seen, then the run closed (hosts cleaned and given back).
+      const since = (iso: string | null) => (iso === null ? Number.NaN : Date.parse(iso) - Date.parse(final.submitted_at));
+      const lastExitSeen = Math.max(...final.jobs.map((j) => since(j.finished_at)));
+      runs.push({ allRunning, end: performance.now() - submitted, lastExitSeen, runFinished: since(final.finished_at) });
       if (final.status !== 'DONE') console.log(`ssh-scale: round ${round} ended ${final.status}: ${final.message}`);
     }
     const line = (label: string, xs: number[]) => `${label.padEnd(46)} median ${fmt(median(xs)).padStart(6)} ms   (${xs.map((x) => fmt(x)).join(', ')})`;
     console.log(line('floor: 64 parallel ssh sessions, all running', floors.map((f) => f.allRunning)));
     console.log(line('Troupe: submit → all 64 RUNNING', runs.map((r) => r.allRunning)));
     console.log(line('floor: 64 sessions ended', floors.map((f) => f.end)));
+    console.log(line('Troupe: submit → last job exit seen by the run', runs.map((r) => r.lastExitSeen)));
+    console.log(line('Troupe: submit → run closed (hosts given back)', runs.map((r) => r.runFinished)));
     console.log(line('Troupe: submit → DONE (client sees it)', runs.map((r) => r.end)));
     console.log(`ratio to the floor: all running ×${fmt(median(runs.map((r) => r.allRunning)) / median(floors.map((f) => f.allRunning)), 2)}, end ×${fmt(median(runs.map((r) => r.end)) / median(floors.map((f) => f.end)), 2)}`);
     results.floors = floors;

@@ -83,21 +83,9 @@ async function record(name: string, input: RunInputArg, during?: (h: Awaited<Ret
   console.log(`recorded ${name} (${executions} execution${executions === 1 ? '' : 's'})`);
 }
 
-/**
- * A resize through the SDK (which asks again while the run continues as new), asked again too
- * while the run's loop has not yet seen the restarted group READY (the query may show it first).
- */
+/** A resize through the SDK, which asks again while the run continues as new. */
 async function scale(runName: string, nodes: number): Promise<void> {
-  const run = new TroupeClient(client, { taskQueue }).run(runName);
-  for (let tries = 0; ; tries++) {
-    try {
-      await run.scaleGroup('decode', nodes);
-      return;
-    } catch (err) {
-      if (!(err instanceof Error && err.message.includes('is restarting')) || tries >= 100) throw err;
-      await new Promise((r) => setTimeout(r, 250));
-    }
-  }
+  await new TroupeClient(client, { taskQueue }).run(runName).scaleGroup('decode', nodes);
 }
 
 const pd = (runName: string, overrides: Partial<Plan> = {}) => makePlan(runName, [
@@ -154,12 +142,17 @@ try {
     Object.assign(decode, { nodes_range: { min: 1, max: 2 }, on_failure: { action: 'restart-node', max_restarts: 2, within_s: null } });
   }
   await record('heal-restart-resize', { plan: live, backend: 'local', options: { stop_grace_s: 1, continue_as_new_after_events: 100 } }, async (h) => {
-    for (;;) {
-      const s = await h.query(runStateQuery);
-      if (s.status === 'RUNNING' && s.jobs[1]?.attempt === 1 && s.jobs[1].status === 'RUNNING' && s.jobs[0]?.status === 'RUNNING') break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    // Each decode rank fails once: a resize is taken once the state shows its replacement running.
+    const replaced = async (job: number) => {
+      for (;;) {
+        const s = await h.query(runStateQuery);
+        if (s.status === 'RUNNING' && s.jobs[job]?.attempt === 1 && s.jobs[job].status === 'RUNNING' && s.jobs[0]?.status === 'RUNNING') return;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    await replaced(1);
     await scale(live.run_name, 2);
+    await replaced(2);
     await scale(live.run_name, 1);
     await h.signal(stopRunSignal, { abort: false });
   });

@@ -110,14 +110,19 @@ export function healFailures(run: Run, submission: Submission): Outcome | null {
   return null;
 }
 
+/** Every node of a restarting group runs its new attempt and is READY (RUNNING without a probe). */
+export function restartOver(run: Run, live: LiveRun, group: number): boolean {
+  const members = activeJobs(run.state).filter((j) => j.group_index === group);
+  return members.every((j) => isJobReady(run.input.plan, j) && !live.attemptsToStart.has(j.job_num));
+}
+
 /** A group whose restart is over (every node READY again) lets its `restart` dependents restart. */
 export function restartDependents(run: Run, submission: Submission): void {
   const { live } = run;
   if (!live) return;
   const { plan } = run.input;
   for (const g of [...live.restartingGroups]) {
-    const members = activeJobs(run.state).filter((j) => j.group_index === g);
-    if (members.every((j) => isJobReady(plan, j) && !live.attemptsToStart.has(j.job_num))) live.restartingGroups.delete(g);
+    if (restartOver(run, live, g)) live.restartingGroups.delete(g);
   }
   for (const d of [...live.dependentsToRestart]) {
     const deps = plan.groups[d]?.depends_on ?? [];

@@ -9,6 +9,7 @@ import { HANDING_OVER, newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResul
 import type { Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import { jobPlanOf, newRankPlan, type LiveRun } from './run-live';
+import { restartOver } from './run-healing';
 import { peersSettled } from './run-peers';
 import type { JobState } from './run-state';
 import type { Submission } from './submission';
@@ -70,7 +71,8 @@ function runRefusal(run: Run, group: GroupPlan): string | null {
   if (state.status !== 'RUNNING' || run.stopRequest || !run.live || !run.submissionNow) {
     return `run ${run.input.plan.run_name} is ${run.stopRequest ? 'stopping' : state.status}: a group is resized while the run is RUNNING`;
   }
-  if (run.live.restartingGroups.has(group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
+  // Over once every node is READY again, as the state shows it, even before the loop has told its dependents.
+  if (run.live.restartingGroups.has(group.index) && !restartOver(run, run.live, group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
   return null;
 }
 
