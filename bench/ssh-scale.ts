@@ -6,7 +6,7 @@
  * watching them costs: the worker's CPU and memory, the hosts' CPU (every process in their
  * namespaces, sshd and Troupe's shells included), and the commands Troupe sent to the hosts.
  *
- *   npx tsx bench/ssh-scale.ts          (as root: network namespaces)
+ *   npx tsx bench/ssh-scale.ts          (as root: network namespaces; BENCH_END_EVENTS=1 prints where each run's end goes)
  *
  * Prints figures; writes bench/results/ssh-scale.{json,png}. Asserts nothing.
  */
@@ -15,7 +15,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { closeAllSshSessions, connectSsh, HostKeyTrust } from '../src/backends/ssh';
 import { SshBackend } from '../src/backends/ssh/ssh-backend';
+import type { Client } from '@temporalio/client';
 import { TroupeClient } from '../src/client';
+import { runWorkflowId } from '../workflows/ids';
+import { workflowCost } from './harness/history';
 import { FleetClient } from '../src/fleet/fleet-client';
 import { fleetSpecOf } from '../src/fleet/fleet-spec';
 import { loadFleetConfig } from '../src/plan';
@@ -66,6 +69,14 @@ async function hostsCpu(hosts: TestHosts): Promise<number> {
     for (const pid of pids) sum += cpuSeconds(pid) || 0;
   }
   return sum;
+}
+
+/** BENCH_END_EVENTS=1: the run's events from its last job's exit on, in ms from submit (where the end goes). */
+async function printEnd(client: Client, workflowId: string, submittedMs: number, fromMs: number): Promise<void> {
+  const { timeline } = await workflowCost(client, workflowId);
+  for (const event of timeline.filter((e) => e.timeMs - submittedMs >= fromMs - 50)) {
+    console.log(`  ${fmt(event.timeMs - submittedMs).padStart(7)} ms  ${event.kind}${event.name ? ` ${event.name}` : ''}`);
+  }
 }
 
 /** Processes created on the whole machine so far (the `processes` line of /proc/stat). */
@@ -127,6 +138,7 @@ async function main(): Promise<void> {
       const since = (iso: string | null) => (iso === null ? Number.NaN : Date.parse(iso) - Date.parse(final.submitted_at));
       const lastExitSeen = Math.max(...final.jobs.map((j) => since(j.finished_at)));
       runs.push({ allRunning, end: performance.now() - submitted, lastExitSeen, runFinished: since(final.finished_at) });
+      if (process.env.BENCH_END_EVENTS === '1') await printEnd(env.client, runWorkflowId(run), Date.parse(final.submitted_at), lastExitSeen);
       if (final.status !== 'DONE') console.log(`ssh-scale: round ${round} ended ${final.status}: ${final.message}`);
     }
     const line = (label: string, xs: number[]) => `${label.padEnd(46)} median ${fmt(median(xs)).padStart(6)} ms   (${xs.map((x) => fmt(x)).join(', ')})`;
