@@ -48,6 +48,7 @@ import type { GroupPlan, Plan } from '../src/plan/plan-schema';
 import { pidAlive } from '../test/helpers/local-fleet';
 import { askRouter, serverPidIn, servicePlan } from '../test/e2e/local-heal-fixtures';
 import { leftovers } from '../test/helpers/leftovers';
+import { testHostSized } from '../test/helpers/plans';
 import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import { RunOptionsSchema } from '../workflows/message-schemas';
 import { runStateQuery, type RunOptionsInput } from '../workflows/messages';
@@ -70,14 +71,6 @@ const WAIT_LIMIT_MS = 120_000;
 const QUORUM_HOLD_MS = 2_000;
 /** SSH hosts: enough for the largest case (restart-group: 4 nodes and 3 new machines at once) and a spare. */
 const SSH_HOSTS = Array.from({ length: 8 }, (_, i) => `h${i}`);
-/** What the SSH test hosts have (they share this machine's cores and disk). */
-const SSH_RESOURCES: Resources = {
-  cpu: { arch: null, count: { min: 1, max: null } },
-  memory: { min: 1, max: null },
-  shm_size: null,
-  disk: { min: 1, max: null },
-  gpu: { vendor: null, name: null, count: { min: 0, max: 0 }, memory: null, total_memory: null, compute_capability: null },
-};
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const at = (iso: string | null | undefined): number => (iso ? Date.parse(iso) : Number.NaN);
@@ -319,12 +312,17 @@ function newScenario(bench: Bench, caseName: string, label: string): Scenario & 
 /** The scenario without its helper (what the JSON holds). */
 const done = ({ add: _add, ...scenario }: Scenario & { add: unknown }): Scenario => scenario;
 
+/** Where a run's `on_peers_change` hook (the router's) logs what it was told. */
+const hooksOf = (bench: Bench, name: string) => join(bench.sharedDir, `${name}.hooks`);
+/** Decode replaced whenever it fails (the restart cases count many). */
+const DECODE_RESTARTS: Partial<GroupPlan> = { on_failure: { action: 'restart-node', max_restarts: 1_000, within_s: null } };
+
 const runName = (bench: Bench, caseName: string, rep?: number) => `bench-heal-${bench.target.name}-${caseName}-${process.pid}${rep === undefined ? '' : `-${rep}`}`;
 
 async function restartScenario(bench: Bench): Promise<Scenario> {
   const name = runName(bench, 'restart');
-  const hookLog = join(bench.sharedDir, `${name}.hooks`);
-  const plan = samplePlan(bench, name, { on_failure: { action: 'restart-node', max_restarts: 1_000, within_s: null } }, hookLog);
+  const hookLog = hooksOf(bench, name);
+  const plan = samplePlan(bench, name, DECODE_RESTARTS, hookLog);
   const scenario = newScenario(bench, 'restart-node', 'restart-node');
   const { add } = scenario;
   const kills: number[] = [];
@@ -376,8 +374,8 @@ async function restartScenario(bench: Bench): Promise<Scenario> {
  */
 async function handoverScenario(bench: Bench): Promise<Scenario> {
   const name = runName(bench, 'handover');
-  const hookLog = join(bench.sharedDir, `${name}.hooks`);
-  const plan = samplePlan(bench, name, { on_failure: { action: 'restart-node', max_restarts: 1_000, within_s: null } }, hookLog);
+  const hookLog = hooksOf(bench, name);
+  const plan = samplePlan(bench, name, DECODE_RESTARTS, hookLog);
   const scenario = newScenario(bench, 'handover', 'continue-as-new');
   const { add } = scenario;
   const restartsPer: number[] = [];
@@ -448,7 +446,7 @@ async function nextExecution(bench: Bench, workflowId: string, runId: string, wi
 
 async function scaleScenario(bench: Bench): Promise<Scenario> {
   const name = runName(bench, 'scale');
-  const hookLog = join(bench.sharedDir, `${name}.hooks`);
+  const hookLog = hooksOf(bench, name);
   const plan = samplePlan(bench, name, { nodes: 1, nodes_range: { min: 1, max: 3 } }, hookLog);
   const scenario = newScenario(bench, 'scale', 'scale');
   const { add } = scenario;
@@ -558,7 +556,7 @@ async function retryScenario(bench: Bench, backoff: 'forced' | 'default'): Promi
   let restartedToo = 0;
   const runs = forced ? [{ name: runName(bench, caseName), kills: REPS }] : Array.from({ length: REPS }, (_, i) => ({ name: runName(bench, caseName, i), kills: 1 }));
   for (const { name, kills: count } of runs) {
-    const plan = samplePlan(bench, name, {}, join(bench.sharedDir, `${name}.hooks`));
+    const plan = samplePlan(bench, name, {}, hooksOf(bench, name));
     const kills: number[] = [];
     await withRun(bench, name, plan, options, async (up) => {
       let state = up;
@@ -589,7 +587,7 @@ async function retryScenario(bench: Bench, backoff: 'forced' | 'default'): Promi
  */
 async function restartGroupScenario(bench: Bench): Promise<Scenario> {
   const name = runName(bench, 'group');
-  const hookLog = join(bench.sharedDir, `${name}.hooks`);
+  const hookLog = hooksOf(bench, name);
   const plan = samplePlan(bench, name, { nodes: 2, on_failure: { action: 'restart-group', max_restarts: 1_000, within_s: null } }, hookLog, { router: { on_dependency_restart: 'restart' } });
   const scenario = newScenario(bench, 'restart-group', 'restart-group (decode, 2 nodes) with the router on_dependency_restart: restart');
   const { add } = scenario;
@@ -648,7 +646,7 @@ async function quorumScenario(bench: Bench): Promise<Scenario> {
       const gate = join(bench.sharedDir, `${name}.open`);
       const probe = { check: { kind: 'command' as const, command: `python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8000/", timeout=2)' && { [ "$DSTACK_NODE_GROUP_NODE_RANK" != 2 ] || [ -e ${gate} ]; }` }, interval_s: 0.3, timeout_s: 60 };
       const prefill: Partial<GroupPlan> = { ready: probe, ...(quorum ? { ready_min: { kind: 'count', value: 2 } } : {}) };
-      const plan = samplePlan(bench, name, {}, join(bench.sharedDir, `${name}.hooks`), { prefillNodes: 3, prefill });
+      const plan = samplePlan(bench, name, {}, hooksOf(bench, name), { prefillNodes: 3, prefill });
       const tag = quorum ? 'ready: {min: 2}' : 'all 3 READY';
       if (quorum) scenario.load.push(loadAverage());
       let submitted = 0;
@@ -812,7 +810,7 @@ async function sshTarget(env: BenchTemporal, taskQueue: string): Promise<HealTar
     backend: 'ssh',
     registry: { ssh: fleet.backend },
     fleets: [fleet.fleetName],
-    resources: SSH_RESOURCES,
+    resources: testHostSized,
     prepare: () => fleet.apply(),
     netnsOf: (job) => hostOf(job).namespace,
     observe(state) {

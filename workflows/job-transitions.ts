@@ -61,6 +61,11 @@ export function activeJobs(state: RunState): JobState[] {
   return state.jobs.filter((job) => !job.removed);
 }
 
+/** A group's nodes still in the run (not removed by a resize). */
+export function groupMembers(jobs: readonly JobState[], groupIndex: number): JobState[] {
+  return jobs.filter((job) => job.group_index === groupIndex && !job.removed);
+}
+
 /** The next submission: every job of the task fresh again, groups at their first size (ranks added by resizes are gone). */
 export function resubmitJobs(state: RunState, input: RunInput): void {
   const now = new Date().toISOString();

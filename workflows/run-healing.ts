@@ -1,4 +1,4 @@
-import { activeJobs, describeJob, nextAttempt } from './job-transitions';
+import { activeJobs, describeJob, groupMembers, nextAttempt } from './job-transitions';
 import { newAttemptsSignal, startAttemptsSignal } from './messages';
 import { teardownActivities } from './node-group-activities';
 import type { Outcome, Run } from './run-context';
@@ -81,7 +81,7 @@ function heal(run: Run, submission: Submission, live: LiveRun, job: JobState, no
   const stateGroup = run.state.groups[group.index];
   if (stateGroup) stateGroup.restarts += 1;
   const label = `${job.group_name}/${job.group_job_index}`;
-  const targets = policy.action === 'restart-node' ? [job] : activeJobs(run.state).filter((j) => j.group_index === group.index && !live.addedByResize.has(j.job_num));
+  const targets = policy.action === 'restart-node' ? [job] : groupMembers(run.state.jobs, group.index).filter((j) => !live.addedByResize.has(j.job_num));
   replaceJobs(run, submission, live, targets, `restarted with group ${group.name} after ${label} failed`, true);
   markRestarting(run, live, group.index);
   return null;
@@ -112,7 +112,7 @@ export function healFailures(run: Run, submission: Submission): Outcome | null {
 
 /** Every node of a restarting group runs its new attempt and is READY (RUNNING without a probe). */
 export function restartOver(run: Run, live: LiveRun, group: number): boolean {
-  const members = activeJobs(run.state).filter((j) => j.group_index === group);
+  const members = groupMembers(run.state.jobs, group);
   return members.every((j) => isJobReady(run.input.plan, j) && !live.attemptsToStart.has(j.job_num));
 }
 
@@ -129,7 +129,7 @@ export function restartDependents(run: Run, submission: Submission): void {
     if (deps.some((g) => live.restartingGroups.has(g))) continue;
     live.dependentsToRestart.delete(d);
     // Nodes that have not started yet start with the new book anyway: only running ones restart.
-    const members = activeJobs(run.state).filter((j) => j.group_index === d && j.running_at !== null && !live.attemptsToStart.has(j.job_num));
+    const members = groupMembers(run.state.jobs, d).filter((j) => j.running_at !== null && !live.attemptsToStart.has(j.job_num));
     if (members.length === 0) continue;
     const back = deps.map((g) => plan.groups[g]?.name).join(', ');
     replaceJobs(run, submission, live, members, `restarted because ${back} restarted (on_dependency_restart: restart)`, true);

@@ -3,7 +3,7 @@ import type { TroupeActivities } from '../activities/types';
 import type { JobRef } from '../src/backends/backend';
 import type { GroupPlan } from '../src/plan/plan-schema';
 import { FailureType } from './failure-types';
-import { activeJobs, endJob, freshJob, isJobFinished, nextAttempt } from './job-transitions';
+import { activeJobs, endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from './job-transitions';
 import { teardownActivities } from './node-group-activities';
 import { HANDING_OVER, newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResult } from './messages';
 import type { Run } from './run-context';
@@ -92,7 +92,7 @@ const roomActivities = proxyActivities<TroupeActivities>({
  * there, and it is undone.
  */
 async function checkRoom(run: Run, group: GroupPlan, nodes: number): Promise<void> {
-  const count = nodes - activeJobs(run.state).filter((job) => job.group_index === group.index).length;
+  const count = nodes - groupMembers(run.state.jobs, group.index).length;
   if (count <= 0) return;
   const s = count === 1 ? '' : 's';
   const room = await roomActivities.fleetRoom.executeWithOptions({ summary: `room for ${count} more ${group.name} node${s}` }, [
@@ -108,7 +108,7 @@ async function checkRoom(run: Run, group: GroupPlan, nodes: number): Promise<voi
 }
 
 async function resize(run: Run, live: LiveRun, submission: Submission, group: GroupPlan, nodes: number): Promise<ScaleGroupResult> {
-  const members = activeJobs(run.state).filter((job) => job.group_index === group.index);
+  const members = groupMembers(run.state.jobs, group.index);
   const stateGroup = run.state.groups[group.index];
   let added: number[] = [];
   let removed: number[] = [];
@@ -116,7 +116,7 @@ async function resize(run: Run, live: LiveRun, submission: Submission, group: Gr
     if (nodes > members.length) added = await grow(run, live, submission, group, nodes - members.length);
     else if (nodes < members.length) removed = await shrink(run, group, members, members.length - nodes);
   } finally {
-    if (stateGroup) stateGroup.nodes = activeJobs(run.state).filter((job) => job.group_index === group.index).length;
+    if (stateGroup) stateGroup.nodes = groupMembers(run.state.jobs, group.index).length;
     run.version += 1;
   }
   // Answered once every running node has the book that shows the change.
@@ -173,7 +173,7 @@ async function grow(run: Run, live: LiveRun, submission: Submission, group: Grou
 /** The group's `count` highest ranks: out of the run at once, then stopped and their machines given back. */
 async function shrink(run: Run, group: GroupPlan, members: JobState[], count: number, why?: string): Promise<number[]> {
   const victims = [...members].sort((a, b) => b.job_num - a.job_num).slice(0, count);
-  const size = activeJobs(run.state).filter((job) => job.group_index === group.index).length - count;
+  const size = groupMembers(run.state.jobs, group.index).length - count;
   const reason = why ?? `${group.name} resized to ${size}`;
   const refs: JobRef[] = [];
   for (const job of victims) {

@@ -1,4 +1,5 @@
 import type { Plan } from '../src/plan/plan-schema';
+import { groupMembers } from './job-transitions';
 import type { JobState } from './run-state';
 
 /** Running, or already past running (a job that started and ended counts as started). */
@@ -23,7 +24,7 @@ export function dependencyWaits(plan: Plan, jobs: readonly JobState[]): (string 
     if (pending.length === 0) return null;
     return deps
       .map((d) => {
-        const members = membersOf(jobs, d);
+        const members = groupMembers(jobs, d);
         const ready = members.filter((j) => isJobReady(plan, j)).length;
         const needed = quorumOf(plan, d, members.length);
         return `${plan.groups[d]?.name ?? d} (ready ${ready}/${members.length}${needed < members.length ? `, needs ${needed}` : ''})`;
@@ -32,9 +33,6 @@ export function dependencyWaits(plan: Plan, jobs: readonly JobState[]): (string 
   });
 }
 
-function membersOf(jobs: readonly JobState[], groupIndex: number): JobState[] {
-  return jobs.filter((j) => j.group_index === groupIndex && !j.removed);
-}
 
 /** How many of a group's `size` nodes must be READY for its dependents (`ready: {min}`; else all). */
 export function quorumOf(plan: Plan, groupIndex: number, size: number): number {
@@ -45,7 +43,7 @@ export function quorumOf(plan: Plan, groupIndex: number, size: number): number {
 }
 
 function groupReady(plan: Plan, jobs: readonly JobState[], groupIndex: number): boolean {
-  const members = membersOf(jobs, groupIndex);
+  const members = groupMembers(jobs, groupIndex);
   return members.filter((j) => isJobReady(plan, j)).length >= quorumOf(plan, groupIndex, members.length);
 }
 
@@ -81,7 +79,7 @@ export function jobsAllowedToStart(plan: Plan, jobs: readonly JobState[]): numbe
  */
 export function startsInGroupOrder(plan: Plan, jobs: readonly JobState[], job: JobState): boolean {
   if (plan.startup_order === 'any') return true;
-  const members = membersOf(jobs, job.group_index);
+  const members = groupMembers(jobs, job.group_index);
   const master = members.reduce((first, j) => (j.group_job_index < first.group_job_index ? j : first), job);
   if (plan.startup_order === 'master-first') return job === master || hasStarted(master);
   return job !== master || members.every((j) => j === master || hasStarted(j));

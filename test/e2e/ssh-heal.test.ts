@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jobDirectory, runDirectory } from '../../src/backends/ssh/job-paths';
 import { TroupeClient, type JobState, type RunState } from '../../src/client';
-import type { Resources } from '../../src/config/resources-schema';
 import { FleetClient } from '../../src/fleet/fleet-client';
 import { JobLayout } from '../../src/runner/job-layout';
+import { testHostSized } from '../helpers/plans';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { kill9 } from '../helpers/worker-process-control';
 import { allUp, askRouter, serverPidIn, servicePlan, waitForLine } from './local-heal-fixtures';
@@ -22,14 +22,6 @@ import { applyFleetYaml, expectAllClean, fleetYaml, startCliWorker, startSshFlee
  */
 
 const HOSTS = ['h0', 'h1', 'h2', 'h3', 'h4'];
-/** What the test hosts have (they share this machine's cores and disk). */
-const SMALL: Resources = {
-  cpu: { arch: null, count: { min: 1, max: null } },
-  memory: { min: 1, max: null },
-  shm_size: null,
-  disk: { min: 1, max: null },
-  gpu: { vendor: null, name: null, count: { min: 0, max: 0 }, memory: null, total_memory: null, compute_capability: null },
-};
 
 let env: SshFleetEnv;
 const savedKnownHosts = process.env.TROUPE_KNOWN_HOSTS;
@@ -98,7 +90,7 @@ async function healScenario(served: Served, interruption: Interruption | null): 
     const applied = await applyFleetYaml({ ...env, fleets: served.fleets }, fleetYaml(env, fleet, HOSTS));
     expect(applied.hosts.map((h) => h.status)).toEqual(HOSTS.map(() => 'ready'));
     const decodeGroup = { on_failure: { action: 'restart-node' as const, max_restarts: 2, within_s: null }, ...(interruption?.status === 'RUNNING' ? { ready: heldBackProbe(holdBack) } : {}) };
-    const plan = servicePlan(run, decodeGroup, { hookLog, resources: SMALL });
+    const plan = servicePlan(run, decodeGroup, { hookLog, resources: testHostSized });
     // Past 100 events (the restart takes it there) the run continues as new once quiet: the checks
     // after the restart are made of the execution that took the running jobs up.
     const handle = await served.troupe.submit({ plan, fleets: [fleet], options: { stop_grace_s: 1, continue_as_new_after_events: 100 } });
@@ -216,7 +208,7 @@ describe('a resize an SSH fleet has no room for', () => {
     const run = `room-run-${env.taskQueue.slice(-6)}`;
     try {
       await applyFleetYaml(env, fleetYaml(env, fleet, HOSTS));
-      const plan = servicePlan(run, { nodes: 1, nodes_range: { min: 1, max: 4 } }, { hookLog: `${env.dir}/${run}-hooks.log`, resources: SMALL });
+      const plan = servicePlan(run, { nodes: 1, nodes_range: { min: 1, max: 4 } }, { hookLog: `${env.dir}/${run}-hooks.log`, resources: testHostSized });
       const handle = await env.troupe.submit({ plan, fleets: [fleet], options: { stop_grace_s: 1 } });
       const before = await waitForRun(env, run, allUp);
 

@@ -11,6 +11,14 @@ export const cpuOnly: Resources = {
   gpu: { vendor: null, name: null, count: { min: 0, max: 0 }, memory: null, total_memory: null, compute_capability: null },
 };
 
+/** What every SSH test host has (the hosts share this machine's cores, memory and disk). */
+export const testHostSized: Resources = {
+  ...cpuOnly,
+  cpu: { arch: null, count: { min: 1, max: null } },
+  memory: { min: 1, max: null },
+  disk: { min: 1, max: null },
+};
+
 export interface GroupSketch {
   name: string;
   nodes: number;
