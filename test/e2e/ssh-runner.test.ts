@@ -10,8 +10,8 @@ import {
   NoContainerRuntimeError,
   SshConnectionLostError,
   SshRunner,
-  shQuote,
 } from '../../src/backends/ssh';
+import { quoteShellWord } from '../../src/runner/shell-quote';
 import { renderLaunchScript } from '../../src/runner/launch-script';
 import { createTestHosts, type TestHosts } from './hosts';
 
@@ -236,13 +236,13 @@ describe('SshRunner', () => {
     const check = await (await connectSsh(hosts.target('cpu'), trust)).exec('ls /tmp/troupe-pwned /tmp/pwned-name 2>&1 || true');
     expect(check.stdout).toMatch(/No such file or directory[\s\S]*No such file or directory/);
     // The env file may hold secrets (HF_TOKEN): only the SSH user may read it.
-    const mode = await (await connectSsh(hosts.target('cpu'), trust)).exec(`stat -c %a ${shQuote(r.jobDirectory(job))}/job.env`);
+    const mode = await (await connectSsh(hosts.target('cpu'), trust)).exec(`stat -c %a ${quoteShellWord(r.jobDirectory(job))}/job.env`);
     expect(mode.stdout).toBe('600\n');
     // Every directory of the run is the SSH user's alone: another user's jobs on the host read none of it.
     expect(await r.runnerReady()).toBe(true);
     const jobDir = r.jobDirectory(job);
     const dirs = [r.baseDir, jobDir.replace(/\/[^/]+\/[^/]+$/, ''), jobDir.replace(/\/[^/]+$/, ''), jobDir];
-    const dirModes = await (await connectSsh(hosts.target('cpu'), trust)).exec(`stat -c %a ${dirs.map(shQuote).join(' ')}`);
+    const dirModes = await (await connectSsh(hosts.target('cpu'), trust)).exec(`stat -c %a ${dirs.map(quoteShellWord).join(' ')}`);
     expect(dirModes.stdout).toBe('700\n'.repeat(dirs.length));
     expect(r.jobDirectory(job)).toMatch(/\/we_ird_\$?.*-[0-9a-f]{10}$/);
     expect(r.jobDirectory(job)).not.toMatch(/[`'$ ()]/);
@@ -260,19 +260,19 @@ describe('SshRunner', () => {
     await r.cleanupRun(runId);
     expect(await hosts.jobProcesses('cpu')).toEqual([]);
     const ssh = await connectSsh(hosts.target('cpu'), trust);
-    const left = await ssh.exec(`cd ${shQuote(hosts.host('cpu').jobBaseDir)}/${runId} && find . -type f | sort`);
+    const left = await ssh.exec(`cd ${quoteShellWord(hosts.host('cpu').jobBaseDir)}/${runId} && find . -type f | sort`);
     // (A job's wrapper may still record the exit code of its killed commands.)
     const kept = left.stdout.split('\n').filter((f) => f !== '' && !/^\.\/0\/job-[ab]\/exit_code$/.test(f));
     expect(kept).toEqual(['./.released', './0/job-a/log', './0/job-b/log']);
     // The log outlives the run (troupe logs after the end), the env file with its secrets does not.
     expect((await r.readLog(a, 0, 1000)).data).toBe('hello from a\n');
     await r.cleanupRun(runId);
-    expect((await ssh.exec(`ls ${shQuote(hosts.host('cpu').jobBaseDir)}/${runId}/0/job-a`)).stdout).toMatch(/^(exit_code\n)?log\n$/);
+    expect((await ssh.exec(`ls ${quoteShellWord(hosts.host('cpu').jobBaseDir)}/${runId}/0/job-a`)).stdout).toMatch(/^(exit_code\n)?log\n$/);
   });
 
   it('removes the logs of runs released longer ago than the retention, and no others', async () => {
     const r = runner('cpu');
-    const base = shQuote(hosts.host('cpu').jobBaseDir);
+    const base = quoteShellWord(hosts.host('cpu').jobBaseDir);
     const [old, recent, current] = ['old', 'recent', 'current'].map((n) => `run-${n}-${randomUUID().slice(0, 8)}`) as [string, string, string];
     for (const runId of [old, recent, current]) {
       const job = jobRef('cpu', 'job-0', runId);

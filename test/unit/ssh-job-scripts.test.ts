@@ -15,7 +15,7 @@ import {
   startJobScript,
   stopJobScript,
 } from '../../src/backends/ssh/job-scripts';
-import { shQuote } from '../../src/backends/ssh/shell-quote';
+import { quoteShellWord } from '../../src/runner/shell-quote';
 import { wholeCharacters } from '../../src/backends/ssh/ssh-runner';
 
 const hostile = [
@@ -30,11 +30,11 @@ const hostile = [
 
 describe('shell quoting', () => {
   it.each(hostile)('passes %j through bash unchanged', (value) => {
-    expect(execFileSync('bash', ['-c', `printf %s ${shQuote(value)}`], { encoding: 'utf8' })).toBe(value);
+    expect(execFileSync('bash', ['-c', `printf %s ${quoteShellWord(value)}`], { encoding: 'utf8' })).toBe(value);
   });
 
   it('refuses NUL', () => {
-    expect(() => shQuote('a\0b')).toThrow(/NUL/);
+    expect(() => quoteShellWord('a\0b')).toThrow(/NUL/);
   });
 });
 

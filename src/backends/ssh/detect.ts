@@ -3,7 +3,7 @@ import { GpuVendorSchema } from '../../config/resources-schema';
 import { SshCommandError } from './errors';
 import { AMD_SMI_QUERY, NVIDIA_SMI_QUERY, parseAmdSmi, parseNvidiaSmi, parseRocmSmi, ROCM_SMI_QUERY } from './gpu-tools';
 import type { SshSession } from './session';
-import { shQuote } from './shell-quote';
+import { quoteShellWord } from '../../runner/shell-quote';
 
 export const HostAddressSchema = z.object({
   /** Interface name; empty when only `hostname -I` was available. */
@@ -65,7 +65,7 @@ export function detectScript(baseDir: string): string {
     s('meminfo'), 'grep -E "^MemTotal:" /proc/meminfo',
     s('home'), 'printf "%s\\n" "$HOME"',
     s('df'),
-    `d=${shQuote(baseDir)}; case "$d" in /*) ;; *) d="$HOME/$d" ;; esac`,
+    `d=${quoteShellWord(baseDir)}; case "$d" in /*) ;; *) d="$HOME/$d" ;; esac`,
     'while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done',
     'df -Pk "$d" | tail -n 1',
     s('ip'), 'ip -o addr show 2>/dev/null',

@@ -31,4 +31,3 @@ export {
   type SshRunnerOptions,
   type StartJobOptions,
 } from './ssh-runner';
-export { shQuote } from './shell-quote';

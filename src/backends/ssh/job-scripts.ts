@@ -1,6 +1,6 @@
 import { SshLayout } from '../../runner/inter-node-ssh';
 import { JobLayout as L } from '../../runner/job-layout';
-import { shQuote } from './shell-quote';
+import { quoteShellWord } from '../../runner/shell-quote';
 
 /**
  * The bash scripts the SSH runner runs on a host, one round trip each. They follow the job
@@ -116,7 +116,7 @@ function wait_for_claim(seconds: number): string {
 /** Step 1 of a start: stop here if the job is claimed already; else make its directory (and find the image runtime). */
 export function prepareStartScript(jobDir: string, needsRuntime: boolean): string {
   return [
-    `d=${shQuote(jobDir)}`,
+    `d=${quoteShellWord(jobDir)}`,
     `if [ -d "$d/${L.started}" ]; then echo "result claimed"; exit 0; fi`,
     'rt=',
     ...(needsRuntime
@@ -139,10 +139,10 @@ export function prepareStartScript(jobDir: string, needsRuntime: boolean): strin
  * setsid too old for `-f` (util-linux before 2.32) fails at once and the wrapper starts with `&`.
  */
 export function spawnWrapperScript(jobDir: string, instanceId: string): string {
-  const launch = `${MARKER_NAME}=${shQuote(instanceId)} setsid`;
+  const launch = `${MARKER_NAME}=${quoteShellWord(instanceId)} setsid`;
   const wrapper = `bash --noprofile --norc ${L.wrapper} </dev/null >>${L.wrapperLog} 2>&1`;
   return [
-    `cd ${shQuote(jobDir)} || exit 97`,
+    `cd ${quoteShellWord(jobDir)} || exit 97`,
     `if [ ! -d ${L.started} ]; then`,
     `  ${launch} -f ${wrapper} || { ${launch} ${wrapper} & }`,
     'fi',
@@ -188,7 +188,7 @@ export const STAGE_PREFIX = '.stage.';
  */
 export function startJobScript(jobDir: string, instanceId: string, nonce: string): string {
   return [
-    `d=${shQuote(jobDir)}`,
+    `d=${quoteShellWord(jobDir)}`,
     `stage="\${d%/*}/${STAGE_PREFIX}\${d##*/}.${nonce}"`,
     'if [ ! -d "$d/' + L.started + '" ]; then',
     '  names=() modes=() bodies=() dirs=("$stage")',
@@ -231,7 +231,7 @@ export function startJobScript(jobDir: string, instanceId: string, nonce: string
 export function jobStateScript(jobDir: string): string {
   return [
     procHelpers,
-    `cd ${shQuote(jobDir)} 2>/dev/null && [ -d ${L.started} ] || { echo "result absent"; exit 0; }`,
+    `cd ${quoteShellWord(jobDir)} 2>/dev/null && [ -d ${L.started} ] || { echo "result absent"; exit 0; }`,
     wait_for_claim(2),
     `[ -s ${L.started}/${L.pid} ] || { echo "result absent"; exit 0; }`,
     `read -r leader leader_t0 < ${L.started}/${L.pid}`,
@@ -246,8 +246,8 @@ export function jobStateScript(jobDir: string): string {
 export function stopJobScript(jobDir: string, instanceId: string, graceSeconds: number): string {
   return [
     procHelpers,
-    `marker=${shQuote(`${MARKER_NAME}=${instanceId}`)}`,
-    `mkdir -p ${shQuote(jobDir)} && cd ${shQuote(jobDir)} || exit 97`,
+    `marker=${quoteShellWord(`${MARKER_NAME}=${instanceId}`)}`,
+    `mkdir -p ${quoteShellWord(jobDir)} && cd ${quoteShellWord(jobDir)} || exit 97`,
     `if mkdir ${L.started} 2>/dev/null; then`,
     `  date -u +%FT%TZ > ${L.started}/${L.stopped}.tmp && mv -f ${L.started}/${L.stopped}.tmp ${L.started}/${L.stopped}`,
     '  echo "result stopped-before-start"; exit 0',
@@ -275,8 +275,8 @@ export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_D
   const base = runDir.replace(/\/[^/]+$/, '') || '/';
   return [
     procHelpers,
-    `r=${shQuote(runDir)}`,
-    `base=${shQuote(base)}`,
+    `r=${quoteShellWord(runDir)}`,
+    `base=${quoteShellWord(base)}`,
     'if [ -d "$r" ]; then',
     `  for job in "$r"/*/*/; do`,
     killLeftovers('"$job"'),
@@ -317,7 +317,7 @@ function killLeftovers(dir: string): string {
 export function cleanupJobScript(jobDir: string): string {
   return [
     procHelpers,
-    `j=${shQuote(jobDir)}`,
+    `j=${quoteShellWord(jobDir)}`,
     'if [ -d "$j" ]; then',
     killLeftovers('"$j"') + ' | grep "^result survivors" && exit 0',
     `  find "$j" -mindepth 1 -maxdepth 1 ! -name ${L.log} ! -name ${L.exitCode} ! -name ${L.started} -exec rm -rf -- {} + || exit 1`,
@@ -334,7 +334,7 @@ export function cleanupJobScript(jobDir: string): string {
 export function writePeersScript(jobDir: string, version: number, nonce: string): string {
   const v = Math.trunc(version);
   return [
-    `cd ${shQuote(jobDir)} 2>/dev/null && [ -s ${INSTANCE_FILE} ] || { echo "result gone"; exit 0; }`,
+    `cd ${quoteShellWord(jobDir)} 2>/dev/null && [ -s ${INSTANCE_FILE} ] || { echo "result gone"; exit 0; }`,
     'exec 9>>.peers.lock || exit 97',
     'if command -v flock >/dev/null 2>&1; then flock -w 30 9 || exit 97; fi',
     `cur=$(cat ${PEERS_VERSION_FILE} 2>/dev/null)`,
@@ -361,7 +361,7 @@ export interface ContainerLaunchInput {
  * container through the client's signal proxy; `--init` forwards it to the commands.
  */
 export function renderContainerLaunchScript(input: ContainerLaunchInput): string {
-  const dir = shQuote(input.jobDir);
+  const dir = quoteShellWord(input.jobDir);
   const gpu =
     input.runtime === 'docker' ? 'gpu=(--gpus all)' : 'gpu=(--device nvidia.com/gpu=all)';
   return [
@@ -371,9 +371,9 @@ export function renderContainerLaunchScript(input: ContainerLaunchInput): string
     'gpu=()',
     `if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then ${gpu}`,
     'elif [ -e /dev/kfd ]; then gpu=(--device /dev/kfd --device /dev/dri --group-add video); fi',
-    `printf '%s %s\\n' ${input.runtime} ${shQuote(input.containerName)} > "$dir/${CONTAINER_FILE}"`,
-    `exec ${input.runtime} run --rm --init --name ${shQuote(input.containerName)} --network host "\${gpu[@]}" \\`,
-    `  -e ${MARKER_NAME} -v "$dir:$dir" -w "$dir/${L.workDir}" --entrypoint bash ${shQuote(input.image)} \\`,
+    `printf '%s %s\\n' ${input.runtime} ${quoteShellWord(input.containerName)} > "$dir/${CONTAINER_FILE}"`,
+    `exec ${input.runtime} run --rm --init --name ${quoteShellWord(input.containerName)} --network host "\${gpu[@]}" \\`,
+    `  -e ${MARKER_NAME} -v "$dir:$dir" -w "$dir/${L.workDir}" --entrypoint bash ${quoteShellWord(input.image)} \\`,
     `  --noprofile --norc -c '. "$1/${L.env}" && exec bash "$1/${CONTAINER_COMMANDS_FILE}"' troupe "$dir"`,
     '',
   ].join('\n');

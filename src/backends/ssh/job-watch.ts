@@ -1,6 +1,6 @@
 import type { ClientChannel } from 'ssh2';
 import type { SshSession } from './session';
-import { shQuote } from './shell-quote';
+import { quoteShellWord } from '../../runner/shell-quote';
 
 /**
  * Job exits pushed from a host instead of polled: one watcher per host and worker, a bash loop of
@@ -28,7 +28,7 @@ const FORGET_AFTER_MS = 60_000;
 
 /** The watcher, started as an exec request (the login shell runs it once). */
 export function watcherScript(watchersDir: string): string {
-  const w = shQuote(watchersDir);
+  const w = quoteShellWord(watchersDir);
   return [
     `w=${w}`,
     'mkdir -p "$w" && chmod 700 "$w" || exit 97',
@@ -177,7 +177,7 @@ export class JobWatch {
 
   private async start(): Promise<void> {
     const session = await this.session();
-    const channel = await session.openLongLived(`exec bash --noprofile --norc -c ${shQuote(watcherScript(this.watchersDir))}`, this.startTimeoutMs);
+    const channel = await session.openLongLived(`exec bash --noprofile --norc -c ${quoteShellWord(watcherScript(this.watchersDir))}`, this.startTimeoutMs);
     // A connection lost (keepalive unanswered) may not close its channels at once: the jobs are
     // checked on the host (and found unreachable) from that moment.
     session.onLost(() => {

@@ -1,6 +1,6 @@
 import type { NodeReadyProbe, ReadinessState } from '../backend';
 import { JobLayout as L } from '../../runner/job-layout';
-import { shQuote } from './shell-quote';
+import { quoteShellWord } from '../../runner/shell-quote';
 
 /**
  * Readiness probed on the host, pushed instead of polled: the job's wrapper starts this loop in
@@ -32,7 +32,7 @@ now() { local t=\${EPOCHREALTIME:-}; [ -n "$t" ] || t=$(date +%s.%6N); t=\${t/,/
 now; start=$ms
 record() {
   printf '%s\\n' "$1" > ${READINESS_FILE}.tmp && mv -f ${READINESS_FILE}.tmp ${READINESS_FILE}
-  for f in ${shQuote(notifyDir)}/*.fifo; do [ -p "$f" ] && printf 'ready %s\\n' "$dir" 1<>"$f"; done 2>/dev/null
+  for f in ${quoteShellWord(notifyDir)}/*.fifo; do [ -p "$f" ] && printf 'ready %s\\n' "$dir" 1<>"$f"; done 2>/dev/null
   exit 0
 }
 (. ./${L.env}) >/dev/null 2>&1 || record "not-ready 126

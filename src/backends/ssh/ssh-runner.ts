@@ -44,7 +44,7 @@ import {
   writePeersScript,
 } from './job-scripts';
 import type { CommandResult, SshSession } from './session';
-import { shQuote } from './shell-quote';
+import { quoteShellWord } from '../../runner/shell-quote';
 import { describeTarget, type SshTarget } from './target';
 import { resolveTimeouts, type SshTimeouts } from './timeouts';
 
@@ -116,7 +116,7 @@ export class SshRunner {
     try {
       const session = await this.session();
       if (this.readyOn === session && !session.closed) return true;
-      const dir = shQuote(this.baseDir);
+      const dir = quoteShellWord(this.baseDir);
       const result = await session.exec(`mkdir -p ${dir} && chmod 700 ${dir} && test -w ${dir}`);
       if (result.exitCode === 0) this.readyOn = session;
       return result.exitCode === 0;
@@ -268,7 +268,7 @@ export class SshRunner {
     const since = this.watch.begin(dir);
     try {
       const state = await this.reachable(async (session) => {
-        const result = await session.exec(`cat ${shQuote(`${dir}/${READINESS_FILE}`)} 2>/dev/null || echo "result pending"`);
+        const result = await session.exec(`cat ${quoteShellWord(`${dir}/${READINESS_FILE}`)} 2>/dev/null || echo "result pending"`);
         return parseReadiness(result.stdout.startsWith('result pending') ? null : result.stdout);
       });
       if (state.state === 'pending') await this.watch.watchReadiness(dir, since);
@@ -337,11 +337,11 @@ export class SshRunner {
    * of output; past `timeoutMs` the script's process group is killed and the code is 124.
    */
   async exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult> {
-    const dir = shQuote(this.jobDirectory(job));
+    const dir = quoteShellWord(this.jobDirectory(job));
     const seconds = (Math.max(1, timeoutMs) / 1000).toFixed(3);
     const wrapped = [
       `if [ -f ${dir}/${L.env} ]; then cd ${dir} && { . ./${L.env} || exit 126; }; else cd /; fi`,
-      `exec timeout -s KILL ${seconds} bash --noprofile --norc -c ${shQuote(script)} </dev/null 2>&1`,
+      `exec timeout -s KILL ${seconds} bash --noprofile --norc -c ${quoteShellWord(script)} </dev/null 2>&1`,
     ].join('\n');
     return this.reachable(async (session) => {
       const started = Date.now();
