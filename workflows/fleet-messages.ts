@@ -1,7 +1,7 @@
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import type { AllocateRequest, FleetHostSpec, FleetSpec, FleetState } from './fleet-schemas';
+import type { AllocateRequest, FleetSpec, FleetState, HeldHost } from '../src/fleet/fleet-schemas';
 
-/** What a fleet's workflow is asked and answers (the shapes' schemas: workflows/fleet-schemas.ts). */
+/** What a fleet's workflow is asked and answers (the shapes' schemas: src/fleet/fleet-schemas.ts, the fleet's contract). */
 export type {
   AllocateRequest,
   FleetHostSpec,
@@ -11,27 +11,13 @@ export type {
   Holder,
   HostKey,
   HostKeySource,
-} from './fleet-schemas';
+  HeldHost,
+} from '../src/fleet/fleet-schemas';
 
 export interface FleetInput {
   spec: FleetSpec;
   /** Carried over by continue-as-new. */
   state?: FleetState;
-}
-
-/** A host as a job of a run holds it: what the backend needs to reach it with its verified key. */
-export interface HeldHost {
-  job_num: number;
-  job_name: string;
-  /** The job's attempt; absent for attempt 0. */
-  attempt?: number;
-  host_index: number;
-  /** The target with the key(s) verified at probe time as its only accepted fingerprints. */
-  target: FleetHostSpec['target'];
-  internal_ip: string;
-  gpus: number;
-  /** The SSH user's home on the host (the default job base directory is under it). */
-  home: string;
 }
 
 export type AllocatedHost = HeldHost;

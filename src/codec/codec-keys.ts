@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { projectRoot } from '../devserver/dev-server';
+import { projectRoot } from '../project-root';
 
 /**
  * The keys of the payload codec: every payload Troupe's clients and workers send to Temporal is

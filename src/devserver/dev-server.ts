@@ -4,13 +4,14 @@ import { createConnection } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_CODEC_PORT } from '../codec/codec-server';
+import { projectRoot } from '../project-root';
 
 /**
  * The embedded default Temporal service: `temporal server start-dev` on 127.0.0.1 with the
  * version check and the UI's news fetch off, so it makes no outbound connection.
  */
 
-export const projectRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+export { projectRoot };
 
 /** Search attributes that make the Web UI a dashboard of runs (registered at start). */
 export const searchAttributes: Record<string, string> = {

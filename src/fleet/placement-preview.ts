@@ -1,6 +1,6 @@
 import type { Resources } from '../config/resources-schema';
 import type { Plan } from '../plan/plan-schema';
-import type { FleetHostState, FleetState } from '../../workflows/fleet-messages';
+import type { FleetHostState, FleetState } from './fleet-schemas';
 import { describeResources, hostShortfalls, pickHosts } from './host-match';
 
 export interface JobPlacement {

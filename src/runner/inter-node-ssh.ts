@@ -1,4 +1,4 @@
-import type { NodeSshKeys } from '../backends/backend';
+import type { NodeSshKeys } from './node-files';
 import { JobLayout as L } from './job-layout';
 import { quoteShellWord } from './shell-quote';
 

@@ -1,4 +1,4 @@
-import type { JobFiles } from '../backends/backend';
+import type { JobFiles } from './node-files';
 import type { JobPlan, Plan } from '../plan/plan-schema';
 import type { ClusterInfo } from './cluster-info';
 import { renderHostfile } from './hostfile';

@@ -1,7 +1,7 @@
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { projectRoot } from '../devserver/dev-server';
+import { projectRoot } from '../project-root';
 
 /**
  * Secret env values travel sealed: the submitting side encrypts them (AES-256-GCM, the env name as

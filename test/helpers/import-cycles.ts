@@ -14,7 +14,7 @@ export function relativeImports(file: string): string[] {
   return specs;
 }
 
-function tsFiles(dir: string): string[] {
+export function tsFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
     const path = join(dir, name);
     if (statSync(path).isDirectory()) return tsFiles(path);

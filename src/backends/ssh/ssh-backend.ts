@@ -19,7 +19,7 @@ import {
 import { FleetNotFoundError, type FleetClient } from '../../fleet/fleet-client';
 import { describeResources, freeFittingHosts } from '../../fleet/host-match';
 import { hostsFor } from '../../fleet/placement-preview';
-import type { FleetState, HeldHost } from '../../../workflows/fleet-messages';
+import type { FleetState, HeldHost } from '../../fleet/fleet-schemas';
 import { isHeldBy } from '../../fleet/job-holder';
 import { defaultJobBaseDir } from './detect';
 import { HostKeyTrust } from './host-key-trust';

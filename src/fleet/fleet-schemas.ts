@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { ResourcesSchema } from '../src/config/resources-schema';
-import { SshTargetSchema } from '../src/backends/ssh/target';
-import { HostFactsSchema } from '../src/backends/ssh/detect';
+import { ResourcesSchema } from '../config/resources-schema';
+import { SshTargetSchema } from '../backends/ssh/target';
+import { HostFactsSchema } from '../backends/ssh/detect';
 
 /**
  * A fleet as FleetWorkflow holds it: hosts over SSH, what each has, and which run/job holds it.
@@ -86,3 +86,18 @@ export const AllocateRequestSchema = z.object({
   jobs: z.array(z.object({ job_num: z.number().int(), job_name: z.string(), attempt: z.number().int().nonnegative().optional() })).min(1),
 });
 export type AllocateRequest = z.infer<typeof AllocateRequestSchema>;
+
+/** A host as a job of a run holds it: what the backend needs to reach it with its verified key. */
+export interface HeldHost {
+  job_num: number;
+  job_name: string;
+  /** The job's attempt; absent for attempt 0. */
+  attempt?: number;
+  host_index: number;
+  /** The target with the key(s) verified at probe time as its only accepted fingerprints. */
+  target: FleetHostSpec['target'];
+  internal_ip: string;
+  gpus: number;
+  /** The SSH user's home on the host (the default job base directory is under it). */
+  home: string;
+}
