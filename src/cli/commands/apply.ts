@@ -1,5 +1,3 @@
-import { decodeConfigFile, readConfigBytes } from '../../config/config-file';
-import { ConfigError } from '../../config/errors';
 import { parseArgs } from 'node:util';
 import type { RunHandle, RunState } from '../../client';
 import { isFinished } from '../../client';
@@ -7,6 +5,7 @@ import { defaultBackendFor, LOCAL_BACKEND, SSH_BACKEND } from '../../backends/ba
 import { isolationNotice } from '../../backends/local/isolation-mode';
 import { loadPlan, type Plan } from '../../plan';
 import { CliError, type Command } from '../command';
+import { readConfigText } from '../config-text';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings, describeConnection, workflowUrl } from '../connection';
 import { onInterrupt } from '../interrupt';
 import { cliErrorOf } from '../render/client-errors';
@@ -92,15 +91,9 @@ export const command: Command = async (args) => {
 };
 
 async function readPlan(file: string, name: string | undefined, fleet: string | undefined): Promise<Plan> {
-  let bytes: Buffer;
+  const text = readConfigText(file);
   try {
-    bytes = readConfigBytes(file);
-  } catch (err) {
-    if (err instanceof ConfigError) throw new CliError(err.message, 1);
-    throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
-  }
-  try {
-    const plan = loadPlan(decodeConfigFile(bytes, file), file, { environ: process.env, ...(name !== undefined ? { runName: name } : {}) });
+    const plan = loadPlan(text, file, { environ: process.env, ...(name !== undefined ? { runName: name } : {}) });
     return fleet ? { ...plan, fleets: [fleet] } : plan;
   } catch (err) {
     throw cliErrorOf(err);

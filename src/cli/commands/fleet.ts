@@ -1,5 +1,3 @@
-import { decodeConfigFile, readConfigBytes } from '../../config/config-file';
-import { ConfigError } from '../../config/errors';
 import { parseArgs } from 'node:util';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import type { TroupeClient } from '../../client';
@@ -10,6 +8,7 @@ import { fleetSpecOf, ignoredFleetSettings } from '../../fleet/fleet-spec';
 import { runWorkflowId } from '../../../workflows/ids';
 import { stopRunSignal } from '../../../workflows/messages';
 import { CliError, type Command } from '../command';
+import { readConfigText } from '../config-text';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings, describeConnection } from '../connection';
 import { cliErrorOf } from '../render/client-errors';
 import { renderFleetApply, renderFleetHosts, renderFleetList, renderPlacement } from '../render/fleet-table';
@@ -62,27 +61,11 @@ async function withFleets<T>(values: Parameters<typeof connectionSettings>[0], b
   }
 }
 
-async function readConfigText(file: string): Promise<string> {
-  let bytes: Buffer;
-  try {
-    bytes = readConfigBytes(file);
-  } catch (err) {
-    if (err instanceof ConfigError) throw new CliError(err.message, 1);
-    throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
-  }
-  try {
-    return decodeConfigFile(bytes, file);
-  } catch (err) {
-    if (err instanceof ConfigError) throw new CliError(err.message, 1);
-    throw err;
-  }
-}
-
 type Values = ReturnType<typeof parseArgs<{ args: string[]; options: typeof options }>>['values'];
 
 async function apply(values: Values): Promise<number> {
   if (!values.file) throw new CliError(`fleet apply needs the fleet config: -f FILE\n\n${help}`, 2);
-  const text = await readConfigText(values.file);
+  const text = readConfigText(values.file);
   let spec;
   let notes: string[];
   try {

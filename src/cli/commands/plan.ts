@@ -1,8 +1,8 @@
 import { parseArgs } from 'node:util';
-import { decodeConfigFile, readConfigBytes } from '../../config/config-file';
 import { ConfigError } from '../../config/errors';
 import { loadPlan, planToJson, type Plan } from '../../plan';
 import { CliError, type Command } from '../command';
+import { readConfigText } from '../config-text';
 import { renderPlan } from '../render/plan-table';
 import { styleFor } from '../render/style';
 import { parseOrUsage, renderUsage } from '../render/usage';
@@ -33,16 +33,10 @@ export const command: Command = async (args) => {
   }
   const file = values.file;
   if (file === undefined) throw new CliError(`troupe plan needs a task config: -f FILE\n\n${help}`, 2);
-  let bytes: Buffer;
-  try {
-    bytes = readConfigBytes(file);
-  } catch (err) {
-    if (err instanceof ConfigError) throw new CliError(err.message, 1);
-    throw new CliError(`cannot read ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
-  }
+  const text = readConfigText(file);
   let plan: Plan;
   try {
-    plan = loadPlan(decodeConfigFile(bytes, file), file, {
+    plan = loadPlan(text, file, {
       environ: process.env,
       ...(values.name !== undefined ? { runName: values.name } : {}),
       // Showing a plan needs no values; `troupe apply` refuses until they are set.
