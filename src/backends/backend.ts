@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { GroupPlan, JobPlan } from '../plan/plan-schema';
 import type { SshKeyPair } from '../secrets/ssh-key-pair';
+import type { NodeIdentity } from '../runner/node-hosts';
 
 /**
  * A backend provisions jobs onto machines and runs their commands there. Every method is
@@ -62,6 +63,8 @@ export interface JobFiles {
    * `readiness()`): started with the job, it runs until it passes or `budget_ms` has gone by.
    */
   ready_probe?: NodeReadyProbe | null;
+  /** The node's host name and /etc/hosts (src/runner/node-hosts.ts), for a backend that gives a node a machine of its own. */
+  node?: NodeIdentity | null;
 }
 
 /** A readiness probe as the node runs it (src/runner/ready-probe.ts renders the script). */

@@ -14,12 +14,16 @@ import { quoteShellWord } from './shell-quote';
  *   directory back at its usual path through a descriptor opened before the hiding, so the job
  *   finds its files (DSTACK_MPI_HOSTFILE, `work/`) where the worker wrote them and nothing else;
  * - mounts a /proc of the new pid namespace: the worker and other runs' processes are not there;
+ * - gives the node what a machine of its own has (the wrapper made it a UTS and an IPC namespace
+ *   too): a private `/tmp` and `/dev/shm` (tmpfs, gone with the namespace: nothing a framework
+ *   leaves there outlives the job; /dev/shm sized from the group's `resources.shm_size` as dstack
+ *   does), `TMPDIR=/tmp` (short enough for Unix socket paths, at most 107 bytes), its own host
+ *   name, and an `/etc/hosts` where that name resolves to its own address and the run's peers
+ *   resolve by name (src/runner/node-hosts.ts). Programs that name their files by host name, user
+ *   and pid (Open MPI's session directories, Ray's session, forkserver sockets) then never meet
+ *   another node's files, although every node runs on this machine;
  * - in a node network namespace of its own, lets the run's user bind ports below 1024 there (its
- *   SSH server listens on port 22: src/runner/inter-node-ssh.ts) and gives it a /dev/shm and a
- *   TMPDIR of its own, as a machine has: programs that name their files by host name, user and
- *   pid (Open MPI's session directories and shared-memory segments) would otherwise meet the
- *   files of other nodes, which share this machine's host name and, in their own pid
- *   namespaces, the same small pids.
+ *   SSH server listens on port 22: src/runner/inter-node-ssh.ts).
  *
  * The job's env file is sourced only after the switch to the run's user (setpriv): a task's
  * `LD_PRELOAD` or `PATH` never reaches a program that runs as root. The script stays pid 1 while
@@ -36,6 +40,10 @@ export interface IsolatedLaunchInput {
   user: { name: string; uid: number; gid: number };
   /** True in a node network namespace of the job's own (never in the machine's). */
   ownNetwork: boolean;
+  /** The node's host name, and the file (in the job's directory) bound over /etc/hosts; null: the machine's. */
+  node: { hostname: string; hostsFile: string } | null;
+  /** Size of the node's /dev/shm in bytes (the group's `resources.shm_size`); null: the tmpfs default (half the memory, as a machine's). */
+  shmBytes: number | null;
   /** Absolute paths of the programs run as root: nothing is looked up in a PATH. */
   tools: { mount: string; mkdir: string; setpriv: string; sleep: string };
   /** Run in place of launch.sh, relative to the job's directory (ssh/run.sh: inter-node SSH); default launch.sh. */
@@ -44,6 +52,13 @@ export interface IsolatedLaunchInput {
 
 /** Exit code of an isolated job whose namespaces could not be set up (its log says why). */
 export const ISOLATION_FAILED_EXIT_CODE = 125;
+
+const HOST_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+/** `,size=…k` for a /dev/shm of `bytes`; nothing for the tmpfs default. */
+function shmSizeOption(bytes: number | null): string {
+  return bytes === null ? '' : `,size=${Math.max(1, Math.ceil(bytes / 1024))}k`;
+}
 
 export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
   const q = quoteShellWord;
@@ -63,16 +78,21 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
     'set +f',
     `exec 3< ${dir} || ${fail}`,
     ...input.hide.map((h) => `${q(mount)} -t tmpfs -o mode=0755,size=64k,nosuid,nodev troupe-hidden ${q(h)} || ${fail}`),
+    // Before the job's directory is bound back: it may lie under /tmp (then its path is made again in the new one).
+    `${q(mount)} -t tmpfs -o mode=1777,nosuid,nodev troupe-tmp /tmp || ${fail}`,
+    `${q(mount)} -t tmpfs -o mode=1777,nosuid,nodev${shmSizeOption(input.shmBytes)} troupe-shm /dev/shm || ${fail}`,
     `${q(mkdir)} -p ${dir} && ${q(mount)} --no-canonicalize --bind /proc/self/fd/3 ${dir} || ${fail}`,
     'exec 3<&-',
     `${q(mount)} -t proc -o nosuid,nodev,noexec proc /proc || ${fail}`,
   ];
-  if (input.ownNetwork) {
+  if (input.node) {
+    if (!HOST_NAME.test(input.node.hostname)) throw new Error(`"${input.node.hostname}" is not a host name`);
     lines.push(
-      'echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start',
-      `${q(mount)} -t tmpfs -o mode=1777,nosuid,nodev troupe-shm /dev/shm || ${fail}`,
+      `printf '%s\\n' ${input.node.hostname} > /proc/sys/kernel/hostname || ${fail}`,
+      `${q(mount)} --no-canonicalize --bind ${dir}/${q(input.node.hostsFile)} /etc/hosts || ${fail}`,
     );
   }
+  if (input.ownNetwork) lines.push('echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start');
   const name = q(input.user.name);
   lines.push(
     // Written once the namespaces are ready, just before the commands: the worker reports the job
@@ -80,7 +100,7 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
     `printf '%s %s\\n' "$pid" "$init_start" > ${dir}/${L.started}/${L.nsInit} || ${fail}`,
     `cd ${dir}/${L.workDir} || ${fail}`,
     `export HOME=${dir}/${L.workDir} USER=${name} LOGNAME=${name}`,
-    ...(input.ownNetwork ? [`export TMPDIR=${dir}/${L.tmpDir}`] : []),
+    'export TMPDIR=/tmp',
     `${q(setpriv)} --reuid=${input.user.uid} --regid=${input.user.gid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs -- \\`,
     `  bash --noprofile --norc -c '. "$1/${L.env}" && exec bash "$1/$2"' troupe ${dir} ${q(input.entry ?? L.launchScript)}`,
     'code=$?',

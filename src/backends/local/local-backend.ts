@@ -23,6 +23,7 @@ import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
 import { renderIsolatedLaunch } from '../../runner/isolated-launch';
 import { renderJobWrapper } from '../../runner/job-wrapper';
+import type { NodeIdentity } from '../../runner/node-hosts';
 import { SshLayout } from '../../runner/inter-node-ssh';
 import { secretKeyFile } from '../../secrets/sealed-env';
 import { codecKeyFile } from '../../codec/codec-keys';
@@ -203,6 +204,7 @@ export class LocalBackend implements Backend {
           host_link: names?.hostLink ?? null,
           node_link: names?.nodeLink ?? null,
           job_dir: this.store.jobDir(req.run_id, req.submission, job.job_name, job.attempt),
+          shm_size_gb: req.group.resources.shm_size,
         };
         record = await this.store.createRecord(candidate);
         if (record === candidate) createdHere.push(record);
@@ -283,13 +285,14 @@ export class LocalBackend implements Backend {
       const shared: FileOwner | null = user ? { uid: 0, gid: user.gid } : null;
       // Inter-node SSH needs a port 22 of the node's own: netns mode only (node-ssh.ts).
       const entry = files.ssh && record.netns ? await writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
-      const isolated = user ? await this.isolatedFiles(dir, record, user, entry) : null;
+      const isolated = user ? await this.isolatedFiles(dir, record, user, entry, files.node ?? null) : null;
       // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
       await Promise.all([
         writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
         writeFileAtomic(join(dir, L.hostfile), files.hostfile, user ? 0o640 : 0o644, shared),
         writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
         ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
+        ...(isolated && files.node ? [writeFileAtomic(join(dir, L.hosts), files.node.hosts, 0o644)] : []),
         writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
         ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
       ]);
@@ -313,28 +316,42 @@ export class LocalBackend implements Backend {
   }
 
   /**
-   * An isolated job's directory: root's, readable by the run's group (0750); `work/` (and `tmp/`,
-   * its TMPDIR on a node of its own) the run user's; and the script that sets up its namespaces (renderIsolatedLaunch).
+   * An isolated job's directory: root's, readable by the run's group (0750); `work/` the run
+   * user's; and the script that sets up its namespaces (renderIsolatedLaunch): a machine of its
+   * own, named and with the /etc/hosts of `node` (the runner's), /dev/shm of the group's shm_size.
    */
-  private async isolatedFiles(dir: string, record: LocalInstanceRecord, user: RunUser, entry: string | undefined): Promise<{ launch: string; unshare: string }> {
+  private async isolatedFiles(
+    dir: string,
+    record: LocalInstanceRecord,
+    user: RunUser,
+    entry: string | undefined,
+    node: NodeIdentity | null,
+  ): Promise<{ launch: string; unshare: string }> {
     const tools = this.requireIsolation().tools();
     const submissionDir = join(dir, '..');
     await chown(submissionDir, 0, user.gid);
     await chmod(submissionDir, 0o750);
     await chown(dir, 0, user.gid);
     await chmod(dir, 0o750);
-    for (const own of [L.workDir, ...(record.netns ? [L.tmpDir] : [])]) {
-      const path = join(dir, own);
-      await mkdir(path, { recursive: true });
-      await chown(path, user.uid, user.gid);
-      await chmod(path, 0o700);
-    }
+    const work = join(dir, L.workDir);
+    await mkdir(work, { recursive: true });
+    await chown(work, user.uid, user.gid);
+    await chmod(work, 0o700);
     const keyFiles = [
       this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile,
       this.options.codecKeyFile === undefined ? codecKeyFile() : this.options.codecKeyFile,
     ];
     const hide = await hiddenDirectories(dir, this.options.stateDir, keyFiles);
-    const launch = renderIsolatedLaunch({ jobDir: dir, hide, user, ownNetwork: record.netns !== null, tools, entry });
+    const launch = renderIsolatedLaunch({
+      jobDir: dir,
+      hide,
+      user,
+      ownNetwork: record.netns !== null,
+      node: node ? { hostname: node.hostname, hostsFile: L.hosts } : null,
+      shmBytes: record.shm_size_gb ? Math.round(record.shm_size_gb * 1024 ** 3) : null,
+      tools,
+      entry,
+    });
     return { launch, unshare: tools.unshare };
   }
 

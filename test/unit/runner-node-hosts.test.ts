@@ -1,0 +1,57 @@
+import { describe, expect, it } from 'vitest';
+import { hostEntries, nodeHostName, renderNodeHosts } from '../../src/runner/node-hosts';
+import { renderJobFiles } from '../../src/runner/job-files';
+import { buildClusterInfo } from '../../src/runner/cluster-info';
+import { makePlan } from '../helpers/plans';
+
+describe("a node's name and /etc/hosts", () => {
+  it('names node i of a group <group>-<i>, and of a group named by its index node<g>-<i>', () => {
+    expect(nodeHostName('workers', 1, 2)).toBe('workers-2');
+    expect(nodeHostName('0', 0, 1)).toBe('node0-1');
+    expect(() => nodeHostName('Bad Name', 0, 0)).toThrow(/not a host name/);
+  });
+
+  it('resolves its own name to its own address first, then every peer by name', () => {
+    const peers = hostEntries(['head', 'workers'], [['10.213.1.2'], ['10.213.1.3', null, '10.213.1.5']]);
+    expect(peers).toEqual([
+      { ip: '10.213.1.2', name: 'head-0' },
+      { ip: '10.213.1.3', name: 'workers-0' },
+      { ip: '10.213.1.5', name: 'workers-2' },
+    ]);
+    const { hostname, hosts } = renderNodeHosts({ ip: '10.213.1.3', name: 'workers-0' }, peers);
+    expect(hostname).toBe('workers-0');
+    const lines = hosts.split('\n').filter((l) => l && !l.startsWith('#'));
+    expect(lines).toEqual([
+      '127.0.0.1\tlocalhost',
+      '::1\tlocalhost ip6-localhost ip6-loopback',
+      '10.213.1.3\tworkers-0',
+      '10.213.1.2\thead-0',
+      '10.213.1.5\tworkers-2',
+    ]);
+    // Never 127.0.0.1 for its own name: programs that find their address from it get the node's.
+    expect(lines.some((l) => l.startsWith('127.') && l.includes('workers-0'))).toBe(false);
+  });
+
+  it('refuses an address that could break the file', () => {
+    expect(() => renderNodeHosts({ ip: '10.0.0.1\n1.2.3.4', name: 'a-0' }, [])).toThrow(/not an address/);
+  });
+
+  it("comes with a job's files, named from the run's groups", () => {
+    const plan = makePlan('r', [
+      { name: 'head', nodes: 1 },
+      { name: 'driver', nodes: 1 },
+    ]);
+    const job = plan.jobs[1]!;
+    const files = renderJobFiles({
+      run: plan,
+      runUid: 'uid',
+      job,
+      cluster: buildClusterInfo(['10.213.1.2', '10.213.1.3'], [0, 0], 1),
+      addresses: [['10.213.1.2'], ['10.213.1.3']],
+      jobDirectory: '/j',
+      groupNames: ['head', 'driver'],
+    });
+    expect(files.node?.hostname).toBe('driver-0');
+    expect(files.node?.hosts).toContain('10.213.1.3\tdriver-0\n10.213.1.2\thead-0\n');
+  });
+});
