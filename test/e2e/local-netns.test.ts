@@ -4,6 +4,7 @@ import { get } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jobVisibleTempDir } from '../helpers/local-fleet';
 import { SubmissionClosedError } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
 import { nodeMac } from '../../src/backends/local/netns';
@@ -15,7 +16,7 @@ import { alive, groupRequest, hostPid, jobRef, LocalFleetHarness, makeRun, waitF
 
 const SUBNET = '10.213.250.0/24';
 const h = new LocalFleetHarness();
-const out = mkdtempSync(join(tmpdir(), 'troupe-local-out-'));
+const out = jobVisibleTempDir('troupe-local-out-');
 // Written by the jobs, which run as their runs' own users (as root).
 chmodSync(out, 0o1777);
 let backend: LocalBackend;
