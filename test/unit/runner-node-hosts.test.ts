@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { hostEntries, nodeHostName, renderNodeHosts } from '../../src/runner/node-hosts';
+import { hostEntries, hostNameOf, hostsFromBook, nodeHostName, renderNodeHosts } from '../../src/runner/node-hosts';
 import { renderJobFiles } from '../../src/runner/job-files';
 import { buildClusterInfo } from '../../src/runner/cluster-info';
 import { makePlan } from '../helpers/plans';
@@ -53,5 +53,24 @@ describe("a node's name and /etc/hosts", () => {
     });
     expect(files.node?.hostname).toBe('driver-0');
     expect(files.node?.hosts).toContain('10.213.1.3\tdriver-0\n10.213.1.2\thead-0\n');
+  });
+
+  it('is made again from the live address book: a peer at a new address resolves there; the node keeps its name', () => {
+    const start = renderNodeHosts({ ip: '10.213.1.2', name: 'router-0' }, [{ ip: '10.213.1.3', name: 'decode-0' }]);
+    expect(hostNameOf(start.hosts)).toBe('router-0');
+    const node = (group_rank: number, ip: string | null) => ({ rank: 0, group_rank, ip, gpus: 0, attempt: 1, status: 'running', ready: true });
+    const book = (decodeIp: string | null, routerIp: string | null) =>
+      JSON.stringify({
+        version: 3,
+        run_name: 'r',
+        groups: [
+          { name: 'router', index: 0, nodes: [node(0, routerIp)] },
+          { name: 'decode', index: 1, nodes: [node(0, decodeIp), node(1, '10.213.1.9')] },
+        ],
+      });
+    const again = hostsFromBook(book('10.213.1.7', '10.213.1.2'), 'router-0');
+    expect(again?.hosts.split('\n').filter((l) => l && !l.startsWith('#')).slice(2)).toEqual(['10.213.1.2\trouter-0', '10.213.1.7\tdecode-0', '10.213.1.9\tdecode-1']);
+    // The node itself without an address (being replaced): nothing to write.
+    expect(hostsFromBook(book('10.213.1.7', null), 'router-0')).toBeNull();
   });
 });

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { constants } from 'node:fs';
 import { chmod, chown, mkdir, open, readdir, rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -23,7 +24,7 @@ import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
 import { renderIsolatedLaunch } from '../../runner/isolated-launch';
 import { renderJobWrapper } from '../../runner/job-wrapper';
-import type { NodeIdentity } from '../../runner/node-hosts';
+import { hostNameOf, hostsFromBook, type NodeIdentity } from '../../runner/node-hosts';
 import { SshLayout } from '../../runner/inter-node-ssh';
 import { secretKeyFile } from '../../secrets/sealed-env';
 import { codecKeyFile } from '../../codec/codec-keys';
@@ -48,7 +49,7 @@ import { execOnNode } from './node-exec';
 import { waitForSshServer, writeNodeSsh } from './node-ssh';
 import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
-import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
+import { isErrno, pathExists, readTextFile, removeFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
 
 export interface LocalBackendOptions {
@@ -479,8 +480,8 @@ export class LocalBackend implements Backend {
 
   /**
    * Replaces the job's peers.json (writePeersFile: atomic, never by an older version), with the
-   * modes of its other files: readable by its run's group when isolated. A released job (no
-   * instance record, or no run user any more) is left alone.
+   * modes of its other files: readable by its run's group when isolated, and then its /etc/hosts
+   * too (refreshHosts). A released job (no instance record, or no run user any more) is left alone.
    */
   async writePeers(job: JobRef, peers: PeersFile): Promise<void> {
     const dir = this.jobDirectory(job);
@@ -491,7 +492,7 @@ export class LocalBackend implements Backend {
       if (!user) return;
       shared = { uid: 0, gid: user.gid };
     }
-    await writePeersFile(dir, peers, peersMode(shared), shared);
+    await writePeersFile(dir, peers, peersMode(shared), shared, shared ? () => refreshHosts(dir, peers.json) : undefined);
   }
 
   /**
@@ -571,6 +572,25 @@ const RELEASED_JOB_FILES = [L.log, L.exitCode, L.started];
 /** peers.json: readable by the run's group when the job is isolated (root's otherwise, like its hostfile). */
 function peersMode(owner: unknown): number {
   return owner ? 0o640 : 0o644;
+}
+
+/**
+ * An isolated job's /etc/hosts from a newer address book: written in place (the job's mount
+ * namespace binds this very file; a rename would leave it the old one), never through a link. The
+ * file and its directory are root's: the job cannot put anything else there.
+ */
+async function refreshHosts(dir: string, bookJson: string): Promise<void> {
+  const path = join(dir, L.hosts);
+  const current = await readTextFile(path);
+  const hostname = current === null ? null : hostNameOf(current);
+  const identity = hostname ? hostsFromBook(bookJson, hostname) : null;
+  if (!identity || identity.hosts === current) return;
+  const handle = await open(path, constants.O_WRONLY | constants.O_TRUNC | constants.O_NOFOLLOW);
+  try {
+    await handle.writeFile(identity.hosts);
+  } finally {
+    await handle.close();
+  }
 }
 
 /** Removes everything in `dir` but the entries named in `kept`. */
