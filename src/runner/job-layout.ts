@@ -17,6 +17,8 @@ export const JobLayout = {
   workDir: 'work',
   /** An isolated job's /etc/hosts (src/runner/node-hosts.ts), bound over the machine's in its mount namespace. */
   hosts: 'hosts',
+  /** An isolated job's /etc/resolv.conf on a node of its own network (no name server: nothing beyond the run is reachable). */
+  resolvConf: 'resolv.conf',
   /** stdout and stderr of the commands. */
   log: 'log',
   /** Errors of the wrapper itself (before the commands run). */

@@ -22,7 +22,7 @@ import {
 import type { GroupPlan } from '../../plan/plan-schema';
 import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
-import { renderIsolatedLaunch } from '../../runner/isolated-launch';
+import { renderIsolatedLaunch, RESOLV_CONF } from '../../runner/isolated-launch';
 import { renderJobWrapper } from '../../runner/job-wrapper';
 import { hostNameOf, hostsFromBook, type NodeIdentity } from '../../runner/node-hosts';
 import { SshLayout } from '../../runner/inter-node-ssh';
@@ -294,6 +294,7 @@ export class LocalBackend implements Backend {
         writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
         ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
         ...(isolated && files.node ? [writeFileAtomic(join(dir, L.hosts), files.node.hosts, 0o644)] : []),
+        ...(isolated && record.netns ? [writeFileAtomic(join(dir, L.resolvConf), RESOLV_CONF, 0o644)] : []),
         writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
         ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
       ]);
