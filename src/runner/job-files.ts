@@ -6,7 +6,7 @@ import { interpolateCommand } from './interpolation';
 import { renderJobEnv } from './job-env';
 import { JobLayout } from './job-layout';
 import { renderLaunchScript } from './launch-script';
-import { hostEntries, nodeHostName, renderNodeHosts, type NodeIdentity } from './node-hosts';
+import { hostEntries, isAddressLiteral, nodeHostName, renderNodeHosts, type NodeIdentity } from './node-hosts';
 
 export interface JobFilesInput {
   run: Pick<Plan, 'run_name' | 'nodes_num' | 'env' | 'image' | 'working_dir'>;
@@ -52,12 +52,15 @@ export function renderJobFiles(input: JobFilesInput): JobFiles {
   };
 }
 
-/** The node's host name and /etc/hosts (renderNodeHosts): itself at its own address, its peers by name. */
-function nodeIdentity(input: JobFilesInput): NodeIdentity {
+/**
+ * The node's host name and /etc/hosts (renderNodeHosts): itself at its own address, its peers by
+ * name; null when its address is not an address literal (a backend whose nodes go by host names).
+ */
+function nodeIdentity(input: JobFilesInput): NodeIdentity | null {
   const { job, cluster } = input;
   const at = cluster.ranks ? cluster.ranks.indexOf(job.job_num) : job.job_num;
   const ip = cluster.job_ips[at];
-  if (!ip) throw new Error(`job ${job.job_num} has no address`);
+  if (!ip || !isAddressLiteral(ip)) return null;
   const names = input.groupNames ?? input.addresses.map((_, g) => String(g));
   const self = { ip, name: nodeHostName(job.node_group_name, job.node_group_index, job.node_group_job_index) };
   return renderNodeHosts(self, hostEntries(names, input.addresses));

@@ -28,10 +28,15 @@ export function nodeHostName(groupName: string, groupIndex: number, indexInGroup
   return name;
 }
 
-/** The entries of a run's groups, node i of group g at `addresses[g][i]`; nodes without an address are left out. */
+/** An IPv4 or IPv6 address as /etc/hosts takes it (a host name or anything else is not). */
+export function isAddressLiteral(ip: string): boolean {
+  return /^(\d{1,3}\.){3}\d{1,3}$/.test(ip) || (/^[0-9a-fA-F:.]+$/.test(ip) && ip.includes(':'));
+}
+
+/** The entries of a run's groups, node i of group g at `addresses[g][i]`; nodes without an address literal are left out. */
 export function hostEntries(groupNames: readonly string[], addresses: readonly (readonly (string | null)[])[]): HostEntry[] {
   return addresses.flatMap((ips, g) =>
-    ips.flatMap((ip, i) => (ip ? [{ ip, name: nodeHostName(groupNames[g] ?? String(g), g, i) }] : [])),
+    ips.flatMap((ip, i) => (ip && isAddressLiteral(ip) ? [{ ip, name: nodeHostName(groupNames[g] ?? String(g), g, i) }] : [])),
   );
 }
 
@@ -42,7 +47,7 @@ export function hostEntries(groupNames: readonly string[], addresses: readonly (
  */
 export function renderNodeHosts(self: HostEntry, peers: readonly HostEntry[]): NodeIdentity {
   for (const e of [self, ...peers]) {
-    if (!/^[0-9a-fA-F.:]+$/.test(e.ip)) throw new Error(`"${e.ip}" is not an address for /etc/hosts`);
+    if (!isAddressLiteral(e.ip)) throw new Error(`"${e.ip}" is not an address for /etc/hosts`);
   }
   const lines = ['127.0.0.1\tlocalhost', '::1\tlocalhost ip6-localhost ip6-loopback', `${self.ip}\t${self.name}`];
   for (const peer of peers) {
@@ -77,7 +82,7 @@ export function hostsFromBook(bookJson: string, hostname: string): NodeIdentity 
   const book = BookSchema.safeParse(parsed);
   if (!book.success) return null;
   const entries = book.data.groups.flatMap((g) =>
-    g.nodes.flatMap((n) => (n.ip ? [{ ip: n.ip, name: nodeHostName(g.name, g.index, n.group_rank) }] : [])),
+    g.nodes.flatMap((n) => (n.ip && isAddressLiteral(n.ip) ? [{ ip: n.ip, name: nodeHostName(g.name, g.index, n.group_rank) }] : [])),
   );
   const self = entries.find((e) => e.name === hostname);
   return self ? renderNodeHosts(self, entries) : null;

@@ -32,8 +32,9 @@ describe("a node's name and /etc/hosts", () => {
     expect(lines.some((l) => l.startsWith('127.') && l.includes('workers-0'))).toBe(false);
   });
 
-  it('refuses an address that could break the file', () => {
+  it('refuses an address that could break the file, and leaves out nodes that go by host names', () => {
     expect(() => renderNodeHosts({ ip: '10.0.0.1\n1.2.3.4', name: 'a-0' }, [])).toThrow(/not an address/);
+    expect(hostEntries(['a'], [['gpu-host.example', '10.0.0.2', 'fe80::1']]).map((e) => e.ip)).toEqual(['10.0.0.2', 'fe80::1']);
   });
 
   it("comes with a job's files, named from the run's groups", () => {
@@ -53,6 +54,17 @@ describe("a node's name and /etc/hosts", () => {
     });
     expect(files.node?.hostname).toBe('driver-0');
     expect(files.node?.hosts).toContain('10.213.1.3\tdriver-0\n10.213.1.2\thead-0\n');
+    // A node that goes by a host name gets none (its machine's own stays).
+    const named = renderJobFiles({
+      run: plan,
+      runUid: 'uid',
+      job,
+      cluster: buildClusterInfo(['10.213.1.2', 'gpu-host.example'], [0, 0], 1),
+      addresses: [['10.213.1.2'], ['gpu-host.example']],
+      jobDirectory: '/j',
+      groupNames: ['head', 'driver'],
+    });
+    expect(named.node).toBeNull();
   });
 
   it('is made again from the live address book: a peer at a new address resolves there; the node keeps its name', () => {
