@@ -42,28 +42,21 @@ describe("a node's name and /etc/hosts", () => {
       { name: 'head', nodes: 1 },
       { name: 'driver', nodes: 1 },
     ]);
-    const job = plan.jobs[1]!;
-    const files = renderJobFiles({
-      run: plan,
-      runUid: 'uid',
-      job,
-      cluster: buildClusterInfo(['10.213.1.2', '10.213.1.3'], [0, 0], 1),
-      addresses: [['10.213.1.2'], ['10.213.1.3']],
-      jobDirectory: '/j',
-      groupNames: ['head', 'driver'],
-    });
+    const filesAt = (ips: [string, string]) =>
+      renderJobFiles({
+        run: plan,
+        runUid: 'uid',
+        job: plan.jobs[1]!,
+        cluster: buildClusterInfo(ips, [0, 0], 1),
+        addresses: [[ips[0]], [ips[1]]],
+        jobDirectory: '/j',
+        groupNames: ['head', 'driver'],
+      });
+    const files = filesAt(['10.213.1.2', '10.213.1.3']);
     expect(files.node?.hostname).toBe('driver-0');
     expect(files.node?.hosts).toContain('10.213.1.3\tdriver-0\n10.213.1.2\thead-0\n');
     // A node that goes by a host name gets none (its machine's own stays).
-    const named = renderJobFiles({
-      run: plan,
-      runUid: 'uid',
-      job,
-      cluster: buildClusterInfo(['10.213.1.2', 'gpu-host.example'], [0, 0], 1),
-      addresses: [['10.213.1.2'], ['gpu-host.example']],
-      jobDirectory: '/j',
-      groupNames: ['head', 'driver'],
-    });
+    const named = filesAt(['10.213.1.2', 'gpu-host.example']);
     expect(named.node).toBeNull();
   });
 
