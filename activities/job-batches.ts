@@ -188,6 +188,7 @@ async function startBatch(target: Backend, input: RunJobsInput, addresses: Addre
     env,
     addresses,
     view: viewOfBook(addresses, input.group_sizes),
+    groupNames: input.group_names ?? null,
     sshKeys,
   };
   const outcomes = await mapLimit(input.jobs, CONCURRENCY, async ({ ref, plan_job }): Promise<JobEvent> => {

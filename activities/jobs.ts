@@ -88,6 +88,8 @@ export interface JobFilesContext {
   view: BookView;
   /** runSshKeysFor() the run. */
   sshKeys: RunSshKeys | null;
+  /** The run's group names in group order (node names); null: named by index. */
+  groupNames?: readonly string[] | null;
 }
 
 /** A job's env, hostfile and launch script; throws with the job's name when no shell can carry them (retrying cannot help). */
@@ -101,6 +103,7 @@ export function renderFilesFor(ctx: JobFilesContext, ref: JobRef, planJob: JobPl
       cluster: buildClusterInfo(view.ips, view.gpus, ref.job_num, view.sparse ? view.ranks : undefined),
       addresses: view.byGroup,
       jobDirectory: ctx.target.jobDirectory(ref),
+      ...(ctx.groupNames ? { groupNames: ctx.groupNames } : {}),
     });
     const keys = ctx.sshKeys;
     if (!keys) return files;

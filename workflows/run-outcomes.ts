@@ -23,9 +23,18 @@ export function endedEarly(run: Run, submission: Submission): Outcome | null {
   return null;
 }
 
+/**
+ * The run is done: every node done (all-done, and always), job 0 done (master-done: node 0 of the
+ * first group, as dstack), or every node of the named group done (group-done, Troupe's extension).
+ */
 export function stopCriteriaMet(run: Run): Outcome | null {
+  const { plan } = run.input;
   const master = run.state.jobs[0];
-  if (run.input.plan.stop_criteria === 'master-done' && master?.exit_code === 0) return { kind: 'done' };
+  if (plan.stop_criteria === 'master-done' && master?.exit_code === 0) return { kind: 'done' };
+  if (plan.stop_criteria === 'group-done' && plan.stop_group !== undefined) {
+    const nodes = activeJobs(run.state).filter((job) => job.group_index === plan.stop_group);
+    if (nodes.length > 0 && nodes.every((job) => job.exit_code === 0)) return { kind: 'done' };
+  }
   if (activeJobs(run.state).every((job) => job.exit_code === 0)) return { kind: 'done' };
   return null;
 }

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { StartupOrderSchema, StopCriteriaSchema } from '../plan/plan-schema';
+import { StartupOrderSchema } from '../plan/plan-schema';
 import { closedObject, ruleIssue } from './closed-object';
 import { parseOffableDuration } from './duration';
 import { parseEnv } from './env';
@@ -10,6 +10,7 @@ import { ResourcesInputSchema } from './resources';
 import { parseReady } from './ready';
 import { fleetNameSchema, imageSchema } from './references';
 import { parseRetry } from './retry';
+import { parseStopCriteria } from './stop-criteria';
 import { intAtLeast, parsed, ScalarError, textListSchema, textSchema } from './scalars';
 import { describeValue } from './yaml-source';
 
@@ -111,7 +112,8 @@ const taskShape = {
   nodes: intAtLeast(1).nullish(),
   groups: z.array(NodeGroupInputSchema).max(MAX_GROUPS, { message: `at most ${MAX_GROUPS} groups in a task` }).nullish(),
   startup_order: StartupOrderSchema.nullish(),
-  stop_criteria: StopCriteriaSchema.nullish(),
+  /** dstack's all-done / master-done, or (Troupe's extension) `{group-done: GROUP}`. */
+  stop_criteria: parsed(parseStopCriteria).nullish(),
   retry: parsed(parseRetry).nullish(),
   max_duration: parsed(parseOffableDuration).optional(),
   working_dir: textSchema.nullish(),
@@ -130,6 +132,7 @@ export const TaskConfigSchema = closedObject(taskShape, {
       : undefined,
 }).superRefine((task, ctx) => {
   const groups = task.groups;
+  checkStopGroup(task.stop_criteria, groups, ctx);
   if (groups === null || groups === undefined) {
     if ((task.commands ?? []).length === 0 && !task.image) {
       ctx.addIssue(ruleIssue(['commands'], 'either `commands` or `image` must be set'));
@@ -174,6 +177,25 @@ export const TaskConfigSchema = closedObject(taskShape, {
   });
   checkDependencies(task.startup_order ?? null, groups, ctx);
 });
+
+/** `stop_criteria: {group-done: GROUP}` names one of the task's groups. */
+function checkStopGroup(
+  criteria: TaskConfig['stop_criteria'],
+  groups: readonly { name?: string | null }[] | null | undefined,
+  ctx: z.RefinementCtx,
+): void {
+  if (criteria === null || criteria === undefined || typeof criteria === 'string') return;
+  const path = ['stop_criteria', 'group-done'];
+  if (!groups) {
+    ctx.addIssue(ruleIssue(path, '`group-done` needs `groups`: with `nodes` the run has one group; use all-done or master-done'));
+    return;
+  }
+  const names = groups.map((g, i) => g.name ?? String(i));
+  if (!names.includes(criteria.group_done)) {
+    const listed = names.length > 10 ? `${names.slice(0, 10).join(', ')}, ...` : names.join(', ');
+    ctx.addIssue(ruleIssue(path, `no group named "${criteria.group_done}" (groups: ${listed})`));
+  }
+}
 
 /** Rules between a group's own fields: the quorum fits the group, a dependency policy has dependencies. */
 function checkGroupPolicies(name: string, index: number, group: NodeGroupInput, ctx: z.RefinementCtx): void {

@@ -3,6 +3,7 @@ import type { FieldPath } from '../config/field-path';
 import { defaultResources, withServerDefaults, vendorsNeedingImage } from '../config/resources';
 import type { Resources } from '../config/resources-schema';
 import type { RetryInput } from '../config/retry';
+import type { StopCriteriaInput } from '../config/stop-criteria';
 import { TaskConfigSchema, type TaskConfig } from '../config/task-schema';
 import { parseWithSchema } from '../config/validate';
 import { ConfigSource } from '../config/yaml-source';
@@ -76,7 +77,7 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
     env,
     secret_env: Object.keys(env).filter((name) => fromShell.has(name) || declaredSecret.has(name) || looksSecret(name)),
     startup_order: task.startup_order ?? 'any',
-    stop_criteria: task.stop_criteria ?? 'all-done',
+    ...planStopCriteria(task.stop_criteria ?? 'all-done', groups),
     retry,
     // dstack's runner treats a zero limit as none.
     max_duration_s: maxDuration === 'off' || maxDuration === 0 ? null : maxDuration,
@@ -95,6 +96,14 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
     );
   }
   return plan;
+}
+
+/** The plan's stop criteria: `{group-done: NAME}` becomes the group's index (the config checked the name). */
+function planStopCriteria(criteria: StopCriteriaInput, groups: readonly GroupPlan[]): Pick<Plan, 'stop_criteria' | 'stop_group'> {
+  if (typeof criteria === 'string') return { stop_criteria: criteria };
+  const group = groups.find((g) => g.name === criteria.group_done);
+  if (!group) throw new Error(`stop_criteria: no group named "${criteria.group_done}"`);
+  return { stop_criteria: 'group-done', stop_group: group.index };
 }
 
 /** Where group `index`'s fields are in the file: under `groups[index]`, or at the top without groups. */

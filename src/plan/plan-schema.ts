@@ -7,7 +7,8 @@ import { ResourcesSchema } from '../config/resources-schema';
  */
 
 export const StartupOrderSchema = z.enum(['any', 'master-first', 'workers-first']);
-export const StopCriteriaSchema = z.enum(['all-done', 'master-done']);
+/** dstack's all-done and master-done (job 0 done); `group-done` (Troupe's extension): every node of `stop_group` done. */
+export const StopCriteriaSchema = z.enum(['all-done', 'master-done', 'group-done']);
 export const RetryEventSchema = z.enum(['no-capacity', 'interruption', 'error']);
 export type RetryEvent = z.infer<typeof RetryEventSchema>;
 
@@ -112,6 +113,8 @@ export const PlanSchema = z.object({
   secret_env: z.array(z.string()).optional(),
   startup_order: StartupOrderSchema,
   stop_criteria: StopCriteriaSchema,
+  /** With `group-done`: the index of the group whose nodes, all done, end the run. */
+  stop_group: z.number().int().nonnegative().optional(),
   retry: RetryPolicySchema.nullable(),
   max_duration_s: z.number().int().positive().nullable(),
   fleets: z.array(z.string()).nullable(),

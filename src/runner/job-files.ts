@@ -6,6 +6,7 @@ import { interpolateCommand } from './interpolation';
 import { renderJobEnv } from './job-env';
 import { JobLayout } from './job-layout';
 import { renderLaunchScript } from './launch-script';
+import { hostEntries, isAddressLiteral, nodeHostName, renderNodeHosts, type NodeIdentity } from './node-hosts';
 
 export interface JobFilesInput {
   run: Pick<Plan, 'run_name' | 'nodes_num' | 'env' | 'image' | 'working_dir'>;
@@ -17,6 +18,8 @@ export interface JobFilesInput {
   addresses: readonly (readonly string[])[];
   /** The job's directory on its node (Backend.jobDirectory). */
   jobDirectory: string;
+  /** The run's group names in group order (node names in /etc/hosts); absent: named by index. */
+  groupNames?: readonly string[];
 }
 
 /** Everything a runner writes before starting a job: env (with TROUPE_PEERS_FILE), MPI hostfile and launch script. */
@@ -45,7 +48,22 @@ export function renderJobFiles(input: JobFilesInput): JobFiles {
     hostfile: renderHostfile(input.cluster),
     script: renderLaunchScript({ commands, workingDir: input.run.working_dir, image: input.run.image }),
     image: input.run.image,
+    node: nodeIdentity(input),
   };
+}
+
+/**
+ * The node's host name and /etc/hosts (renderNodeHosts): itself at its own address, its peers by
+ * name; null when its address is not an address literal (a backend whose nodes go by host names).
+ */
+function nodeIdentity(input: JobFilesInput): NodeIdentity | null {
+  const { job, cluster } = input;
+  const at = cluster.ranks ? cluster.ranks.indexOf(job.job_num) : job.job_num;
+  const ip = cluster.job_ips[at];
+  if (!ip || !isAddressLiteral(ip)) return null;
+  const names = input.groupNames ?? input.addresses.map((_, g) => String(g));
+  const self = { ip, name: nodeHostName(job.node_group_name, job.node_group_index, job.node_group_job_index) };
+  return renderNodeHosts(self, hostEntries(names, input.addresses));
 }
 
 /** `dir/name` without Node's path module: this module stays importable from workflow code. */

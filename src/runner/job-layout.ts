@@ -15,8 +15,10 @@ export const JobLayout = {
   isolatedLaunch: 'isolate.sh',
   /** Default working directory of the commands. */
   workDir: 'work',
-  /** TMPDIR of an isolated job on a node of its own (local fleet, netns): a node has its own temporary files. */
-  tmpDir: 'tmp',
+  /** An isolated job's /etc/hosts (src/runner/node-hosts.ts), bound over the machine's in its mount namespace. */
+  hosts: 'hosts',
+  /** An isolated job's /etc/resolv.conf on a node of its own network (no name server: nothing beyond the run is reachable). */
+  resolvConf: 'resolv.conf',
   /** stdout and stderr of the commands. */
   log: 'log',
   /** Errors of the wrapper itself (before the commands run). */

@@ -1,4 +1,5 @@
 import type { SshKeyPair } from '../secrets/ssh-key-pair';
+import type { NodeIdentity } from './node-hosts';
 
 /**
  * What a runner hands a backend for one job: the files it writes on the node and the node's keys.
@@ -28,6 +29,8 @@ export interface JobFiles {
    * `readiness()`): started with the job, it runs until it passes or `budget_ms` has gone by.
    */
   ready_probe?: NodeReadyProbe | null;
+  /** The node's host name and /etc/hosts (src/runner/node-hosts.ts), for a backend that gives a node a machine of its own. */
+  node?: NodeIdentity | null;
 }
 
 /** A readiness probe as the node runs it (src/runner/ready-probe.ts renders the script). */

@@ -186,6 +186,7 @@ export class LocalFleetHarness {
           cluster: buildClusterInfo(ips, instances.map((i) => i.gpus), num),
           addresses,
           jobDirectory: backend.jobDirectory(ref),
+          groupNames: run.groups.map((g) => g.name),
         });
         return (await backend.startJob(ref, files)).pid;
       }),

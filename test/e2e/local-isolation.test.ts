@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jobVisibleTempDir } from '../helpers/local-fleet';
 import { lookupUser } from '../../src/backends/local/run-user';
 import { TroupeClient, type RunHandle } from '../../src/client';
 import { JobLayout } from '../../src/runner/job-layout';
@@ -28,7 +29,7 @@ const keyFile = join(keyDir, 'secret.key');
 // Elsewhere than the secret key: its own directory must be hidden too. Made by the test's client.
 const codecKeyFile = join(scratch, 'codec', 'codec.keys');
 // Open to every run's user: the victim waits here for the test to let it end.
-const shared = mkdtempSync(join(tmpdir(), 'troupe-isolation-shared-'));
+const shared = jobVisibleTempDir('troupe-isolation-shared-');
 chmodSync(shared, 0o1777);
 const canary = randomBytes(12).toString('hex');
 const taskQueue = uniqueTaskQueue('isolation');

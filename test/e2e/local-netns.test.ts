@@ -4,6 +4,7 @@ import { get } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jobVisibleTempDir } from '../helpers/local-fleet';
 import { SubmissionClosedError } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
 import { nodeMac } from '../../src/backends/local/netns';
@@ -15,7 +16,7 @@ import { alive, groupRequest, hostPid, jobRef, LocalFleetHarness, makeRun, waitF
 
 const SUBNET = '10.213.250.0/24';
 const h = new LocalFleetHarness();
-const out = mkdtempSync(join(tmpdir(), 'troupe-local-out-'));
+const out = jobVisibleTempDir('troupe-local-out-');
 // Written by the jobs, which run as their runs' own users (as root).
 chmodSync(out, 0o1777);
 let backend: LocalBackend;
@@ -201,6 +202,33 @@ describe('local fleet, netns mode', () => {
     expect(pids).toBeLessThan(15);
     await Promise.all(refs.map((ref) => backend.stopJob(ref, 2)));
     for (const ref of refs) expect((await backend.jobState(ref)).state).toBe('exited');
+  });
+
+  it("names each node <group>-<i> at its own address, its peers too, and follows the live book's new addresses", async () => {
+    const run = makeRun([
+      { name: 'alpha', nodes: 1, commands: ['sleep 60'] },
+      { name: 'beta', nodes: 1, commands: ['sleep 60'] },
+    ]);
+    const instances = await h.provision(backend, run);
+    await h.start(backend, run, instances);
+    const [alpha, beta] = instances.map((instance, num) => jobRef(run, num, instance));
+    const [ipA, ipB] = instances.map((i) => i.internal_ip);
+    const resolve = 'echo "$(hostname) $(getent hosts "$(hostname)" | cut -d" " -f1) $(getent hosts beta-0 beta-1 | cut -d" " -f1 | tr "\\n" " ")"';
+    const first = await backend.exec(alpha!, resolve, 5000);
+    expect(first.output, JSON.stringify(first)).toBe(`alpha-0 ${ipA} ${ipB}`);
+    expect((await backend.exec(beta!, 'hostname', 5000)).output).toBe('beta-0');
+    // No name server is reachable from a node: a name outside the run fails at once, not after timeouts.
+    const asked = Date.now();
+    expect((await backend.exec(alpha!, 'getent hosts no-such-node.example; echo $?', 5000)).output).toBe('2');
+    expect(Date.now() - asked).toBeLessThan(2000);
+    // beta-0 moves and beta-1 joins (a restart, a resize): alpha's /etc/hosts follows its peers.json.
+    const node = (group_rank: number, ip: string) => ({ rank: 0, group_rank, ip, gpus: 0, attempt: 0, status: 'running', ready: true });
+    const book = { version: 2, run_name: run.runName, groups: [
+      { name: 'alpha', index: 0, nodes: [node(0, ipA!)] },
+      { name: 'beta', index: 1, nodes: [node(0, '10.213.250.201'), node(1, '10.213.250.202')] },
+    ] };
+    await backend.writePeers(alpha!, { version: 2, json: JSON.stringify(book) });
+    expect((await backend.exec(alpha!, resolve, 5000)).output).toBe(`alpha-0 ${ipA} 10.213.250.201 10.213.250.202`);
   });
 
   it('passes hostile env values to the process unchanged, and none of the worker\'s own variables', async () => {

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { jobVisibleTempDir } from '../helpers/local-fleet';
 import type { Instance, JobFiles, JobRef } from '../../src/backends/backend';
 import type { LocalBackendOptions } from '../../src/backends/local/local-backend';
 import { buildClusterInfo } from '../../src/runner/cluster-info';
@@ -16,7 +17,7 @@ import { alive, groupRequest, jobRef, LocalFleetHarness, makeRun, waitFor, type 
  */
 
 const h = new LocalFleetHarness();
-const scratch = mkdtempSync(join(tmpdir(), 'troupe-local-workers-'));
+const scratch = jobVisibleTempDir('troupe-local-workers-');
 // The jobs write here, as their runs' own users (as root).
 chmodSync(scratch, 0o1777);
 const workers: ChildProcess[] = [];

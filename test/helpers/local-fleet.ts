@@ -14,8 +14,16 @@ export function makeLocalFleet(prefix = 'troupe-local-') {
  * A folder the test's jobs write into (they run on this machine, so they can share it). Open to
  * everyone: as root, each run's jobs run as a user of its own.
  */
+/**
+ * A new directory a test shares with its jobs: under /var/tmp, not the machine's /tmp, which an
+ * isolated node does not see (it has a /tmp of its own, as a machine has).
+ */
+export function jobVisibleTempDir(prefix: string): string {
+  return mkdtempSync(join('/var/tmp', prefix));
+}
+
 export function makeSharedDir(prefix = 'troupe-shared-') {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const dir = jobVisibleTempDir(prefix);
   chmodSync(dir, 0o1777);
   return {
     dir,

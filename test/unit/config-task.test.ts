@@ -92,7 +92,7 @@ describe('fields', () => {
       'task.yml:3:16: startup_order: expected one of any, master-first, workers-first, got a string ("first")',
     );
     expect(refusal(yaml('type: task', 'commands: [a]', 'stop_criteria: all'))).toBe(
-      'task.yml:3:16: stop_criteria: expected one of all-done, master-done, got a string ("all")',
+      'task.yml:3:16: stop_criteria: expected one of all-done, master-done or a mapping {group-done: GROUP}, got a string ("all")',
     );
   });
 

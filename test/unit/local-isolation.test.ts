@@ -1,8 +1,8 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
 import { hiddenDirectories, isolationTools } from '../../src/backends/local/job-isolation';
@@ -12,6 +12,7 @@ import { renderEnvFile } from '../../src/runner/env-file';
 import { renderIsolatedLaunch } from '../../src/runner/isolated-launch';
 import { JobLayout as L } from '../../src/runner/job-layout';
 import { renderLaunchScript } from '../../src/runner/launch-script';
+import { renderNodeHosts } from '../../src/runner/node-hosts';
 
 /** The pieces of local job isolation: the run's user, what is hidden, the script that sets it up. */
 
@@ -128,18 +129,36 @@ describe.skipIf(!root)('renderIsolatedLaunch in real namespaces (as root)', () =
       `ls ${join(state, 'runs')}`,
       `cat ${join(other, L.env)} || echo "other env: hidden"`,
       'echo "pids $(ls /proc | grep -c "^[0-9]")"',
+      // A machine of its own: name, /etc/hosts, /tmp and /dev/shm, TMPDIR.
+      'echo "host $(hostname) at $(getent hosts "$(hostname)" | cut -d" " -f1) peer $(getent hosts gpu-1 | cut -d" " -f1)"',
+      `echo "tmp $TMPDIR $(ls -A /tmp | tr '\\n' ' ')"`,
+      'echo mine > /tmp/x && echo "shm $(df -k --output=size /dev/shm | tail -1 | tr -d " ")"',
     ];
     writeFileSync(join(job, L.launchScript), renderLaunchScript({ commands, workingDir: null, image: null }), { mode: 0o750 });
     chownSync(join(job, L.launchScript), 0, user.gid);
     const tools = isolationTools();
     const hide = await hiddenDirectories(job, state, []);
-    writeFileSync(join(job, L.isolatedLaunch), renderIsolatedLaunch({ jobDir: job, hide, user, ownNetwork: false, tools }), { mode: 0o700 });
-    const r = spawnSync(tools.unshare, ['--mount', '--pid', '--fork', 'bash', join(job, L.isolatedLaunch)], { encoding: 'utf8', env: { PATH: '/usr/bin:/bin' } });
-    expect(r.status).toBe(0);
+    const identity = renderNodeHosts({ ip: '127.213.9.2', name: 'gpu-0' }, [{ ip: '127.213.9.3', name: 'gpu-1' }]);
+    writeFileSync(join(job, L.hosts), identity.hosts, { mode: 0o644 });
+    const node = { hostname: identity.hostname, hostsFile: L.hosts };
+    writeFileSync(join(job, L.isolatedLaunch), renderIsolatedLaunch({ jobDir: job, hide, user, ownNetwork: false, node, shmBytes: 8 * 1024 ** 2, tools }), { mode: 0o700 });
+    const hostTmp = mkdtempSync('/tmp/troupe-host-');
+    const hostName = readFileSync('/proc/sys/kernel/hostname', 'utf8');
+    const r = spawnSync(tools.unshare, ['--mount', '--pid', '--uts', '--ipc', '--fork', 'bash', join(job, L.isolatedLaunch)], { encoding: 'utf8', env: { PATH: '/usr/bin:/bin' } });
+    rmSync(hostTmp, { recursive: true, force: true });
+    expect(r.status, r.stderr.split('\n').filter((l) => !l.includes('LD_PRELOAD')).join('\n')).toBe(0);
     const lines = r.stdout.trim().split('\n');
     expect(lines[0]).toBe(`uid ${user.uid} home ${join(job, L.workDir)} cwd ${join(job, L.workDir)} greeting hi`);
     expect(lines[1]).toBe('r');
     expect(lines[2]).toBe('other env: hidden');
     expect(Number(lines[3]?.replace('pids ', ''))).toBeLessThan(10);
+    expect(lines[4]).toBe('host gpu-0 at 127.213.9.2 peer 127.213.9.3');
+    // The machine's /tmp (hostTmp in it) is not there; the job dir, under the scratch dir, may be.
+    expect(lines[5]).not.toContain(basename(hostTmp));
+    expect(lines[5]?.startsWith('tmp /tmp')).toBe(true);
+    expect(lines[6]).toBe('shm 8192');
+    // Nothing of the node's leaked out: the machine's name and /tmp are as they were.
+    expect(readFileSync('/proc/sys/kernel/hostname', 'utf8')).toBe(hostName);
+    expect(existsSync('/tmp/x') && readFileSync('/tmp/x', 'utf8') === 'mine\n').toBe(false);
   });
 });

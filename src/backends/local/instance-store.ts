@@ -34,6 +34,8 @@ export const LocalInstanceRecordSchema = z.object({
   host_link: z.string().nullable(),
   node_link: z.string().nullable(),
   job_dir: z.string(),
+  /** The group's `resources.shm_size` in GB, the size of the node's /dev/shm when isolated (absent or null: the tmpfs default). */
+  shm_size_gb: z.number().nullable().optional(),
 });
 export type LocalInstanceRecord = z.infer<typeof LocalInstanceRecordSchema>;
 

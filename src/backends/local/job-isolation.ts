@@ -10,7 +10,7 @@ import { isErrno } from './state-files';
 
 /**
  * Isolation of local jobs (as root): each job runs as its run's own user (run-user.ts), in its own
- * mount and pid namespaces (src/runner/isolated-launch.ts), with its files readable by that user
+ * mount, pid, UTS and IPC namespaces (src/runner/isolated-launch.ts: what the node sees), with its files readable by that user
  * and by no other run's. When it is on: isolation-mode.ts.
  */
 
@@ -44,7 +44,7 @@ let usable: Promise<void> | null = null;
  * CAP_SYS_ADMIN does not): a clear error at provisioning rather than every job failing at start.
  */
 export function checkIsolationUsable(tools: IsolationTools): Promise<void> {
-  usable ??= spawner.run(tools.unshare, ['--mount', '--pid', '--fork', 'true']).then((r) => {
+  usable ??= spawner.run(tools.unshare, ['--mount', '--pid', '--uts', '--ipc', '--fork', 'true']).then((r) => {
     if (r.code !== 0) {
       usable = null;
       throw new Error(`local fleet: cannot isolate jobs here (unshare: ${r.stderr.trim() || `exit ${r.code}`}); give the worker CAP_SYS_ADMIN or set TROUPE_LOCAL_ISOLATION=0`);
@@ -125,6 +125,8 @@ export function enterJobCommand(tools: IsolationTools, init: ProcessIdentity, jo
     `--target=${init.pid}`,
     '--mount',
     '--pid',
+    '--uts',
+    '--ipc',
     '--net',
     `--wdns=${jobDir}`,
     '--',
@@ -139,7 +141,7 @@ export function enterJobCommand(tools: IsolationTools, init: ProcessIdentity, jo
   ];
 }
 
-/** HOME, USER and LOGNAME of a job that runs as its run's user. */
+/** HOME, USER, LOGNAME and TMPDIR (its private /tmp) of a job that runs as its run's user. */
 export function userEnv(jobDir: string, user: RunUser): Record<string, string> {
-  return { HOME: join(jobDir, L.workDir), USER: user.name, LOGNAME: user.name };
+  return { HOME: join(jobDir, L.workDir), USER: user.name, LOGNAME: user.name, TMPDIR: '/tmp' };
 }

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { constants } from 'node:fs';
 import { chmod, chown, mkdir, open, readdir, rm } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -21,8 +22,9 @@ import {
 import type { GroupPlan } from '../../plan/plan-schema';
 import { renderEnvFile } from '../../runner/env-file';
 import { JobLayout as L } from '../../runner/job-layout';
-import { renderIsolatedLaunch } from '../../runner/isolated-launch';
+import { renderIsolatedLaunch, RESOLV_CONF } from '../../runner/isolated-launch';
 import { renderJobWrapper } from '../../runner/job-wrapper';
+import { hostNameOf, hostsFromBook, type NodeIdentity } from '../../runner/node-hosts';
 import { SshLayout } from '../../runner/inter-node-ssh';
 import { secretKeyFile } from '../../secrets/sealed-env';
 import { codecKeyFile } from '../../codec/codec-keys';
@@ -47,7 +49,7 @@ import { execOnNode } from './node-exec';
 import { waitForSshServer, writeNodeSsh } from './node-ssh';
 import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
-import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
+import { isErrno, pathExists, readTextFile, removeFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
 
 export interface LocalBackendOptions {
@@ -203,6 +205,7 @@ export class LocalBackend implements Backend {
           host_link: names?.hostLink ?? null,
           node_link: names?.nodeLink ?? null,
           job_dir: this.store.jobDir(req.run_id, req.submission, job.job_name, job.attempt),
+          shm_size_gb: req.group.resources.shm_size,
         };
         record = await this.store.createRecord(candidate);
         if (record === candidate) createdHere.push(record);
@@ -283,13 +286,15 @@ export class LocalBackend implements Backend {
       const shared: FileOwner | null = user ? { uid: 0, gid: user.gid } : null;
       // Inter-node SSH needs a port 22 of the node's own: netns mode only (node-ssh.ts).
       const entry = files.ssh && record.netns ? await writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
-      const isolated = user ? await this.isolatedFiles(dir, record, user, entry) : null;
+      const isolated = user ? await this.isolatedFiles(dir, record, user, entry, files.node ?? null) : null;
       // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
       await Promise.all([
         writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
         writeFileAtomic(join(dir, L.hostfile), files.hostfile, user ? 0o640 : 0o644, shared),
         writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
         ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
+        ...(isolated && files.node ? [writeFileAtomic(join(dir, L.hosts), files.node.hosts, 0o644)] : []),
+        ...(isolated && record.netns ? [writeFileAtomic(join(dir, L.resolvConf), RESOLV_CONF, 0o644)] : []),
         writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
         ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
       ]);
@@ -313,28 +318,42 @@ export class LocalBackend implements Backend {
   }
 
   /**
-   * An isolated job's directory: root's, readable by the run's group (0750); `work/` (and `tmp/`,
-   * its TMPDIR on a node of its own) the run user's; and the script that sets up its namespaces (renderIsolatedLaunch).
+   * An isolated job's directory: root's, readable by the run's group (0750); `work/` the run
+   * user's; and the script that sets up its namespaces (renderIsolatedLaunch): a machine of its
+   * own, named and with the /etc/hosts of `node` (the runner's), /dev/shm of the group's shm_size.
    */
-  private async isolatedFiles(dir: string, record: LocalInstanceRecord, user: RunUser, entry: string | undefined): Promise<{ launch: string; unshare: string }> {
+  private async isolatedFiles(
+    dir: string,
+    record: LocalInstanceRecord,
+    user: RunUser,
+    entry: string | undefined,
+    node: NodeIdentity | null,
+  ): Promise<{ launch: string; unshare: string }> {
     const tools = this.requireIsolation().tools();
     const submissionDir = join(dir, '..');
     await chown(submissionDir, 0, user.gid);
     await chmod(submissionDir, 0o750);
     await chown(dir, 0, user.gid);
     await chmod(dir, 0o750);
-    for (const own of [L.workDir, ...(record.netns ? [L.tmpDir] : [])]) {
-      const path = join(dir, own);
-      await mkdir(path, { recursive: true });
-      await chown(path, user.uid, user.gid);
-      await chmod(path, 0o700);
-    }
+    const work = join(dir, L.workDir);
+    await mkdir(work, { recursive: true });
+    await chown(work, user.uid, user.gid);
+    await chmod(work, 0o700);
     const keyFiles = [
       this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile,
       this.options.codecKeyFile === undefined ? codecKeyFile() : this.options.codecKeyFile,
     ];
     const hide = await hiddenDirectories(dir, this.options.stateDir, keyFiles);
-    const launch = renderIsolatedLaunch({ jobDir: dir, hide, user, ownNetwork: record.netns !== null, tools, entry });
+    const launch = renderIsolatedLaunch({
+      jobDir: dir,
+      hide,
+      user,
+      ownNetwork: record.netns !== null,
+      node: node ? { hostname: node.hostname, hostsFile: L.hosts } : null,
+      shmBytes: record.shm_size_gb ? Math.round(record.shm_size_gb * 1024 ** 3) : null,
+      tools,
+      entry,
+    });
     return { launch, unshare: tools.unshare };
   }
 
@@ -462,8 +481,8 @@ export class LocalBackend implements Backend {
 
   /**
    * Replaces the job's peers.json (writePeersFile: atomic, never by an older version), with the
-   * modes of its other files: readable by its run's group when isolated. A released job (no
-   * instance record, or no run user any more) is left alone.
+   * modes of its other files: readable by its run's group when isolated, and then its /etc/hosts
+   * too (refreshHosts). A released job (no instance record, or no run user any more) is left alone.
    */
   async writePeers(job: JobRef, peers: PeersFile): Promise<void> {
     const dir = this.jobDirectory(job);
@@ -474,7 +493,7 @@ export class LocalBackend implements Backend {
       if (!user) return;
       shared = { uid: 0, gid: user.gid };
     }
-    await writePeersFile(dir, peers, peersMode(shared), shared);
+    await writePeersFile(dir, peers, peersMode(shared), shared, shared ? () => refreshHosts(dir, peers.json) : undefined);
   }
 
   /**
@@ -554,6 +573,25 @@ const RELEASED_JOB_FILES = [L.log, L.exitCode, L.started];
 /** peers.json: readable by the run's group when the job is isolated (root's otherwise, like its hostfile). */
 function peersMode(owner: unknown): number {
   return owner ? 0o640 : 0o644;
+}
+
+/**
+ * An isolated job's /etc/hosts from a newer address book: written in place (the job's mount
+ * namespace binds this very file; a rename would leave it the old one), never through a link. The
+ * file and its directory are root's: the job cannot put anything else there.
+ */
+async function refreshHosts(dir: string, bookJson: string): Promise<void> {
+  const path = join(dir, L.hosts);
+  const current = await readTextFile(path);
+  const hostname = current === null ? null : hostNameOf(current);
+  const identity = hostname ? hostsFromBook(bookJson, hostname) : null;
+  if (!identity || identity.hosts === current) return;
+  const handle = await open(path, constants.O_WRONLY | constants.O_TRUNC | constants.O_NOFOLLOW);
+  try {
+    await handle.writeFile(identity.hosts);
+  } finally {
+    await handle.close();
+  }
 }
 
 /** Removes everything in `dir` but the entries named in `kept`. */

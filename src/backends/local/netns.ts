@@ -1,4 +1,4 @@
-import { readFile, stat } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
 import type { NodeLinkNames } from './local-names';
 import { spawner, type CommandResult } from './spawner';
 import { pathExists } from './state-files';
@@ -9,6 +9,14 @@ import { pathExists } from './state-files';
  * reach each other (and the root namespace reaches them). Every step is idempotent and tolerates a
  * concurrent identical step by another worker process: "already exists" counts as done once the
  * result is checked to be there.
+ *
+ * A node's default route is on-link through its veth (`default dev <link> src <address>`), with
+ * no gateway: programs that find their address by "connecting" a UDP socket toward a public
+ * address (Ray, Dask, gloo) get the node's own address, yet no packet can leave. A destination
+ * beyond the run's nodes is looked up by ARP on the bridge, where nobody answers for it: the root
+ * namespace answers on the bridge only for the bridge's own address (`arp_ignore=1` on it, so not
+ * for the machine's other addresses), and proxy ARP stays off; no frame ever reaches the root
+ * namespace's routing, so nothing is forwarded whatever `ip_forward` says.
  */
 
 export const BRIDGE = 'trpl0';
@@ -57,6 +65,19 @@ export async function ensureBridge(): Promise<void> {
   // `replace` is idempotent where `add` would fail on a second call.
   await ipOrThrow(['addr', 'replace', `${BRIDGE_ADDRESS}/${PREFIX}`, 'dev', BRIDGE]);
   await ipOrThrow(['link', 'set', BRIDGE, 'up']);
+  await closeBridgeArp();
+}
+
+/** The root namespace answers ARP on the bridge for the bridge's address only, and proxies none. */
+async function closeBridgeArp(): Promise<void> {
+  const conf = `/proc/sys/net/ipv4/conf/${BRIDGE}`;
+  await writeFile(`${conf}/arp_ignore`, '1\n');
+  await writeFile(`${conf}/proxy_arp`, '0\n');
+}
+
+/** The node's default route: on-link through its veth, from its own address (see the top of this file). */
+function defaultRoute(names: NodeLinkNames, address: string): string[] {
+  return ['route', 'replace', 'default', 'dev', names.nodeLink, 'src', address];
 }
 
 /** Namespace, veth pair on the bridge, the node's address and loopback, all up. */
@@ -106,6 +127,7 @@ async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string): P
     `addr replace ${address}/${PREFIX} dev ${names.nodeLink}`,
     `link set ${names.nodeLink} up`,
     'link set lo up',
+    defaultRoute(names, address).join(' '),
   ];
   // Names and addresses are ours (hex and dotted digits): nothing here needs quoting.
   const script = [`ip -batch - <<'OUT' || exit 1`, ...outside, 'OUT', `exec ip -n ${names.netns} -batch - <<'IN'`, ...inside, 'IN', ''].join('\n');
@@ -128,6 +150,7 @@ async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Pro
   await ipOrThrow(['-n', names.netns, 'addr', 'replace', `${address}/${PREFIX}`, 'dev', names.nodeLink]);
   await ipOrThrow(['-n', names.netns, 'link', 'set', names.nodeLink, 'up']);
   await ipOrThrow(['-n', names.netns, 'link', 'set', 'lo', 'up']);
+  await ipOrThrow(['-n', names.netns, ...defaultRoute(names, address)]);
 }
 
 /** True when the node's namespace holds its address on an up link and the bridge end is up. */

@@ -36,7 +36,8 @@ export async function writeNodeSsh(jobDir: string, ip: string, keys: NodeSshKeys
     peerPorts: keys.peers.map(() => PORT),
     user: user?.name ?? userInfo().username,
     home: user ? join(jobDir, L.workDir) : null,
-    tmpdir: user ? join(jobDir, L.tmpDir) : null,
+    // An isolated job's sessions run in its mount namespace: its private /tmp (isolated-launch.ts).
+    tmpdir: user ? '/tmp' : null,
     // Its processes are found by their namespaces (network, and pid when isolated).
     sessionEnv: {},
     sshd: SSHD,

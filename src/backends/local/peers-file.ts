@@ -15,12 +15,23 @@ import { createFileExclusive, isErrno, readTextFile, removeFile, writeFileAtomic
 const LOCK_NAME = '.peers.lock';
 const LOCK_WAIT_MS = 10_000;
 
-/** Writes `peers` unless the file holds a later version; false when it was left alone. */
-export async function writePeersFile(jobDir: string, peers: PeersFile, mode: number, owner: FileOwner | null): Promise<boolean> {
+/**
+ * Writes `peers` unless the file holds a later version; false when it was left alone. `alongside`
+ * runs after a write, under the same lock (what else follows the book: the node's /etc/hosts), so
+ * an older book never overwrites a newer one there either.
+ */
+export async function writePeersFile(
+  jobDir: string,
+  peers: PeersFile,
+  mode: number,
+  owner: FileOwner | null,
+  alongside?: () => Promise<void>,
+): Promise<boolean> {
   return await withJobLock(join(jobDir, LOCK_NAME), async () => {
     const current = await peersVersion(join(jobDir, L.peers));
     if (current !== null && current > peers.version) return false;
     await writeFileAtomic(join(jobDir, L.peers), peers.json, mode, owner);
+    await alongside?.();
     return true;
   });
 }

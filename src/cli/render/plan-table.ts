@@ -100,7 +100,7 @@ export function renderPlan(plan: Plan, style: Style, options: PlanViewOptions = 
     ...(plan.fleets?.length ? [['Fleets', plan.fleets.join(', ')] as [string, string]] : []),
     ['Nodes', `${plan.nodes_num} in ${plan.groups.length} group${plan.groups.length === 1 ? '' : 's'}`],
     ['Startup order', usesDependencies && plan.startup_order === 'any' ? 'by depends_on and readiness' : plan.startup_order],
-    ['Stop criteria', plan.stop_criteria],
+    ['Stop criteria', plan.stop_criteria === 'group-done' ? `group-done: ${plan.groups[plan.stop_group ?? -1]?.name ?? '?'}` : plan.stop_criteria],
     ['Retry', retry],
     ['Max duration', plan.max_duration_s === null ? 'off' : formatDuration(plan.max_duration_s * 1000)],
     ['Image', plan.image ?? '- (commands run on the host)'],
