@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { chmod, chown, mkdir, open, readdir, rm } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   NoCapacityError,
@@ -49,6 +49,7 @@ import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
 import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
+import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -319,15 +320,12 @@ export class LocalBackend implements Backend {
   private async isolatedFiles(dir: string, record: LocalInstanceRecord, user: RunUser, entry: string | undefined): Promise<{ launch: string; unshare: string }> {
     const tools = this.requireIsolation().tools();
     const submissionDir = join(dir, '..');
-    await chown(submissionDir, 0, user.gid);
-    await chmod(submissionDir, 0o750);
-    await chown(dir, 0, user.gid);
-    await chmod(dir, 0o750);
+    await setDirectoryOwner(submissionDir, { uid: 0, gid: user.gid }, 0o750);
+    await setDirectoryOwner(dir, { uid: 0, gid: user.gid }, 0o750);
     for (const own of [L.workDir, ...(record.netns ? [L.tmpDir] : [])]) {
       const path = join(dir, own);
       await mkdir(path, { recursive: true });
-      await chown(path, user.uid, user.gid);
-      await chmod(path, 0o700);
+      await setDirectoryOwner(path, user, 0o700);
     }
     const keyFiles = [
       this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile,
@@ -527,13 +525,8 @@ export class LocalBackend implements Backend {
   }
 
   async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {
-    let handle;
-    try {
-      handle = await open(join(this.jobDirectory(job), L.log), 'r');
-    } catch (err) {
-      if (isErrno(err, 'ENOENT')) return { data: '', next_offset: offset };
-      throw err;
-    }
+    const handle = await openJobFileForReading(join(this.jobDirectory(job), L.log));
+    if (!handle) return { data: '', next_offset: offset };
     try {
       const buffer = Buffer.alloc(Math.max(0, limitBytes));
       const { bytesRead } = await handle.read(buffer, 0, buffer.length, offset);
@@ -554,15 +547,6 @@ const RELEASED_JOB_FILES = [L.log, L.exitCode, L.started];
 /** peers.json: readable by the run's group when the job is isolated (root's otherwise, like its hostfile). */
 function peersMode(owner: unknown): number {
   return owner ? 0o640 : 0o644;
-}
-
-/** Removes everything in `dir` but the entries named in `kept`. */
-async function keepOnly(dir: string, kept: readonly string[]): Promise<void> {
-  const names = await readdir(dir).catch((err: unknown) => {
-    if (isErrno(err, 'ENOENT')) return [];
-    throw err;
-  });
-  await Promise.all(names.filter((n) => !kept.includes(n)).map((n) => rm(join(dir, n), { recursive: true, force: true })));
 }
 
 function linkNames(record: LocalInstanceRecord): NodeLinkNames | null {

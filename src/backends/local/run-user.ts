@@ -98,7 +98,7 @@ export async function removeRunUser(name: string): Promise<void> {
   const user = await lookupUser(name);
   if (!user) return;
   await killProcessesOf(user.uid);
-  await spawner.run('find', ['/tmp', '/var/tmp', '/dev/shm', '-xdev', '-uid', String(user.uid), '-exec', 'chown', '-h', '0:0', '{}', '+']);
+  await spawner.run('find', ['/tmp', '/var/tmp', '/dev/shm', '-xdev', '-uid', String(user.uid), '-execdir', 'chown', '-h', '0:0', '{}', '+']);
   let last = '';
   for (let attempt = 1; attempt <= ATTEMPTS; attempt += 1) {
     const r = await spawner.run('userdel', [name]);
