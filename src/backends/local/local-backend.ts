@@ -8,6 +8,7 @@ import {
   SubmissionClosedError,
   type Backend,
   type ExecResult,
+  type HeldRun,
   type Instance,
   type JobFiles,
   type JobProcessState,
@@ -170,6 +171,7 @@ export class LocalBackend implements Backend {
       throw new Error(`local fleet without group provisioning takes one job per call, got ${req.jobs.length}`);
     }
     await this.refuseReleased(req.run_id, req.submission);
+    if (req.run_workflow_id) await this.store.recordOwner({ run_workflow_id: req.run_workflow_id, run_id: req.run_id, submission: req.submission });
     const mode = await this.networkMode();
     const pool = this.pool(mode);
     const gpus = this.gpusFor(req.group);
@@ -443,6 +445,21 @@ export class LocalBackend implements Backend {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
     }
     await this.store.removeOrphanedTemps();
+  }
+
+  /**
+   * Submissions whose run is recorded (provisioned by a run) and that are not released yet, or
+   * whose release did not finish (instance records left): what the worker's reaper looks at.
+   */
+  async heldRuns(): Promise<HeldRun[]> {
+    const [owners, records] = await Promise.all([this.store.owners(), this.store.allRecords()]);
+    const held: HeldRun[] = [];
+    for (const owner of owners) {
+      const nodes = records.filter((r) => r.run_id === owner.run_id && r.submission === owner.submission).length;
+      if (nodes === 0 && (await this.store.isReleased(owner.run_id, owner.submission))) continue;
+      held.push({ ...owner, holds: `${nodes} node${nodes === 1 ? '' : 's'} on the local fleet` });
+    }
+    return held;
   }
 
   /**

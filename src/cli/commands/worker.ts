@@ -6,7 +6,7 @@ import { LOCAL_BACKEND } from '../../backends/backend-names';
 import { isolationNotice } from '../../backends/local/isolation-mode';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
-import { createTroupeWorker, defaultBackends, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
+import { createRunReaper, createTroupeWorker, defaultBackends, runWorkerWithReaper, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
 import { troupeDataConverter } from '../../codec/data-converter';
 import { CliError, type Command } from '../command';
 import { connectionHelp, connectionOptions, connectionSettings, connectWorker, describeConnection } from '../connection';
@@ -96,8 +96,9 @@ export const command: Command = async (args) => {
     );
     const notice = LOCAL_BACKEND in backends ? isolationNotice('Warning: the local fleet') : null;
     if (notice) process.stderr.write(`${notice}\n`);
+    const reaper = createRunReaper({ connection, namespace: settings.namespace, backends, dataConverter });
     try {
-      await worker.run();
+      await runWorkerWithReaper(worker, reaper);
     } finally {
       process.off('SIGINT', shutdown);
       process.off('SIGTERM', shutdown);
