@@ -1,6 +1,5 @@
 import { WorkflowNotFoundError, type Client, type WorkflowExecutionDescription } from '@temporalio/client';
-import type { BackendRegistry } from '../../activities/types';
-import type { HeldRun } from '../backends/backend';
+import type { Backend, HeldRun } from '../backends/backend';
 
 /**
  * Teardown always runs, also when a run's workflow never gets to it (issue 29, finding 4): after
@@ -62,9 +61,12 @@ export interface Reaped {
   closedAs: string;
 }
 
+/** What the reaper needs of a backend. */
+export type ReapableBackend = Pick<Backend, 'heldRuns' | 'releaseRun'>;
+
 export interface RunReaperOptions {
   client: Client;
-  backends: BackendRegistry;
+  backends: Readonly<Record<string, ReapableBackend>>;
   /** Between passes; default 20 s, so a closed run is torn down well within a minute. */
   intervalMs?: number;
   /** One line per run reaped or not reaped (default: standard error). */
@@ -112,7 +114,14 @@ export class RunReaper {
     const reaped: Reaped[] = [];
     for (const [name, backend] of Object.entries(this.options.backends)) {
       if (!backend.heldRuns) continue;
-      const held = await backend.heldRuns();
+      let held: HeldRun[];
+      try {
+        held = await backend.heldRuns();
+      } catch (err) {
+        // One backend that cannot say (a fleet's workflow not answering) does not hold up the others.
+        this.log(`reaper: could not list what backend ${name} holds: ${err instanceof Error ? err.message : String(err)}`);
+        continue;
+      }
       await Promise.all(
         held.map(async (run) => {
           const closedAs = await this.closedAs(run);
