@@ -27,6 +27,8 @@ const help = renderUsage(
     "Runs a Troupe worker: it executes runs' workflows and drives the backends that provision nodes.",
     'Start as many as you like, on as many machines, on one task queue. Ctrl-C (or SIGTERM) shuts it',
     'down gracefully; runs go on with the other workers, or with this one when it comes back.',
+    'Every worker also reaps: what a run closed without its teardown (terminated in Temporal, timed',
+    'out) left on its backends is torn down within a minute, one "reaper:" line per run on stderr.',
   ].join('\n'),
   [
     ['--backend NAME', 'only these backends (repeatable; default: all the worker has, at least local)'],
