@@ -4,6 +4,11 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { JobRef } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
+import { runWorkflowId } from '../../workflows/ids';
+import type { RunState } from '../../workflows/run-state';
+import { makePlan } from '../helpers/plans';
+import { testClient } from '../helpers/temporal';
+import { startTroupeWorker } from '../helpers/troupe-worker';
 import { groupRequest, jobRef, LocalFleetHarness, makeRun, runJobFiles, waitFor, type TestRun } from './local-fixtures';
 
 /**
@@ -12,7 +17,9 @@ import { groupRequest, jobRef, LocalFleetHarness, makeRun, runJobFiles, waitFor,
  * replaced hands a descriptor of its `work/` to a sibling job of its run, which keeps swapping
  * directories inside it for symlinks to a root-owned canary directory elsewhere on the machine,
  * while the worker gives the node back; then the next attempt of the node does the same, many
- * times over. Root must never delete (or touch) anything of the canary.
+ * times over: through the backend's releaseJob (what a restart and a resize down call), and
+ * through a run whose node fails and is replaced by restart-node. Root must never delete (or
+ * touch) anything of the canary.
  */
 
 const root = process.getuid?.() === 0;
@@ -24,6 +31,7 @@ chmodSync(shared, 0o1777);
 const canary = mkdtempSync(join('/var/tmp', 'troupe-race-canary-'));
 const CANARY_FILES = 200;
 const REPLACEMENTS = 12;
+const RESTARTS = 8;
 
 afterAll(async () => {
   await h.cleanup();
@@ -67,7 +75,7 @@ while True:
     conn.close()
 `;
 
-/** The node being replaced: sends a descriptor of its work/ (its working directory) to the sibling, then runs on. */
+/** The node being replaced: sends a descriptor of its work/ (its working directory) to the sibling, then runs on (or fails after argv[2] seconds). */
 const SENDER = `
 import os, socket, sys, time
 fd = os.open('.', os.O_RDONLY | os.O_DIRECTORY)
@@ -81,14 +89,17 @@ for _ in range(200):
 socket.send_fds(s, [b'x'], [fd])
 s.close()
 print('sent', flush=True)
+if len(sys.argv) > 2:
+    time.sleep(float(sys.argv[2]))
+    sys.exit(3)
 while True:
     time.sleep(1)
 `;
 
-/** How many descriptors the sibling has taken. */
-function received(): number {
+/** How many descriptors the sibling listening in `dir` has taken. */
+function received(dir = shared): number {
   try {
-    return Number(readFileSync(join(shared, 'received'), 'utf8'));
+    return Number(readFileSync(join(dir, 'received'), 'utf8'));
   } catch {
     return 0;
   }
@@ -105,13 +116,22 @@ async function startAttempt(backend: LocalBackend, run: TestRun, jobNum: number,
   return ref;
 }
 
+function fillCanary(): void {
+  for (let i = 0; i < CANARY_FILES; i += 1) writeFileSync(join(canary, `c${i}`), 'canary\n');
+  mkdirSync(join(canary, 'sub'), { recursive: true });
+  writeFileSync(join(canary, 'sub', 'deep'), 'canary\n');
+  writeFileSync(join(shared, 'swapper.py'), SWAPPER);
+  writeFileSync(join(shared, 'sender.py'), SENDER);
+}
+
+function expectCanaryIntact(): void {
+  expect(readdirSync(canary).length, 'files left in the canary directory').toBe(CANARY_FILES + 1);
+  expect(readdirSync(join(canary, 'sub'))).toEqual(['deep']);
+}
+
 describe.skipIf(!root)('releasing a node while a sibling of its run races the clean-up (as root, isolated)', () => {
   it(`never deletes outside the job directory over ${REPLACEMENTS} replacements`, async () => {
-    for (let i = 0; i < CANARY_FILES; i += 1) writeFileSync(join(canary, `c${i}`), 'canary\n');
-    mkdirSync(join(canary, 'sub'));
-    writeFileSync(join(canary, 'sub', 'deep'), 'canary\n');
-    writeFileSync(join(shared, 'swapper.py'), SWAPPER);
-    writeFileSync(join(shared, 'sender.py'), SENDER);
+    fillCanary();
 
     const backend = h.backend({ network: 'loopback', subnet: '127.213.246.0/24', releaseGraceSeconds: 1 });
     const run = makeRun([
@@ -135,8 +155,40 @@ describe.skipIf(!root)('releasing a node while a sibling of its run races the cl
       ref = await startAttempt(backend, run, 1, k + 1, ips);
     }
 
-    expect(readdirSync(canary).length, 'files left in the canary directory').toBe(CANARY_FILES + 1);
-    expect(readdirSync(join(canary, 'sub'))).toEqual(['deep']);
+    expectCanaryIntact();
     expect(failures).toEqual([]);
+    await backend.releaseRun(run.runId, run.submission);
   }, 240_000);
+
+  it(`the same through a run: restart-node replaces the node ${RESTARTS} times while its sibling races`, async () => {
+    fillCanary();
+    const dir = mkdtempSync(join(shared, 'wf-'));
+    chmodSync(dir, 0o1777);
+    const fleet = h.backend({ network: 'loopback', subnet: '127.213.247.0/24', releaseGraceSeconds: 1 });
+    const worker = await startTroupeWorker({ local: fleet });
+    const { client, close } = await testClient();
+    try {
+      const name = `race-${worker.taskQueue}`;
+      const plan = makePlan(name, [
+        { name: 'sibling', nodes: 1, commands: [`exec /usr/bin/python3 ${shared}/swapper.py ${dir} ${canary}`] },
+        // Each attempt hands its work/ over, lets the swapping run, then fails: replaced at its rank.
+        { name: 'replaced', nodes: 1, commands: [`exec /usr/bin/python3 ${shared}/sender.py ${dir} 0.3`] },
+      ]);
+      Object.assign(plan.groups[1]!, { on_failure: { action: 'restart-node', max_restarts: RESTARTS, within_s: null } });
+      const handle = await client.workflow.start('RunWorkflow', {
+        taskQueue: worker.taskQueue,
+        workflowId: runWorkflowId(name),
+        args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
+      });
+      const end = (await handle.result()) as RunState;
+      // One more failure than the budget fails the run: every attempt was replaced and given back.
+      expect(end.status).toBe('FAILED');
+      expect(end.groups[1]?.restarts).toBe(RESTARTS);
+      expect(received(dir)).toBe(RESTARTS + 1);
+      expectCanaryIntact();
+    } finally {
+      await worker.stop();
+      await close();
+    }
+  }, 300_000);
 });
