@@ -1,6 +1,7 @@
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HeldRun } from '../../src/backends/backend';
+import { LocalBackend } from '../../src/backends/local/local-backend';
 import { TroupeClient } from '../../src/client';
 import { runChainStatus, RunReaper, type ReapableBackend } from '../../src/worker/run-reaper';
 import { runWorkflowId } from '../../workflows/ids';
@@ -91,11 +92,15 @@ describe('the reaper and a run that continues as new', () => {
 
     await client.workflow.getHandle(handle.workflowId).terminate('test: terminated after a continue-as-new');
     expect(await runChainStatus(client, handle.workflowId, firstRunId)).toEqual({ kind: 'closed', as: 'TERMINATED' });
-    const reaped = await reaper.reapOnce();
+    // Two workers' reapers at once (two backends on one state directory): both release, idempotently.
+    const other = new RunReaper({ client, backends: { local: new LocalBackend({ stateDir: fleet.stateDir, network: 'auto' }) }, log: (line) => logs.push(line) });
+    const [reaped, reapedToo] = await Promise.all([reaper.reapOnce(), other.reapOnce()]);
     expect(reaped.map((r) => [r.backend, r.run.run_id, r.closedAs])).toEqual([['local', firstRunId, 'TERMINATED']]);
+    expect(reapedToo.map((r) => [r.backend, r.run.run_id, r.closedAs])).toEqual([['local', firstRunId, 'TERMINATED']]);
     expect(await fleet.backend.heldRuns()).toEqual([]);
     expect(released).toEqual([]);
     expect(logs.join('\n')).toContain(`reaper: run ${handle.workflowId} (submission 0) had closed (TERMINATED) without its teardown; released 3 nodes on the local fleet`);
+    expect(logs.join('\n')).not.toContain('could not release');
     // Idempotent: a second pass (another worker's) finds nothing left.
     expect(await reaper.reapOnce()).toEqual([]);
   }, 240_000);
