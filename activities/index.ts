@@ -3,6 +3,7 @@ import { createJobBatchActivities } from './job-batches';
 import { createJobActivities } from './jobs';
 import { createPeersActivities } from './peers';
 import { createProvisioningActivities } from './provisioning';
+import { createRunIdentityActivities } from './run-identity';
 import { createTeardownActivities } from './teardown';
 import type { BackendRegistry, TroupeActivities } from './types';
 
@@ -16,5 +17,6 @@ export function createActivities(backends: BackendRegistry): TroupeActivities {
     ...createTeardownActivities(backends),
     ...createPeersActivities(backends),
     ...createFleetActivities(),
+    ...createRunIdentityActivities(),
   };
 }

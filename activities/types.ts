@@ -78,6 +78,13 @@ export interface ReleaseRunInput extends BackendCall {
   submission: number;
 }
 
+/** A run's execution that a group child names as its parent, and the uid it claims for it. */
+export interface VerifyRunExecutionInput {
+  workflow_id: string;
+  run_id: string;
+  run_uid: string;
+}
+
 export interface ReadLogInput extends JobCall {
   offset: number;
   limit_bytes: number;
@@ -98,4 +105,5 @@ export interface TroupeActivities {
   releaseRun(input: ReleaseRunInput): Promise<void>;
   publishPeers(input: PublishPeersInput): Promise<PublishPeersResult>;
   readJobLog(input: ReadLogInput): Promise<LogChunk>;
+  verifyRunExecution(input: VerifyRunExecutionInput): Promise<void>;
 }

@@ -17,6 +17,8 @@ export const FailureType = {
   SecretKey: 'SecretKey',
   /** The job's env, hostfile or script cannot be written (a value no shell can carry). */
   InvalidJobFiles: 'InvalidJobFiles',
+  /** An input (a client's) that claims a run's identity the workflow does not have (workflows/run-identity.ts). */
+  ForgedRunIdentity: 'ForgedRunIdentity',
 } as const;
 
 /** A job that a batch activity could not start or keep: the failure's type and what went wrong. */

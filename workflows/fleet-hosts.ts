@@ -89,6 +89,7 @@ export function allocate(state: FleetState, req: AllocateRequest): HeldHost[] {
     const host = chosen.get(key(job)) as FleetHostState;
     host.holder = {
       run_id: req.run_id,
+      ...(req.run_workflow_id ? { run_workflow_id: req.run_workflow_id } : {}),
       run_name: req.run_name,
       submission: req.submission,
       job_num: job.job_num,

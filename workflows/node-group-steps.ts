@@ -24,7 +24,7 @@ export function reportToRun(input: NodeGroupInput, events: JobEvent[]): Promise<
  * tried once more.
  */
 export async function provision(input: NodeGroupInput, group: GroupState, jobs: JobPlan[], newAttempts?: { makeRoom: (() => Promise<void>) | null }): Promise<boolean> {
-  const request = { run_id: input.run_uid, run_name: input.run.run_name, submission: input.submission, group: input.group, jobs, fleets: input.run.fleets };
+  const request = { run_id: input.run_uid, run_workflow_id: input.run_workflow_id, run_name: input.run.run_name, submission: input.submission, group: input.group, jobs, fleets: input.run.fleets };
   const place = () => provisionJobsActivity(input, newAttempts !== undefined).executeWithOptions({ summary: `provision ${labelOf(jobs)}` }, [{ backend: input.backend, request }]);
   try {
     let placed;

@@ -3,6 +3,7 @@ import type { NodeGroupInput } from './node-group-input';
 import { serveNewAttempts } from './node-group-attempts';
 import { newGroupState, setGroupHandlers, startableJobs, type GroupState } from './node-group-state';
 import { awaitRunners, provision, runBatch } from './node-group-steps';
+import { checkGroupParent } from './run-identity';
 
 export type { NodeGroupInput } from './node-group-input';
 
@@ -14,6 +15,7 @@ export type { NodeGroupInput } from './node-group-input';
  * jobs run); the run alone decides order, failure and teardown.
  */
 export async function NodeGroupWorkflow(input: NodeGroupInput): Promise<void> {
+  await checkGroupParent(input);
   const group = newGroupState(input);
   setGroupHandlers(group);
   const first = input.adopt ? adoptRunningJobs(input, group, input.adopt) : startInitialJobs(input, group);

@@ -17,6 +17,7 @@ import { setRunHandlers } from './run-handlers';
 import { setScaleHandler } from './run-scaling';
 import { startGroups, type Submission } from './run-groups';
 import { handOver, resumeRun } from './run-handover';
+import { checkCarried } from './run-identity';
 import { addressDeadlineMs, addressesTimedOut, endedEarly, mayRetry } from './run-outcomes';
 import { answerOf, type RunState } from './run-state';
 import { announceAddresses, startInOrderAndWatch, unlockOtherGroups } from './run-startup';
@@ -37,7 +38,7 @@ const { describeBackend } = proxyLocalActivities<TroupeActivities>({
  */
 export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   const input = await parseInput(arg);
-  const resumed = input.carried ? resumeRun(input, input.carried) : null;
+  const resumed = input.carried ? resumeRun(input, checkCarried(input.carried)) : null;
   const run = resumed?.run ?? newRun(input);
   setRunHandlers(run);
   setScaleHandler(run);

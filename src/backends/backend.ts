@@ -41,8 +41,23 @@ export const JobRefSchema = z.object({
 });
 export type JobRef = z.infer<typeof JobRefSchema>;
 
+/** A submission a backend holds something for (heldRuns). */
+export interface HeldRun {
+  run_workflow_id: string;
+  /** The run's uid (its first execution's run id), as in ProvisionRequest.run_id. */
+  run_id: string;
+  submission: number;
+  /** What it holds, for the reaper's log and `troupe stop`: `2 nodes on the local fleet`. */
+  holds: string;
+}
+
 export interface ProvisionRequest {
   run_id: string;
+  /**
+   * The run's workflow id: what the worker's reaper asks Temporal about to learn whether the run
+   * has closed (src/worker/run-reaper.ts). Absent in requests made outside a run (tests).
+   */
+  run_workflow_id?: string;
   run_name: string;
   submission: number;
   group: GroupPlan;
@@ -138,6 +153,12 @@ export interface Backend {
    * disk, so it survives a worker crash. Without it, the probe runs through exec() every interval.
    */
   readiness?(job: JobRef): Promise<ReadinessState>;
+  /**
+   * Optional: the submissions this backend still holds anything for (processes, machines, users,
+   * files), with the workflow id of their run. The worker's reaper releases (releaseRun) those whose
+   * run has closed without its teardown (terminated, timed out, reset away).
+   */
+  heldRuns?(): Promise<HeldRun[]>;
 }
 
 export interface ExecResult {

@@ -28,6 +28,8 @@ export type FleetSpec = z.infer<typeof FleetSpecSchema>;
 
 export const HolderSchema = z.object({
   run_id: z.string(),
+  /** The run's workflow id (the workers' reaper frees hosts of runs closed without teardown); absent in holds from before it was kept. */
+  run_workflow_id: z.string().optional(),
   run_name: z.string(),
   submission: z.number().int(),
   job_num: z.number().int(),
@@ -79,6 +81,7 @@ export type FleetState = z.infer<typeof FleetStateSchema>;
 
 export const AllocateRequestSchema = z.object({
   run_id: z.string(),
+  run_workflow_id: z.string().optional(),
   run_name: z.string(),
   submission: z.number().int(),
   group_name: z.string(),

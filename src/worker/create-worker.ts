@@ -11,6 +11,7 @@ import { LocalBackend } from '../backends/local/local-backend';
 import { SshBackend } from '../backends/ssh/ssh-backend';
 import { FleetClient } from '../fleet/fleet-client';
 import { failureConverterPath, troupeDataConverter } from '../codec/data-converter';
+import { RunReaper } from './run-reaper';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -57,6 +58,32 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? DEFAULT_MAX_ACTIVITIES,
     ...(opts.identity ? { identity: opts.identity } : {}),
   });
+}
+
+/**
+ * The worker's reaper (run-reaper.ts): it tears down what runs closed without their teardown left
+ * in these backends. Every worker runs one; `intervalMs` between passes.
+ */
+export function createRunReaper(opts: {
+  connection: ConnectionLike;
+  namespace: string;
+  backends: BackendRegistry;
+  dataConverter?: DataConverter;
+  intervalMs?: number;
+  log?: (line: string) => void;
+}): RunReaper {
+  const client = new Client({ connection: opts.connection, namespace: opts.namespace, dataConverter: opts.dataConverter ?? troupeDataConverter() });
+  return new RunReaper({ client, backends: opts.backends, ...(opts.intervalMs ? { intervalMs: opts.intervalMs } : {}), ...(opts.log ? { log: opts.log } : {}) });
+}
+
+/** Runs the worker, with its reaper beside it, until the worker stops. */
+export async function runWorkerWithReaper(worker: Worker, reaper: RunReaper): Promise<void> {
+  reaper.start();
+  try {
+    await worker.run();
+  } finally {
+    await reaper.stop();
+  }
 }
 
 /** The backends defaultBackends() makes (`ssh` needs the Temporal connection), so a CLI can check names before connecting. */

@@ -28,6 +28,8 @@ export interface SshFleetEnv {
   hosts: TestHosts;
   client: Client;
   fleets: FleetClient;
+  /** The worker's SSH backend (what a reaper of this worker would release through). */
+  backend: SshBackend;
   troupe: TroupeClient;
   taskQueue: string;
   /** A folder for configs and files the test's jobs write (the hosts share this machine's disk). */
@@ -60,6 +62,7 @@ export async function startSshFleetEnv(specs: TestHostSpec[]): Promise<SshFleetE
     hosts,
     client,
     fleets,
+    backend,
     troupe,
     taskQueue,
     dir,

@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { RunReaper } from '../../src/worker/run-reaper';
 import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, waitForRun, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
@@ -113,6 +114,27 @@ describe('runs on SSH fleets', () => {
         DSTACK_MASTER_NODE_IP: ips[0],
       });
     }
+  });
+
+  it('a run terminated in Temporal: the reaper stops its job on the host and frees the host', async () => {
+    const { fleet, run } = names('reaped');
+    await applyFleetYaml(env, fleetYaml(env, fleet, ['cpu']));
+    const handle = await env.troupe.submit({
+      yaml: task(run, ['commands: [\'while true; do sleep 0.2; done\']', 'resources: {cpu: 1.., disk: 1GB..}']),
+      fleets: [fleet],
+      checkWorkers: false,
+    });
+    await waitForRun(env, run, (s) => s.status === 'RUNNING');
+    expect((await env.fleets.state(fleet))?.hosts[0]?.holder).toMatchObject({ run_name: run, run_workflow_id: handle.workflowId });
+    expect(await env.hosts.jobProcesses('cpu')).not.toEqual([]);
+    await env.client.workflow.getHandle(handle.workflowId).terminate('test: terminated from outside Troupe');
+
+    const logs: string[] = [];
+    const reaper = new RunReaper({ client: env.client, backends: { ssh: env.backend }, log: (line) => logs.push(line) });
+    const reaped = await reaper.reapOnce();
+    expect(reaped.map((r) => [r.backend, r.run.run_workflow_id, r.closedAs, r.run.holds])).toEqual([['ssh', handle.workflowId, 'TERMINATED', '1 host of SSH fleets']]);
+    expect(logs).toHaveLength(1);
+    // afterEach: no job process on any host, every host of the fleet free.
   });
 
   it('runs a job on a host reachable only through its proxy_jump host', async () => {

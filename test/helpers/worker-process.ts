@@ -2,11 +2,11 @@
  * A Troupe worker in its own process, so a test can kill -9 it. Configured by environment:
  * TEMPORAL_ADDRESS, TROUPE_TASK_QUEUE, TROUPE_LOCAL_STATE_DIR, and TEST_PROVISION_DELAY_MS /
  * TEST_ONE_JOB_PER_CALL to make provisioning slow enough to be interrupted, TEST_LOCAL_CAPACITY to
- * give the local fleet fewer nodes.
+ * give the local fleet fewer nodes, TEST_REAPER_INTERVAL_MS for its reaper's passes.
  */
 import { DefaultLogger, NativeConnection, Runtime, makeTelemetryFilterString } from '@temporalio/worker';
 import { LocalBackend } from '../../src/backends/local/local-backend';
-import { createTroupeWorker } from '../../src/worker/create-worker';
+import { createRunReaper, createTroupeWorker, runWorkerWithReaper } from '../../src/worker/create-worker';
 import { RecordingBackend } from './recording-backend';
 
 const required = (name: string): string => {
@@ -36,5 +36,8 @@ const worker = await createTroupeWorker({
 });
 process.once('SIGTERM', () => worker.shutdown());
 console.log('worker ready');
-await worker.run();
+// TEST_REAPER_INTERVAL_MS: how often its reaper looks for closed runs (default: the worker's).
+const reaperInterval = Number(process.env.TEST_REAPER_INTERVAL_MS ?? 0);
+const reaper = createRunReaper({ connection, namespace: 'default', backends: { local }, ...(reaperInterval ? { intervalMs: reaperInterval } : {}), log: (line) => console.log(line) });
+await runWorkerWithReaper(worker, reaper);
 await connection.close();

@@ -12,6 +12,7 @@ import { pathSegment } from './local-names';
  *   leases/<ip>                       who holds an address (created with O_EXCL semantics)
  *   instances/<instance_id>.json      an instance: its address, namespace, job directory
  *   runs/<run>/<submission>/released  tombstone: the submission was released, provision refuses it
+ *   runs/<run>/<submission>/owner.json the run's workflow id (what the reaper asks Temporal about)
  *   runs/<run>/<submission>/<job>/    the job's directory (attempt k > 0: <job>.attempt-<k>/, attemptDirectoryName)
  */
 
@@ -38,6 +39,10 @@ export const LocalInstanceRecordSchema = z.object({
   shm_size_gb: z.number().nullable().optional(),
 });
 export type LocalInstanceRecord = z.infer<typeof LocalInstanceRecordSchema>;
+
+/** Whose a submission is: written at its first provisioning, read by the worker's reaper. */
+export const RunOwnerSchema = z.object({ run_workflow_id: z.string(), run_id: z.string(), submission: z.number().int().nonnegative() });
+export type RunOwner = z.infer<typeof RunOwnerSchema>;
 
 const LeaseSchema = z.object({ instance_id: z.string(), run_id: z.string(), submission: z.number().int() });
 type Lease = z.infer<typeof LeaseSchema>;
@@ -73,6 +78,24 @@ export class InstanceStore {
     await writeFileAtomic(this.tombstonePath(runId, submission), `${new Date().toISOString()}\n`);
   }
 
+  /** Records whose run a submission is, once (a retried provision finds it there). */
+  async recordOwner(owner: RunOwner): Promise<void> {
+    await createFileExclusive(join(this.submissionDir(owner.run_id, owner.submission), 'owner.json'), `${JSON.stringify(owner)}\n`);
+  }
+
+  /** Every submission whose owner is recorded (runs/<run>/<submission>/owner.json). */
+  async owners(): Promise<RunOwner[]> {
+    const runs = join(this.stateDir, 'runs');
+    const found: RunOwner[] = [];
+    for (const run of await listDir(runs)) {
+      for (const submission of await listDir(join(runs, run))) {
+        const owner = await readJsonFile(join(runs, run, submission, 'owner.json'), RunOwnerSchema).catch(() => null);
+        if (owner) found.push(owner);
+      }
+    }
+    return found;
+  }
+
   async readRecord(instanceId: string): Promise<LocalInstanceRecord | null> {
     return await readJsonFile(this.recordPath(instanceId), LocalInstanceRecordSchema);
   }
@@ -102,11 +125,15 @@ export class InstanceStore {
   }
 
   async listRecords(runId: string, submission: number): Promise<LocalInstanceRecord[]> {
+    return (await this.allRecords()).filter((r) => r.run_id === runId && r.submission === submission);
+  }
+
+  async allRecords(): Promise<LocalInstanceRecord[]> {
     const names = await listDir(join(this.stateDir, 'instances'));
     const records = await Promise.all(
       names.filter((n) => n.endsWith('.json')).map((n) => this.readRecord(n.slice(0, -'.json'.length))),
     );
-    return records.filter((r): r is LocalInstanceRecord => r !== null && r.run_id === runId && r.submission === submission);
+    return records.filter((r): r is LocalInstanceRecord => r !== null);
   }
 
   private async readLease(ip: string): Promise<Lease | null> {

@@ -2,13 +2,14 @@ import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { constants } from 'node:fs';
-import { chmod, chown, mkdir, open, readdir, rm } from 'node:fs/promises';
+import { mkdir, open } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   NoCapacityError,
   SubmissionClosedError,
   type Backend,
   type ExecResult,
+  type HeldRun,
   type Instance,
   type JobFiles,
   type JobProcessState,
@@ -51,6 +52,7 @@ import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
 import { isErrno, pathExists, readTextFile, removeFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
+import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -171,6 +173,7 @@ export class LocalBackend implements Backend {
       throw new Error(`local fleet without group provisioning takes one job per call, got ${req.jobs.length}`);
     }
     await this.refuseReleased(req.run_id, req.submission);
+    if (req.run_workflow_id) await this.store.recordOwner({ run_workflow_id: req.run_workflow_id, run_id: req.run_id, submission: req.submission });
     const mode = await this.networkMode();
     const pool = this.pool(mode);
     const gpus = this.gpusFor(req.group);
@@ -331,14 +334,11 @@ export class LocalBackend implements Backend {
   ): Promise<{ launch: string; unshare: string }> {
     const tools = this.requireIsolation().tools();
     const submissionDir = join(dir, '..');
-    await chown(submissionDir, 0, user.gid);
-    await chmod(submissionDir, 0o750);
-    await chown(dir, 0, user.gid);
-    await chmod(dir, 0o750);
+    await setDirectoryOwner(submissionDir, { uid: 0, gid: user.gid }, 0o750);
+    await setDirectoryOwner(dir, { uid: 0, gid: user.gid }, 0o750);
     const work = join(dir, L.workDir);
     await mkdir(work, { recursive: true });
-    await chown(work, user.uid, user.gid);
-    await chmod(work, 0o700);
+    await setDirectoryOwner(work, user, 0o700);
     const keyFiles = [
       this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile,
       this.options.codecKeyFile === undefined ? codecKeyFile() : this.options.codecKeyFile,
@@ -467,6 +467,21 @@ export class LocalBackend implements Backend {
   }
 
   /**
+   * Submissions whose run is recorded (provisioned by a run) and that are not released yet, or
+   * whose release did not finish (instance records left): what the worker's reaper looks at.
+   */
+  async heldRuns(): Promise<HeldRun[]> {
+    const [owners, records] = await Promise.all([this.store.owners(), this.store.allRecords()]);
+    const held: HeldRun[] = [];
+    for (const owner of owners) {
+      const nodes = records.filter((r) => r.run_id === owner.run_id && r.submission === owner.submission).length;
+      if (nodes === 0 && (await this.store.isReleased(owner.run_id, owner.submission))) continue;
+      held.push({ ...owner, holds: `${nodes} node${nodes === 1 ? '' : 's'} on the local fleet` });
+    }
+    return held;
+  }
+
+  /**
    * One job attempt's instance given back (a replaced or removed node): its processes stopped (the
    * start claimed, so a late start never runs), its directory reduced to what releaseRun keeps,
    * its namespace, address and record gone. The run's user stays: the other jobs run as it.
@@ -546,13 +561,8 @@ export class LocalBackend implements Backend {
   }
 
   async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {
-    let handle;
-    try {
-      handle = await open(join(this.jobDirectory(job), L.log), 'r');
-    } catch (err) {
-      if (isErrno(err, 'ENOENT')) return { data: '', next_offset: offset };
-      throw err;
-    }
+    const handle = await openJobFileForReading(join(this.jobDirectory(job), L.log));
+    if (!handle) return { data: '', next_offset: offset };
     try {
       const buffer = Buffer.alloc(Math.max(0, limitBytes));
       const { bytesRead } = await handle.read(buffer, 0, buffer.length, offset);
@@ -592,15 +602,6 @@ async function refreshHosts(dir: string, bookJson: string): Promise<void> {
   } finally {
     await handle.close();
   }
-}
-
-/** Removes everything in `dir` but the entries named in `kept`. */
-async function keepOnly(dir: string, kept: readonly string[]): Promise<void> {
-  const names = await readdir(dir).catch((err: unknown) => {
-    if (isErrno(err, 'ENOENT')) return [];
-    throw err;
-  });
-  await Promise.all(names.filter((n) => !kept.includes(n)).map((n) => rm(join(dir, n), { recursive: true, force: true })));
 }
 
 function linkNames(record: LocalInstanceRecord): NodeLinkNames | null {

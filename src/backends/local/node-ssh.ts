@@ -1,4 +1,4 @@
-import { chmod, chown, mkdir } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -8,6 +8,7 @@ import { JobLayout as L } from '../../runner/job-layout';
 import { isAlive, type ProcessIdentity } from './proc';
 import type { RunUser } from './run-user';
 import { pathExists, writeFileAtomic } from './state-files';
+import { setDirectoryOwner } from './job-dir-safety';
 
 /**
  * Inter-node SSH on the local fleet (src/runner/inter-node-ssh.ts says what it is): each node's
@@ -47,13 +48,9 @@ export async function writeNodeSsh(jobDir: string, ip: string, keys: NodeSshKeys
   const base = join(jobDir, SshLayout.dir);
   for (const sub of [base, join(base, SshLayout.bin), join(base, SshLayout.state)]) {
     await mkdir(sub, { recursive: true });
-    await chown(sub, 0, user?.gid ?? 0);
-    await chmod(sub, user ? 0o750 : 0o700);
+    await setDirectoryOwner(sub, { uid: 0, gid: user?.gid ?? 0 }, user ? 0o750 : 0o700);
   }
-  if (user) {
-    await chown(join(base, SshLayout.state), user.uid, user.gid);
-    await chmod(join(base, SshLayout.state), 0o700);
-  }
+  if (user) await setDirectoryOwner(join(base, SshLayout.state), user, 0o700);
   await Promise.all(
     Object.entries(rendered.files).map(([name, content]) => {
       const executable = rendered.scripts.includes(name);

@@ -98,6 +98,9 @@ export async function removeRunUser(name: string): Promise<void> {
   const user = await lookupUser(name);
   if (!user) return;
   await killProcessesOf(user.uid);
+  // By path, but safe: no process of the user is left to swap a directory of its own for a link,
+  // and no other user may rename its entries in these sticky directories. (Not -execdir: find
+  // refuses it whenever the worker's PATH holds an empty or relative entry, and would chown nothing.)
   await spawner.run('find', ['/tmp', '/var/tmp', '/dev/shm', '-xdev', '-uid', String(user.uid), '-exec', 'chown', '-h', '0:0', '{}', '+']);
   let last = '';
   for (let attempt = 1; attempt <= ATTEMPTS; attempt += 1) {

@@ -5,6 +5,7 @@ import {
   SubmissionClosedError,
   type Backend,
   type ExecResult,
+  type HeldRun,
   type ReadinessState,
   type Instance,
   type JobFiles,
@@ -96,6 +97,7 @@ export class SshBackend implements Backend {
     this.usedFleets.add(fleet);
     const hosts = await this.options.fleets.allocate(fleet, {
       run_id: req.run_id,
+      ...(req.run_workflow_id ? { run_workflow_id: req.run_workflow_id } : {}),
       run_name: req.run_name,
       submission: req.submission,
       group_name: req.group.name,
@@ -226,6 +228,23 @@ export class SshBackend implements Backend {
 
   async readiness(job: JobRef): Promise<ReadinessState> {
     return await this.runnerOf(job).readiness(job);
+  }
+
+  /** Submissions holding hosts in any fleet (holds that name their run's workflow). */
+  async heldRuns(): Promise<HeldRun[]> {
+    const held = new Map<string, HeldRun & { hosts: number }>();
+    for (const fleet of await this.options.fleets.names()) {
+      const state = await this.options.fleets.state(fleet);
+      for (const { holder } of state?.hosts ?? []) {
+        if (!holder?.run_workflow_id) continue;
+        const key = `${holder.run_id}/${holder.submission}`;
+        const entry = held.get(key) ?? { run_workflow_id: holder.run_workflow_id, run_id: holder.run_id, submission: holder.submission, holds: '', hosts: 0 };
+        entry.hosts += 1;
+        entry.holds = `${entry.hosts} host${entry.hosts === 1 ? '' : 's'} of SSH fleets`;
+        held.set(key, entry);
+      }
+    }
+    return [...held.values()].map(({ hosts: _hosts, ...run }) => run);
   }
 
   /**

@@ -6,7 +6,9 @@ import { onInterrupt } from '../interrupt';
 import { cliErrorOf } from '../render/client-errors';
 import { assertCanAsk, confirm } from '../render/prompt';
 import { renderRunOutcome } from '../render/run-table';
+import { closedOutsideNote } from '../render/closed-outside';
 import { paintStatus, styleFor } from '../render/style';
+import { formatDuration } from '../render/time-text';
 import { parseOrUsage, renderUsage } from '../render/usage';
 
 const options = {
@@ -48,6 +50,9 @@ export const command: Command = async (args) => {
     const before = await handle.state();
     if (isFinished(before.status)) {
       process.stderr.write(`Run ${runName} has already ended: ${paintStatus(style, before.status)}.\n`);
+      const closed = await handle.describe();
+      const note = closedOutsideNote(closed.status.name, closed.closeTime ? formatDuration(Date.now() - closed.closeTime.getTime()) : null);
+      if (note) process.stderr.write(`${note}\n`);
       return 0;
     }
     const verb = values.abort ? 'Abort' : 'Stop';

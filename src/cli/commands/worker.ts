@@ -6,7 +6,7 @@ import { LOCAL_BACKEND } from '../../backends/backend-names';
 import { isolationNotice } from '../../backends/local/isolation-mode';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
-import { createTroupeWorker, defaultBackends, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
+import { createRunReaper, createTroupeWorker, defaultBackends, runWorkerWithReaper, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
 import { troupeDataConverter } from '../../codec/data-converter';
 import { CliError, type Command } from '../command';
 import { connectionHelp, connectionOptions, connectionSettings, connectWorker, describeConnection } from '../connection';
@@ -27,6 +27,8 @@ const help = renderUsage(
     "Runs a Troupe worker: it executes runs' workflows and drives the backends that provision nodes.",
     'Start as many as you like, on as many machines, on one task queue. Ctrl-C (or SIGTERM) shuts it',
     'down gracefully; runs go on with the other workers, or with this one when it comes back.',
+    'Every worker also reaps: what a run closed without its teardown (terminated in Temporal, timed',
+    'out) left on its backends is torn down within a minute, one "reaper:" line per run on stderr.',
   ].join('\n'),
   [
     ['--backend NAME', 'only these backends (repeatable; default: all the worker has, at least local)'],
@@ -96,8 +98,9 @@ export const command: Command = async (args) => {
     );
     const notice = LOCAL_BACKEND in backends ? isolationNotice('Warning: the local fleet') : null;
     if (notice) process.stderr.write(`${notice}\n`);
+    const reaper = createRunReaper({ connection, namespace: settings.namespace, backends, dataConverter });
     try {
-      await worker.run();
+      await runWorkerWithReaper(worker, reaper);
     } finally {
       process.off('SIGINT', shutdown);
       process.off('SIGTERM', shutdown);
