@@ -3,7 +3,7 @@ import type { TroupeActivities } from '../activities/types';
 import type { JobRef } from '../src/backends/backend';
 import type { GroupPlan } from '../src/plan/plan-schema';
 import { FailureType } from './failure-types';
-import { activeJobs, endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from './job-transitions';
+import { endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from './job-transitions';
 import { teardownActivities } from './node-group-activities';
 import { HANDING_OVER, newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResult } from './messages';
 import type { Run } from './run-context';

@@ -50,7 +50,7 @@ import { execOnNode } from './node-exec';
 import { waitForSshServer, writeNodeSsh } from './node-ssh';
 import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
-import { isErrno, pathExists, readTextFile, removeFile, writeFileAtomic, type FileOwner } from './state-files';
+import { pathExists, readTextFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
 import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
 
