@@ -87,6 +87,18 @@ export function defaultDevServerOptions(overrides: Partial<DevServerOptions> = {
   };
 }
 
+/** The embedded default as `npm run dev-server` and `npm run demo` start it: ports from TROUPE_DEV_SERVER_PORT and TROUPE_DEV_SERVER_UI_PORT. */
+export function devServerOptionsFromEnv(env: Record<string, string | undefined> = process.env): DevServerOptions {
+  const port = (name: string): number | undefined => {
+    const text = env[name];
+    if (text === undefined || text === '') return undefined;
+    if (!/^\d{1,5}$/.test(text) || Number(text) < 1 || Number(text) > 65535) throw new Error(`${name} must be a port number, not ${JSON.stringify(text)}`);
+    return Number(text);
+  };
+  const [p, ui] = [port('TROUPE_DEV_SERVER_PORT'), port('TROUPE_DEV_SERVER_UI_PORT')];
+  return defaultDevServerOptions({ ...(p !== undefined ? { port: p } : {}), ...(ui !== undefined ? { uiPort: ui } : {}) });
+}
+
 function pidFile(opts: DevServerOptions): string {
   return join(opts.stateDir, 'temporal.pid');
 }
@@ -113,11 +125,28 @@ export function pidAlive(pid: number): boolean {
   }
 }
 
+/** The pid recorded in a pid file, if that process still runs. */
+export function recordedPid(file: string): number | null {
+  if (!existsSync(file)) return null;
+  const pid = Number(readFileSync(file, 'utf8').trim());
+  return Number.isInteger(pid) && pid > 0 && pidAlive(pid) ? pid : null;
+}
+
+/** Stops the process a pid file names (SIGTERM, then SIGKILL past the timeout) and removes the file; false when none ran. */
+export async function stopRecordedProcess(file: string, timeoutMs: number): Promise<boolean> {
+  const pid = recordedPid(file);
+  rmSync(file, { force: true });
+  if (pid === null) return false;
+  process.kill(pid, 'SIGTERM');
+  const deadline = Date.now() + timeoutMs;
+  while (pidAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  if (pidAlive(pid)) process.kill(pid, 'SIGKILL');
+  return true;
+}
+
 /** The pid of a dev server this module started earlier for these options, if it still runs. */
 export function runningDevServer(opts: DevServerOptions): number | null {
-  if (!existsSync(pidFile(opts))) return null;
-  const pid = Number(readFileSync(pidFile(opts), 'utf8').trim());
-  return Number.isInteger(pid) && pid > 0 && pidAlive(pid) ? pid : null;
+  return recordedPid(pidFile(opts));
 }
 
 async function waitHealthy(opts: DevServerOptions, pid: number, timeoutMs: number): Promise<void> {
@@ -185,12 +214,5 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
 
 /** Stops the dev server this module started (by its recorded pid), waiting for it to exit. */
 export async function stopDevServer(opts: DevServerOptions, timeoutMs = 15_000): Promise<boolean> {
-  const pid = runningDevServer(opts);
-  rmSync(pidFile(opts), { force: true });
-  if (pid === null) return false;
-  process.kill(pid, 'SIGTERM');
-  const deadline = Date.now() + timeoutMs;
-  while (pidAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  if (pidAlive(pid)) process.kill(pid, 'SIGKILL');
-  return true;
+  return await stopRecordedProcess(pidFile(opts), timeoutMs);
 }
