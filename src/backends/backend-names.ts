@@ -9,3 +9,13 @@ export const SSH_BACKEND = 'ssh';
 export function defaultBackendFor(plan: { fleets?: readonly unknown[] | null }): string {
   return plan.fleets?.length ? SSH_BACKEND : LOCAL_BACKEND;
 }
+
+/** What a backend's name may be: it is printed by `apply`, `ps` and the Web UI, and names a registry entry. */
+export const BACKEND_NAME = /^[a-z][a-z0-9-]{0,31}$/;
+
+/** Why a backend name is refused, or null when it is one. */
+export function backendNameProblem(name: string): string | null {
+  return BACKEND_NAME.test(name)
+    ? null
+    : `${JSON.stringify(name)} is not a backend name: lowercase letters, digits and -, starting with a letter (^[a-z][a-z0-9-]{0,31}$), e.g. ${LOCAL_BACKEND} or ${SSH_BACKEND}`;
+}

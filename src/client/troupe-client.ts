@@ -1,4 +1,4 @@
-import { defaultBackendFor } from '../backends/backend-names';
+import { backendNameProblem, defaultBackendFor } from '../backends/backend-names';
 import { decodeConfigFile, readConfigBytes } from '../config/config-file';
 import {
   Client,
@@ -156,6 +156,8 @@ export class TroupeClient {
     const plan = sealSecrets(await planOf(request));
     if (request.fleets) plan.fleets = request.fleets;
     const backend = request.backend ?? defaultBackendFor(plan);
+    const backendProblem = backendNameProblem(backend);
+    if (backendProblem) throw new TroupeClientError(`backend: ${backendProblem}`);
     const options = parseRunOptions(request.options ?? {});
     if (request.checkWorkers ?? true) await this.checkWorkers(`start run ${plan.run_name}`);
     const withAttributes = await this.searchAttributesRegistered();
