@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -185,8 +185,13 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
   if (await portIsOpen(opts.port)) {
     throw new Error(`port ${opts.port} on 127.0.0.1 is already taken by another process`);
   }
-  mkdirSync(opts.stateDir, { recursive: true });
-  const log = openSync(join(opts.stateDir, 'temporal.log'), 'a');
+  // The database holds every run's history (sealed and encrypted payloads, but also names, hosts,
+  // timings): its folder is the owner's alone, and the server makes its files without group or
+  // other bits (umask 077 for the child, which inherits it).
+  mkdirSync(opts.stateDir, { recursive: true, mode: 0o700 });
+  chmodSync(opts.stateDir, 0o700);
+  if (opts.dbFile && existsSync(opts.dbFile)) chmodSync(opts.dbFile, 0o600);
+  const log = openSync(join(opts.stateDir, 'temporal.log'), 'a', 0o600);
   const args = [
     'server', 'start-dev',
     '--ip', '127.0.0.1',
@@ -200,14 +205,20 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
     ...(opts.dbFile ? ['--db-filename', opts.dbFile] : []),
     ...(opts.codecEndpoint ? ['--ui-codec-endpoint', opts.codecEndpoint] : []),
   ];
-  const child = spawn(opts.temporalBin, args, {
-    detached: true,
-    stdio: ['ignore', log, log],
-    env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' },
-  });
+  const umask = process.umask(0o077);
+  let child: ReturnType<typeof spawn>;
+  try {
+    child = spawn(opts.temporalBin, args, {
+      detached: true,
+      stdio: ['ignore', log, log],
+      env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' },
+    });
+  } finally {
+    process.umask(umask);
+  }
   if (child.pid === undefined) throw new Error('could not start the Temporal dev server');
   child.unref();
-  writeFileSync(pidFile(opts), `${child.pid}\n`);
+  writeFileSync(pidFile(opts), `${child.pid}\n`, { mode: 0o600 });
   await waitHealthy(opts, child.pid, timeoutMs);
   return handle(child.pid);
 }
