@@ -146,9 +146,12 @@ export class TroupeClient {
     await this.ownedConnection?.close();
   }
 
-  /** Throws NoWorkerError unless a worker polls the task queue for workflows and activities. */
-  async checkWorkers(purpose = 'start a run'): Promise<void> {
-    await assertWorkersPolling(this.temporal, this.ctx, purpose);
+  /**
+   * Throws NoWorkerError unless a worker polls the task queue for workflows and activities; with
+   * `backend`, NoBackendError when every worker names its backends and none names that one.
+   */
+  async checkWorkers(purpose = 'start a run', backend?: string): Promise<void> {
+    await assertWorkersPolling(this.temporal, this.ctx, purpose, undefined, backend);
   }
 
   /** Validates the config, checks for a worker, and starts the run. */
@@ -159,7 +162,7 @@ export class TroupeClient {
     const backendProblem = backendNameProblem(backend);
     if (backendProblem) throw new TroupeClientError(`backend: ${backendProblem}`);
     const options = parseRunOptions(request.options ?? {});
-    if (request.checkWorkers ?? true) await this.checkWorkers(`start run ${plan.run_name}`);
+    if (request.checkWorkers ?? true) await this.checkWorkers(`start run ${plan.run_name}`, backend);
     const withAttributes = await this.searchAttributesRegistered();
     const input: RunInput = { plan, backend, options, search_attributes: withAttributes };
     const workflowId = runWorkflowId(plan.run_name);

@@ -69,8 +69,8 @@ export const command: Command = async (args) => {
 
   const troupe = await connectClient(settings);
   try {
-    await troupe.checkWorkers(`start run ${plan.run_name}`);
     const backend = values.backend ?? defaultBackendFor(plan);
+    await troupe.checkWorkers(`start run ${plan.run_name}`, backend);
     process.stderr.write(`${renderPlan(plan, style, { backend }).join('\n')}\n\n`);
     if (backend === SSH_BACKEND) process.stderr.write(`${(await fleetPlacementLines(troupe, plan, style)).join('\n')}\n\n`);
     // The local fleet's worker runs on this machine, usually as the same user as this command.
