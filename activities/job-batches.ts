@@ -9,8 +9,11 @@ import { jobEventsSignal, runAddressBookQuery, type AddressBook, type JobEvent }
 import { backendFor } from './backend-lookup';
 import { mapLimit } from '../src/concurrency/map-limit';
 import type { RunSshKeys } from '../src/secrets/run-ssh-keys';
-import { openSecrets, viewOfBook, renderFilesFor, runSshKeysFor, UNREACHABLE_LIMIT_MS } from './jobs';
+import { hasSealedValues, openSecrets, viewOfBook, renderFilesFor, runSshKeysFor, UNREACHABLE_LIMIT_MS } from './jobs';
 import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './types';
+import { runExecutionOf } from './run-execution';
+import { SecretKeyError } from '../src/secrets/sealed-env';
+import type { RunExecution } from '../src/secrets/seal-binding';
 
 /**
  * A group's jobs handled in batches: one activity waits for all of a group's runners, one starts
@@ -158,7 +161,8 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       const send = (events: JobEvent[]) => sendEvents(ctx, input.run_workflow_id, input.submission, events);
       try {
         const addresses = input.addresses ?? (await Promise.race([addressBookOf(ctx, input.run_workflow_id, input.run_uid, input.submission), ctx.cancelled]));
-        const started = await Promise.race([startBatch(target, input, addresses, details.started_ms), ctx.cancelled]);
+        const run = await Promise.race([sealingRunOf(ctx, input), ctx.cancelled]);
+        const started = await Promise.race([startBatch(target, input, addresses, details.started_ms, run), ctx.cancelled]);
         if (!(await send(started.events))) return;
         await supervise(ctx, target, input, started.running, details.started_ms, send);
       } finally {
@@ -168,12 +172,30 @@ export function createJobBatchActivities(backends: BackendRegistry) {
   };
 }
 
+/** The run's execution as Temporal reports it, when the batch has sealed values to open (else null); a refusal is a SecretKeyError to report per job. */
+async function sealingRunOf(ctx: Context, input: RunJobsInput): Promise<RunExecution | SecretKeyError | null> {
+  if (!hasSealedValues(input.run.env)) return null;
+  try {
+    return await runExecutionOf(ctx, input.run_workflow_id);
+  } catch (err) {
+    if (err instanceof SecretKeyError) return err;
+    throw err;
+  }
+}
+
 /** Starts every job of the batch; `running` and `failed` events for all of them, and the refs that run. */
-async function startBatch(target: Backend, input: RunJobsInput, addresses: AddressBook, startedMs: number): Promise<{ events: JobEvent[]; running: JobRef[] }> {
+async function startBatch(
+  target: Backend,
+  input: RunJobsInput,
+  addresses: AddressBook,
+  startedMs: number,
+  run: RunExecution | SecretKeyError | null,
+): Promise<{ events: JobEvent[]; running: JobRef[] }> {
   let env: Record<string, string>;
   let sshKeys: RunSshKeys | null;
   try {
-    env = openSecrets(input.run.env);
+    if (run instanceof SecretKeyError) throw ApplicationFailure.nonRetryable(run.message, FailureType.SecretKey);
+    env = openSecrets(input.run.env, run);
     sshKeys = runSshKeysFor(input.run_uid, input.submission, addresses.job_ips.length);
   } catch (err) {
     if (err instanceof ApplicationFailure && err.type === FailureType.SecretKey) {

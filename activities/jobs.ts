@@ -5,7 +5,8 @@ import type { AddressBook } from '../workflows/messages';
 import { buildClusterInfo } from '../src/runner/cluster-info';
 import { renderJobFiles } from '../src/runner/job-files';
 import { deriveRunSshKeys, type RunSshKeys } from '../src/secrets/run-ssh-keys';
-import { loadSecretKey, openEnv, SecretKeyError } from '../src/secrets/sealed-env';
+import { loadSecretKey, openEnv, sealedEntries, SecretKeyError } from '../src/secrets/sealed-env';
+import { bindSealNonces, type RunExecution } from '../src/secrets/seal-binding';
 import { FailureType } from '../workflows/failure-types';
 import { backendFor } from './backend-lookup';
 import type { BackendRegistry, ReadLogInput, RunOfJob } from './types';
@@ -51,10 +52,24 @@ export function viewOfBook(book: AddressBook, groupSizes: readonly number[]): Bo
   };
 }
 
-/** The job's env with its sealed values opened: only here, on the way to the node. */
-export function openSecrets(env: Readonly<Record<string, string>>): Record<string, string> {
+/** Whether an env has sealed values (then the run's execution is looked up before opening them). */
+export function hasSealedValues(env: Readonly<Record<string, string>>): boolean {
+  return sealedEntries(env).length > 0;
+}
+
+/**
+ * The job's env with its sealed values opened: only here, on the way to the node, and only for
+ * the run they were sealed for (`run`, as Temporal reports it). Opened first, bound second: a
+ * value that does not open for this run never binds its nonce.
+ */
+export function openSecrets(env: Readonly<Record<string, string>>, run: RunExecution | null): Record<string, string> {
   try {
-    return openEnv(env, () => loadSecretKey({ create: false }));
+    const entries = sealedEntries(env);
+    if (entries.length === 0) return { ...env };
+    if (run === null) throw new SecretKeyError('sealed env values with no run to open them for');
+    const opened = openEnv(env, () => loadSecretKey({ create: false }), run.workflowId);
+    bindSealNonces(entries, run);
+    return opened;
   } catch (err) {
     if (err instanceof SecretKeyError) throw ApplicationFailure.nonRetryable(err.message, FailureType.SecretKey);
     throw err;

@@ -7,7 +7,7 @@ import { connectClient, connectionSettings, describeConnection } from '../src/cl
 
 /**
  * A container's health check for `troupe worker`: healthy when a worker of THIS machine (the SDK's
- * default identity is `<pid>@<hostname>`, and a container's hostname is its own) has lately polled
+ * default identity is `<pid>@<hostname>`, to which Troupe adds ` backends=…`; a container's hostname is its own) has lately polled
  * the task queue for both workflow and activity tasks. A live process that lost its connection,
  * or never registered, is unhealthy; the process being up is not enough.
  *
@@ -26,7 +26,7 @@ export const DEFAULT_MAX_POLL_AGE_MS = 150_000;
 export interface PollerCheck {
   namespace: string;
   taskQueue: string;
-  /** Matches pollers whose identity ends with `@<host>`. */
+  /** Matches pollers whose identity ends with `@<host>` (before the ` backends=…` a Troupe worker adds). */
   host: string;
   maxPollAgeMs: number;
   now: number;
@@ -44,7 +44,7 @@ export async function kindsNotPolled(client: Client, check: PollerCheck): Promis
       });
       return (pollers ?? []).some(
         (p) =>
-          (p.identity ?? '').endsWith(`@${check.host}`) &&
+          (p.identity ?? '').replace(/ backends=[a-z0-9,-]*$/, '').endsWith(`@${check.host}`) &&
           check.now - tsToMs(p.lastAccessTime) <= check.maxPollAgeMs,
       );
     }),

@@ -8,13 +8,14 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { NoWorkerError, TroupeClient } from '../src/client';
-import { defaultDevServerOptions, pidAlive, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { devServerOptionsFromEnv, pidAlive, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { startCodecSidecar, stopCodecSidecar } from '../src/devserver/codec-sidecar';
 
 const example = 'examples/pd-disagg-local.yml';
 const stateDir = join(projectRoot, '.troupe');
 const workerPidFile = join(stateDir, 'worker.pid');
 const workerLog = join(stateDir, 'worker.log');
-const server = defaultDevServerOptions();
+const server = devServerOptionsFromEnv();
 
 function workerPid(): number | null {
   if (!existsSync(workerPidFile)) return null;
@@ -30,6 +31,7 @@ async function stop(): Promise<void> {
     console.log(`worker (pid ${pid}) stopped`);
   }
   rmSync(workerPidFile, { force: true });
+  if (await stopCodecSidecar(server)) console.log('codec server stopped');
   console.log((await stopDevServer(server)) ? 'dev server stopped' : 'no dev server of the demo was running');
 }
 
@@ -73,6 +75,9 @@ async function main(): Promise<number> {
   }
   const handle = await startDevServer(server);
   console.log(`Temporal dev server at ${handle.address} (pid ${handle.pid}); Web UI ${handle.uiAddress}`);
+  // The Web UI decodes inputs and results through it: without it every field is an encrypted blob.
+  const codec = await startCodecSidecar(server);
+  if (codec) console.log(`codec server for the Web UI at ${codec.endpoint}`);
   const troupe = await TroupeClient.connect({ address: handle.address });
   try {
     await ensureWorker(troupe);

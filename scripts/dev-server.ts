@@ -1,16 +1,19 @@
-import { defaultDevServerOptions, runningDevServer, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { devServerOptionsFromEnv, runningDevServer, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { startCodecSidecar, stopCodecSidecar } from '../src/devserver/codec-sidecar';
 
-/** `npm run dev-server -- start|stop|status`: the embedded Temporal dev server, stopped by its pid. */
-const opts = defaultDevServerOptions({
-  ...(process.env.TROUPE_DEV_SERVER_PORT ? { port: Number(process.env.TROUPE_DEV_SERVER_PORT) } : {}),
-  ...(process.env.TROUPE_DEV_SERVER_UI_PORT ? { uiPort: Number(process.env.TROUPE_DEV_SERVER_UI_PORT) } : {}),
-});
+/**
+ * `npm run dev-server -- start|stop|status`: the embedded Temporal dev server and, beside it, the
+ * codec server its Web UI decodes payloads through; both stopped by their pids.
+ */
+const opts = devServerOptionsFromEnv();
 const command = process.argv[2] ?? 'status';
 if (command === 'start') {
   const h = await startDevServer(opts);
-  console.log(`Temporal dev server ready at ${h.address} (pid ${h.pid}); Web UI ${h.uiAddress}`);
+  const codec = await startCodecSidecar(opts);
+  console.log(`Temporal dev server ready at ${h.address} (pid ${h.pid}); Web UI ${h.uiAddress}${codec ? `; codec server ${codec.endpoint}` : ''}`);
 } else if (command === 'stop') {
-  console.log((await stopDevServer(opts)) ? 'stopped' : 'not running');
+  const codec = await stopCodecSidecar(opts);
+  console.log((await stopDevServer(opts)) ? `stopped${codec ? ' (and its codec server)' : ''}` : 'not running');
 } else if (command === 'status') {
   const pid = runningDevServer(opts);
   console.log(pid === null ? 'not running' : `running (pid ${pid})`);

@@ -6,6 +6,7 @@ import { defaultDevServerOptions, startDevServer, stopDevServer } from '../src/d
 import { loadCodecKeyring } from '../src/codec/codec-keys';
 import { startCodecServer } from '../src/codec/codec-server';
 import { EncryptionCodec } from '../src/codec/payload-codec';
+import { loadCodecToken } from '../src/codec/codec-token';
 import { freePort } from './helpers/free-port';
 
 declare module 'vitest' {
@@ -26,8 +27,9 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const stateDir = mkdtempSync(join(tmpdir(), 'troupe-test-temporal-'));
   const uiPort = await freePort();
   const codec = await startCodecServer({
-    codec: new EncryptionCodec(loadCodecKeyring({ create: true })),
+    codec: new EncryptionCodec(loadCodecKeyring({ create: true }), { unencrypted: 'pass' }),
     corsOrigins: [`http://127.0.0.1:${uiPort}`],
+    token: loadCodecToken({ create: true }),
     namespaces: [],
     host: '127.0.0.1',
     port: 0,

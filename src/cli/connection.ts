@@ -4,6 +4,7 @@ import type { NativeConnection } from '@temporalio/worker';
 import { TroupeClient } from '../client';
 import { DEFAULT_TASK_QUEUE } from '../../workflows/ids';
 import { CliError } from './command';
+import { escapeControlChars, hasControlChars } from './render/control-chars';
 import { troupeDataConverter } from '../codec/data-converter';
 
 /**
@@ -66,6 +67,11 @@ export function connectionSettings(
   flags: ConnectionFlags,
   env: Record<string, string | undefined> = process.env,
 ): ConnectionSettings {
+  for (const [flag, value] of Object.entries(flags)) {
+    if (typeof value === 'string' && hasControlChars(value)) {
+      throw new CliError(`--${flag}: ${JSON.stringify(escapeControlChars(value))} holds control or bidi characters; give it without them`, 2);
+    }
+  }
   const address = pick(flags.address, env.TEMPORAL_ADDRESS) ?? DEFAULT_ADDRESS;
   const certFile = pick(flags['tls-cert'], env.TEMPORAL_TLS_CERT);
   const keyFile = pick(flags['tls-key'], env.TEMPORAL_TLS_KEY);

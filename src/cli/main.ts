@@ -1,5 +1,5 @@
 import { CliError, type Command } from './command';
-import { escapeControlChars } from './render/control-chars';
+import { escapeControlChars, guardStream } from './render/control-chars';
 
 /**
  * `troupe <command> [options]`. Each command lives in its own module under commands/ and is
@@ -44,6 +44,9 @@ async function main(argv: string[]): Promise<number> {
   return await command(rest);
 }
 
+// One gate for every output path: control and bidi characters from any source come out escaped.
+guardStream(process.stdout);
+guardStream(process.stderr);
 try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (err) {

@@ -80,6 +80,23 @@ export class NoWorkerError extends TroupeClientError {
   }
 }
 
+/** Workers poll the task queue, but none drives the backend the run asks for (e.g. `local` where workers have SSH fleets only). */
+export class NoBackendError extends TroupeClientError {
+  override readonly name = 'NoBackendError';
+  constructor(
+    where: TaskQueueLocation,
+    readonly backend: string,
+    /** The backends the workers name. */
+    readonly offered: readonly string[],
+    purpose: string,
+  ) {
+    super(
+      `no Troupe worker on task queue "${where.taskQueue}" drives backend "${backend}" (they drive: ${offered.join(', ') || 'none'}), so Troupe cannot ${purpose}. ` +
+        (backend === 'local' ? 'Give the run a fleet (--fleet NAME, or fleets: in the task), or start a worker with the local fleet.' : `Start a worker with --backend ${backend}.`),
+    );
+  }
+}
+
 /**
  * The run did not answer in time although a worker polls its task queue: the worker may be busy,
  * restarting, or gone (the server lists a dead worker's pollers for a few minutes). Transient.

@@ -9,6 +9,7 @@ export {
   InvalidConfigError,
   InvalidRunNameError,
   JobNotFoundError,
+  NoBackendError,
   NoWorkerError,
   RunNameInUseError,
   RunNotFoundError,

@@ -1,4 +1,4 @@
-import { defaultBackendFor } from '../backends/backend-names';
+import { backendNameProblem, defaultBackendFor } from '../backends/backend-names';
 import { decodeConfigFile, readConfigBytes } from '../config/config-file';
 import {
   Client,
@@ -9,7 +9,7 @@ import {
 } from '@temporalio/client';
 import { ConfigError, loadPlan, PlanSchema, type Plan } from '../plan';
 import { looksSecret } from '../config/secret-names';
-import { isSealed, loadSecretKey, sealEnv } from '../secrets/sealed-env';
+import { isSealed, loadSecretKey, newSealNonce, sealEnv } from '../secrets/sealed-env';
 import { RUN_NAME } from '../plan/run-name';
 import { DEFAULT_TASK_QUEUE, runNameFromWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { RunOptionsSchema, type RunInput, type RunOptionsInput } from '../../workflows/message-schemas';
@@ -146,9 +146,12 @@ export class TroupeClient {
     await this.ownedConnection?.close();
   }
 
-  /** Throws NoWorkerError unless a worker polls the task queue for workflows and activities. */
-  async checkWorkers(purpose = 'start a run'): Promise<void> {
-    await assertWorkersPolling(this.temporal, this.ctx, purpose);
+  /**
+   * Throws NoWorkerError unless a worker polls the task queue for workflows and activities; with
+   * `backend`, NoBackendError when every worker names its backends and none names that one.
+   */
+  async checkWorkers(purpose = 'start a run', backend?: string): Promise<void> {
+    await assertWorkersPolling(this.temporal, this.ctx, purpose, undefined, backend);
   }
 
   /** Validates the config, checks for a worker, and starts the run. */
@@ -156,8 +159,10 @@ export class TroupeClient {
     const plan = sealSecrets(await planOf(request));
     if (request.fleets) plan.fleets = request.fleets;
     const backend = request.backend ?? defaultBackendFor(plan);
+    const backendProblem = backendNameProblem(backend);
+    if (backendProblem) throw new TroupeClientError(`backend: ${backendProblem}`);
     const options = parseRunOptions(request.options ?? {});
-    if (request.checkWorkers ?? true) await this.checkWorkers(`start run ${plan.run_name}`);
+    if (request.checkWorkers ?? true) await this.checkWorkers(`start run ${plan.run_name}`, backend);
     const withAttributes = await this.searchAttributesRegistered();
     const input: RunInput = { plan, backend, options, search_attributes: withAttributes };
     const workflowId = runWorkflowId(plan.run_name);
@@ -245,14 +250,16 @@ export class TroupeClient {
 /**
  * Secret env values leave this process sealed: history, the Web UI and errors never see them. A
  * value that merely looks sealed (it starts with the prefix) is sealed too, so that the worker,
- * which opens every sealed-looking value, hands the job exactly what was written.
+ * which opens every sealed-looking value, hands the job exactly what was written. Values are sealed
+ * for this run's workflow id with a fresh nonce: they open in this run and no other.
  */
 function sealSecrets(plan: Plan): Plan {
   const names = Object.entries(plan.env)
     .filter(([name, value]) => plan.secret_env?.includes(name) || looksSecret(name) || isSealed(value))
     .map(([name]) => name);
   if (names.length === 0) return plan;
-  return { ...plan, env: sealEnv(plan.env, names, loadSecretKey({ create: true })), secret_env: names };
+  const ctx = { runWorkflowId: runWorkflowId(plan.run_name), nonce: newSealNonce() };
+  return { ...plan, env: sealEnv(plan.env, names, loadSecretKey({ create: true }), ctx), secret_env: names };
 }
 
 async function planOf(request: SubmitRequest): Promise<Plan> {

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Client } from '@temporalio/client';
-import { NoWorkerError, type TaskQueueLocation } from './errors';
+import { backendsOfWorkerIdentity } from '../backends/backend-names';
+import { NoBackendError, NoWorkerError, type TaskQueueLocation } from './errors';
 
 /** TaskQueueType numbers of the Temporal API. */
 const queueTypes = { workflow: 1, activity: 2 } as const;
@@ -15,18 +16,33 @@ export async function missingPollers(
   client: Client,
   where: TaskQueueLocation,
 ): Promise<Array<'workflow' | 'activity'>> {
+  const { missing } = await pollersOf(client, where);
+  return missing;
+}
+
+async function pollersOf(client: Client, where: TaskQueueLocation): Promise<{ missing: Array<'workflow' | 'activity'>; activityIdentities: string[] }> {
   const kinds = Object.keys(queueTypes) as Array<keyof typeof queueTypes>;
-  const counts = await Promise.all(
+  const identities = await Promise.all(
     kinds.map(async (kind) => {
       const response = await client.workflowService.describeTaskQueue({
         namespace: where.namespace,
         taskQueue: { name: where.taskQueue },
         taskQueueType: queueTypes[kind],
       });
-      return response.pollers?.length ?? 0;
+      return (response.pollers ?? []).map((p) => p.identity ?? '');
     }),
   );
-  return kinds.filter((_, i) => counts[i] === 0);
+  return { missing: kinds.filter((_, i) => identities[i]?.length === 0), activityIdentities: identities[kinds.indexOf('activity')] ?? [] };
+}
+
+/**
+ * Pure: whether the activity pollers can drive `backend`. Only pollers that name their backends
+ * can say no; one that names none (another program, an older worker) may have it.
+ */
+export function backendOffered(identities: readonly string[], backend: string): { offered: boolean; known: string[] } {
+  const named = identities.map(backendsOfWorkerIdentity);
+  const known = [...new Set(named.flatMap((b) => b ?? []))].sort();
+  return { offered: named.some((b) => b === null || b.includes(backend)), known };
 }
 
 /**
@@ -38,12 +54,16 @@ export async function assertWorkersPolling(
   where: TaskQueueLocation,
   purpose: string,
   graceMs = 2_000,
+  backend?: string,
 ): Promise<void> {
   const deadline = Date.now() + graceMs;
-  let missing = await missingPollers(client, where);
-  while (missing.length > 0 && Date.now() < deadline) {
+  let pollers = await pollersOf(client, where);
+  while (pollers.missing.length > 0 && Date.now() < deadline) {
     await sleep(250);
-    missing = await missingPollers(client, where);
+    pollers = await pollersOf(client, where);
   }
-  if (missing.length > 0) throw new NoWorkerError(where, missing, purpose);
+  if (pollers.missing.length > 0) throw new NoWorkerError(where, pollers.missing, purpose);
+  if (backend === undefined) return;
+  const { offered, known } = backendOffered(pollers.activityIdentities, backend);
+  if (!offered) throw new NoBackendError(where, backend, known, purpose);
 }

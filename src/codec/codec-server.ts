@@ -1,3 +1,4 @@
+import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Payload, PayloadCodec } from '@temporalio/common';
@@ -7,8 +8,14 @@ import { z } from 'zod';
  * Temporal's remote codec endpoint over a PayloadCodec, for the Web UI and `temporal --codec-endpoint`:
  * `POST /encode` and `POST /decode` (also under `/{namespace}/`), JSON bodies
  * `{"payloads":[{"metadata":{"encoding":"<base64>"},"data":"<base64>"}]}` in and out.
- * The namespace comes from the `X-Namespace` header (or the path); CORS answers only the
- * configured origins, so a page of another origin cannot have the browser decode for it.
+ * The namespace comes from the `X-Namespace` header (or the path).
+ *
+ * Who may call (DNS rebinding and pages the operator visits): the `Host` must be a loopback name,
+ * the bound address or one configured; a request with an `Origin` must come from a configured
+ * origin (the Web UI's); bodies must be `application/json`, so a browser has to preflight; and a
+ * caller that is not the Web UI's origin (the temporal CLI, a script) sends the token as
+ * `Authorization: Bearer <token>`. A local process can forge an `Origin` header: the Origin rule
+ * stops browsers, the network isolation of jobs stops local strangers.
  */
 
 /** Where `troupe codec-server` listens by default, and so where the embedded dev server's Web UI looks for it. */
@@ -22,7 +29,13 @@ export interface CodecServerOptions {
   namespaces: readonly string[];
   host: string;
   port: number;
+  /** Host names (no port) a request may name besides the loopback names and `host`. */
+  allowedHosts?: readonly string[];
+  /** What a caller that is not the Web UI's origin must send as `Authorization: Bearer <token>`. */
+  token: string;
 }
+
+const LOOPBACK_HOSTS = ['localhost', '127.0.0.1', '::1'];
 
 const MAX_BODY_BYTES = 64 * 1024 * 1024;
 
@@ -92,7 +105,41 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   res.end(JSON.stringify(body));
 }
 
+/** The host name of a Host header, lowercased, without port or IPv6 brackets; null when malformed. */
+export function hostNameOf(header: string | undefined): string | null {
+  if (!header) return null;
+  const match = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]+))(?::\d{1,5})?$/.exec(header.trim());
+  if (!match) return null;
+  return (match[1] ?? match[2] ?? '').toLowerCase();
+}
+
+function tokenMatches(header: string | undefined, token: string): boolean {
+  const given = /^Bearer\s+(\S+)$/i.exec(header ?? '')?.[1];
+  if (!given) return false;
+  const a = Buffer.from(given);
+  const b = Buffer.from(token);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/** Refuses a caller the server must not answer: foreign Host, foreign Origin, no token. */
+function admit(opts: CodecServerOptions, req: IncomingMessage): void {
+  const host = hostNameOf(req.headers.host);
+  const hosts = [...LOOPBACK_HOSTS, opts.host.toLowerCase(), ...(opts.allowedHosts ?? []).map((h) => h.toLowerCase())];
+  if (host === null || !hosts.includes(host)) {
+    throw new HttpError(421, `host ${JSON.stringify(req.headers.host ?? '')} is not served here (allowed: ${hosts.join(', ')}; add it with --allowed-host)`);
+  }
+  const origin = req.headers.origin;
+  if (origin !== undefined && !opts.corsOrigins.includes(origin)) {
+    throw new HttpError(403, `origin ${JSON.stringify(origin)} is not allowed (allowed: ${opts.corsOrigins.join(', ')}; add it with --cors-origin)`);
+  }
+  if (req.method === 'OPTIONS') return;
+  if (origin === undefined && !tokenMatches(req.headers.authorization, opts.token)) {
+    throw new HttpError(401, 'a token is required: send Authorization: Bearer <token> (the codec token file, TROUPE_CODEC_TOKEN_FILE)');
+  }
+}
+
 async function handle(opts: CodecServerOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  admit(opts, req);
   setCors(req, res, opts.corsOrigins);
   const target = route(new URL(req.url ?? '/', 'http://codec').pathname);
   if (!target) throw new HttpError(404, 'not found: the codec server answers POST /encode and POST /decode');
@@ -102,6 +149,8 @@ async function handle(opts: CodecServerOptions, req: IncomingMessage, res: Serve
     return;
   }
   if (req.method !== 'POST') throw new HttpError(405, `${req.method ?? '?'} not allowed: use POST`);
+  const type = (req.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
+  if (type !== 'application/json') throw new HttpError(415, `the body must be application/json (got ${JSON.stringify(type ?? '')})`);
   const header = req.headers['x-namespace'];
   const namespace = (Array.isArray(header) ? header[0] : header) ?? target.pathNamespace ?? 'default';
   if (opts.namespaces.length > 0 && !opts.namespaces.includes(namespace)) {

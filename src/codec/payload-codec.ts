@@ -6,8 +6,9 @@ import type { CodecKeyring } from './codec-keys';
 /**
  * Encrypts whole payloads (AES-256-GCM): the encoded payload keeps only its encoding and key id in
  * clear; data, encoding and every other metadata of the original are inside the ciphertext.
- * Unencrypted payloads (histories written before the codec, or by a client without it) pass
- * through decode unchanged.
+ * A payload that is not encrypted is refused by decode: with a key configured, a plain payload
+ * is one written by a client without the key (`temporal workflow start --input`, a forged plan),
+ * which must not reach a worker as if it came from a key holder.
  */
 
 export const ENCRYPTED_ENCODING = 'binary/encrypted';
@@ -23,8 +24,23 @@ export class UnknownCodecKeyError extends Error {
   override readonly name = 'UnknownCodecKeyError';
 }
 
+export class UnencryptedPayloadError extends Error {
+  override readonly name = 'UnencryptedPayloadError';
+}
+
+export interface EncryptionCodecOptions {
+  /**
+   * What decode does with a payload that is not encrypted: `refuse` (clients and workers, the
+   * default), or `pass` it as it is (the codec server, which only shows payloads to a reader).
+   */
+  unencrypted?: 'refuse' | 'pass';
+}
+
 export class EncryptionCodec implements PayloadCodec {
-  constructor(private readonly keyring: CodecKeyring) {}
+  constructor(
+    private readonly keyring: CodecKeyring,
+    private readonly options: EncryptionCodecOptions = {},
+  ) {}
 
   async encode(payloads: Payload[]): Promise<Payload[]> {
     return payloads.map((payload) => this.encrypt(payload));
@@ -47,7 +63,13 @@ export class EncryptionCodec implements PayloadCodec {
 
   private decrypt(payload: Payload): Payload {
     const encoding = payload.metadata?.encoding;
-    if (!encoding || Buffer.from(encoding).toString('utf8') !== ENCRYPTED_ENCODING) return payload;
+    if (!encoding || Buffer.from(encoding).toString('utf8') !== ENCRYPTED_ENCODING) {
+      if (this.options.unencrypted === 'pass') return payload;
+      const shown = encoding ? JSON.stringify(Buffer.from(encoding).toString('utf8').slice(0, 40)) : 'none';
+      throw new UnencryptedPayloadError(
+        `refused an unencrypted payload (encoding ${shown}): this side has a codec key, so every payload must be encrypted with it; send it through a Troupe client or give the sender TROUPE_CODEC_KEY_FILE`,
+      );
+    }
     const idBytes = payload.metadata?.[KEY_ID_METADATA];
     const id = idBytes ? Buffer.from(idBytes).toString('utf8') : '';
     const key = this.keyring.byId.get(id);

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { DEFAULT_CODEC_PORT } from '../codec/codec-server';
@@ -86,6 +86,18 @@ export function defaultDevServerOptions(overrides: Partial<DevServerOptions> = {
   };
 }
 
+/** The embedded default as `npm run dev-server` and `npm run demo` start it: ports from TROUPE_DEV_SERVER_PORT and TROUPE_DEV_SERVER_UI_PORT. */
+export function devServerOptionsFromEnv(env: Record<string, string | undefined> = process.env): DevServerOptions {
+  const port = (name: string): number | undefined => {
+    const text = env[name];
+    if (text === undefined || text === '') return undefined;
+    if (!/^\d{1,5}$/.test(text) || Number(text) < 1 || Number(text) > 65535) throw new Error(`${name} must be a port number, not ${JSON.stringify(text)}`);
+    return Number(text);
+  };
+  const [p, ui] = [port('TROUPE_DEV_SERVER_PORT'), port('TROUPE_DEV_SERVER_UI_PORT')];
+  return defaultDevServerOptions({ ...(p !== undefined ? { port: p } : {}), ...(ui !== undefined ? { uiPort: ui } : {}) });
+}
+
 function pidFile(opts: DevServerOptions): string {
   return join(opts.stateDir, 'temporal.pid');
 }
@@ -112,11 +124,28 @@ export function pidAlive(pid: number): boolean {
   }
 }
 
+/** The pid recorded in a pid file, if that process still runs. */
+export function recordedPid(file: string): number | null {
+  if (!existsSync(file)) return null;
+  const pid = Number(readFileSync(file, 'utf8').trim());
+  return Number.isInteger(pid) && pid > 0 && pidAlive(pid) ? pid : null;
+}
+
+/** Stops the process a pid file names (SIGTERM, then SIGKILL past the timeout) and removes the file; false when none ran. */
+export async function stopRecordedProcess(file: string, timeoutMs: number): Promise<boolean> {
+  const pid = recordedPid(file);
+  rmSync(file, { force: true });
+  if (pid === null) return false;
+  process.kill(pid, 'SIGTERM');
+  const deadline = Date.now() + timeoutMs;
+  while (pidAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  if (pidAlive(pid)) process.kill(pid, 'SIGKILL');
+  return true;
+}
+
 /** The pid of a dev server this module started earlier for these options, if it still runs. */
 export function runningDevServer(opts: DevServerOptions): number | null {
-  if (!existsSync(pidFile(opts))) return null;
-  const pid = Number(readFileSync(pidFile(opts), 'utf8').trim());
-  return Number.isInteger(pid) && pid > 0 && pidAlive(pid) ? pid : null;
+  return recordedPid(pidFile(opts));
 }
 
 async function waitHealthy(opts: DevServerOptions, pid: number, timeoutMs: number): Promise<void> {
@@ -155,8 +184,13 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
   if (await portIsOpen(opts.port)) {
     throw new Error(`port ${opts.port} on 127.0.0.1 is already taken by another process`);
   }
-  mkdirSync(opts.stateDir, { recursive: true });
-  const log = openSync(join(opts.stateDir, 'temporal.log'), 'a');
+  // The database holds every run's history (sealed and encrypted payloads, but also names, hosts,
+  // timings): its folder is the owner's alone, and the server makes its files without group or
+  // other bits (umask 077 for the child, which inherits it).
+  mkdirSync(opts.stateDir, { recursive: true, mode: 0o700 });
+  chmodSync(opts.stateDir, 0o700);
+  if (opts.dbFile && existsSync(opts.dbFile)) chmodSync(opts.dbFile, 0o600);
+  const log = openSync(join(opts.stateDir, 'temporal.log'), 'a', 0o600);
   const args = [
     'server', 'start-dev',
     '--ip', '127.0.0.1',
@@ -170,26 +204,25 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
     ...(opts.dbFile ? ['--db-filename', opts.dbFile] : []),
     ...(opts.codecEndpoint ? ['--ui-codec-endpoint', opts.codecEndpoint] : []),
   ];
-  const child = spawn(opts.temporalBin, args, {
-    detached: true,
-    stdio: ['ignore', log, log],
-    env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' },
-  });
+  const umask = process.umask(0o077);
+  let child: ReturnType<typeof spawn>;
+  try {
+    child = spawn(opts.temporalBin, args, {
+      detached: true,
+      stdio: ['ignore', log, log],
+      env: { ...process.env, TEMPORAL_VERSION_CHECK_DISABLED: '1' },
+    });
+  } finally {
+    process.umask(umask);
+  }
   if (child.pid === undefined) throw new Error('could not start the Temporal dev server');
   child.unref();
-  writeFileSync(pidFile(opts), `${child.pid}\n`);
+  writeFileSync(pidFile(opts), `${child.pid}\n`, { mode: 0o600 });
   await waitHealthy(opts, child.pid, timeoutMs);
   return handle(child.pid);
 }
 
 /** Stops the dev server this module started (by its recorded pid), waiting for it to exit. */
 export async function stopDevServer(opts: DevServerOptions, timeoutMs = 15_000): Promise<boolean> {
-  const pid = runningDevServer(opts);
-  rmSync(pidFile(opts), { force: true });
-  if (pid === null) return false;
-  process.kill(pid, 'SIGTERM');
-  const deadline = Date.now() + timeoutMs;
-  while (pidAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  if (pidAlive(pid)) process.kill(pid, 'SIGKILL');
-  return true;
+  return await stopRecordedProcess(pidFile(opts), timeoutMs);
 }

@@ -1,4 +1,5 @@
 import { JobLayout as L } from './job-layout';
+import { BASH } from './job-wrapper';
 import { quoteShellWord } from './shell-quote';
 
 /**
@@ -113,7 +114,7 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
     `export HOME=${dir}/${L.workDir} USER=${name} LOGNAME=${name}`,
     'export TMPDIR=/tmp',
     `${q(setpriv)} --reuid=${input.user.uid} --regid=${input.user.gid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs -- \\`,
-    `  bash --noprofile --norc -c '. "$1/${L.env}" && exec bash "$1/$2"' troupe ${dir} ${q(input.entry ?? L.launchScript)}`,
+    `  ${BASH} --noprofile --norc -c '. "$1/${L.env}" && exec ${BASH} "$1/$2"' troupe ${dir} ${q(input.entry ?? L.launchScript)}`,
     'code=$?',
     // Every process but this one gone (bash reaps what is left to it: it is the namespace's init).
     `while [ -n "$stopping" ]; do others=(/proc/[0-9]*); [ "\${#others[@]}" -le 1 ] && break; ${q(sleep)} 0.1; done`,

@@ -4,22 +4,68 @@ import { dirname, join } from 'node:path';
 import { projectRoot } from '../project-root';
 
 /**
- * Secret env values travel sealed: the submitting side encrypts them (AES-256-GCM, the env name as
- * associated data) before they enter workflow history, and only the activity that writes the job's
- * env on its node opens them. History, the Web UI, queries and error messages see `sealed:v1:…`.
+ * Secret env values travel sealed: the submitting side encrypts them (AES-256-GCM) before they
+ * enter workflow history, and only the activity that writes the job's env on its node opens them.
+ * History, the Web UI, queries and error messages see `sealed:v2:…`.
+ *
+ * A sealed value is bound to its run: the associated data covers the variable's name, the run's
+ * workflow id and a random nonce made once per submission (carried in the value). Copied into
+ * another run's plan, it does not open (another workflow id); copied into a later run that reuses
+ * the same workflow id, the nonce is already bound to the first run's execution (seal-binding.ts).
  *
  * The key is shared by whoever submits and the workers: TROUPE_SECRET_KEY (base64, 32 bytes), or
  * the file TROUPE_SECRET_KEY_FILE (default `.troupe/secret.key` in the project, made on first use).
  */
 
-const PREFIX = 'sealed:v1:';
+const PREFIX = 'sealed:v2:';
+/** Any version's prefix: a plain value that looks sealed is sealed too, so it reaches the job unchanged. */
+const ANY_PREFIX = /^sealed:v\d+:/;
 
 export class SecretKeyError extends Error {
   override readonly name = 'SecretKeyError';
 }
 
 export function isSealed(value: string): boolean {
-  return value.startsWith(PREFIX);
+  return ANY_PREFIX.test(value);
+}
+
+/** What a value is sealed for: the run's workflow id and the submission's nonce. */
+export interface SealContext {
+  runWorkflowId: string;
+  nonce: string;
+}
+
+/** A submission's nonce: 128 random bits, base64url (no `:`, so it sits in the sealed text as is). */
+export function newSealNonce(): string {
+  return randomBytes(16).toString('base64url');
+}
+
+const NONCE = /^[A-Za-z0-9_-]{16,64}$/;
+
+function associatedData(name: string, ctx: SealContext): Buffer {
+  return Buffer.from(JSON.stringify(['troupe-sealed-env', 2, name, ctx.runWorkflowId, ctx.nonce]), 'utf8');
+}
+
+interface SealedParts {
+  nonce: string;
+  iv: Buffer;
+  body: Buffer;
+}
+
+function partsOf(name: string, sealed: string): SealedParts {
+  if (!sealed.startsWith(PREFIX)) {
+    throw new SecretKeyError(`env ${name}: sealed in a format this worker no longer opens (${sealed.slice(0, 10)}…); submit the run again with troupe apply`);
+  }
+  const [nonce, ivText, bodyText, ...rest] = sealed.slice(PREFIX.length).split(':');
+  if (!nonce || !NONCE.test(nonce) || !ivText || !bodyText || rest.length > 0) throw new SecretKeyError(`env ${name}: malformed sealed value`);
+  const body = Buffer.from(bodyText, 'base64');
+  if (body.length < 16) throw new SecretKeyError(`env ${name}: malformed sealed value`);
+  return { nonce, iv: Buffer.from(ivText, 'base64'), body };
+}
+
+/** The submission nonce a sealed value carries (checked for shape, not opened). */
+export function sealedNonce(name: string, sealed: string): string {
+  return partsOf(name, sealed).nonce;
 }
 
 export function secretKeyFile(): string {
@@ -58,42 +104,51 @@ function readFileMode(file: string): number {
   return statSync(file).mode & 0o777;
 }
 
-export function sealValue(name: string, value: string, key: Buffer): string {
+export function sealValue(name: string, value: string, key: Buffer, ctx: SealContext): string {
+  if (!NONCE.test(ctx.nonce)) throw new SecretKeyError(`env ${name}: a seal nonce must be 16-64 base64url characters`);
   const iv = randomBytes(12);
   const cipher = createCipheriv('aes-256-gcm', key, iv);
-  cipher.setAAD(Buffer.from(name, 'utf8'));
+  cipher.setAAD(associatedData(name, ctx));
   const body = Buffer.concat([cipher.update(value, 'utf8'), cipher.final(), cipher.getAuthTag()]);
-  return `${PREFIX}${iv.toString('base64')}:${body.toString('base64')}`;
+  return `${PREFIX}${ctx.nonce}:${iv.toString('base64')}:${body.toString('base64')}`;
 }
 
-export function openValue(name: string, sealed: string, key: Buffer): string {
-  const [ivText, bodyText] = sealed.slice(PREFIX.length).split(':');
-  if (!ivText || !bodyText) throw new SecretKeyError(`env ${name}: malformed sealed value`);
-  const body = Buffer.from(bodyText, 'base64');
-  const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(ivText, 'base64'));
-  decipher.setAAD(Buffer.from(name, 'utf8'));
+/** Opens a value sealed for the run `runWorkflowId`; any other run (or name, or key) is refused. */
+export function openValue(name: string, sealed: string, key: Buffer, runWorkflowId: string): string {
+  const { nonce, iv, body } = partsOf(name, sealed);
+  const decipher = createDecipheriv('aes-256-gcm', key, iv);
+  decipher.setAAD(associatedData(name, { runWorkflowId, nonce }));
   decipher.setAuthTag(body.subarray(body.length - 16));
   try {
     return Buffer.concat([decipher.update(body.subarray(0, body.length - 16)), decipher.final()]).toString('utf8');
   } catch {
-    throw new SecretKeyError(`env ${name}: cannot open the sealed value with this worker's key (is TROUPE_SECRET_KEY the submitter's?)`);
+    throw new SecretKeyError(
+      `env ${name}: the sealed value does not open for run ${runWorkflowId}: it was sealed for another run or with another key (is TROUPE_SECRET_KEY the submitter's?)`,
+    );
   }
 }
 
-/** Seals the named values of an env (the others stay as they are); a value is sealed once, whatever it looks like. */
-export function sealEnv(env: Readonly<Record<string, string>>, secretNames: readonly string[], key: Buffer): Record<string, string> {
+/** Seals the named values of an env for one run (the others stay as they are); a value is sealed once, whatever it looks like. */
+export function sealEnv(env: Readonly<Record<string, string>>, secretNames: readonly string[], key: Buffer, ctx: SealContext): Record<string, string> {
   const out: Record<string, string> = { ...env };
   for (const name of secretNames) {
     const value = env[name];
-    if (value !== undefined) out[name] = sealValue(name, value, key);
+    if (value !== undefined) out[name] = sealValue(name, value, key, ctx);
   }
   return out;
 }
 
-/** Opens every sealed value of an env; loads the key only when there is something to open. */
-export function openEnv(env: Readonly<Record<string, string>>, key: () => Buffer): Record<string, string> {
+/** The sealed entries of an env, with their nonces: what the worker binds before opening. */
+export function sealedEntries(env: Readonly<Record<string, string>>): Array<{ name: string; nonce: string }> {
+  return Object.entries(env)
+    .filter(([, v]) => isSealed(v))
+    .map(([name, v]) => ({ name, nonce: sealedNonce(name, v) }));
+}
+
+/** Opens every sealed value of an env for the run `runWorkflowId`; loads the key only when there is something to open. */
+export function openEnv(env: Readonly<Record<string, string>>, key: () => Buffer, runWorkflowId: string): Record<string, string> {
   const sealed = Object.entries(env).filter(([, v]) => isSealed(v));
   if (sealed.length === 0) return { ...env };
   const k = key();
-  return Object.fromEntries(Object.entries(env).map(([name, v]) => [name, isSealed(v) ? openValue(name, v, k) : v]));
+  return Object.fromEntries(Object.entries(env).map(([name, v]) => [name, isSealed(v) ? openValue(name, v, k, runWorkflowId) : v]));
 }

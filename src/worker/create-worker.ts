@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { DataConverter } from '@temporalio/common';
@@ -5,7 +6,7 @@ import type { NativeConnection, WorkflowBundle } from '@temporalio/worker';
 import { Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { Client, type ConnectionLike } from '@temporalio/client';
 import { createActivities, type BackendRegistry } from '../../activities';
-import { LOCAL_BACKEND, SSH_BACKEND } from '../backends/backend-names';
+import { LOCAL_BACKEND, SSH_BACKEND, workerIdentity } from '../backends/backend-names';
 import type { Backend } from '../backends/backend';
 import { LocalBackend } from '../backends/local/local-backend';
 import { SshBackend } from '../backends/ssh/ssh-backend';
@@ -22,7 +23,7 @@ export interface TroupeWorkerOptions {
   backends: BackendRegistry;
   /** A pre-built bundle (tests bundle once per file); bundled from source when absent. */
   workflowBundle?: WorkflowBundle;
-  /** An identity shown in the Web UI (default: host and pid). */
+  /** An identity shown in the Web UI (default: pid and host); ` backends=…` is added to it (workerIdentity). */
   identity?: string;
   /** Activities at once (default DEFAULT_MAX_ACTIVITIES). */
   maxConcurrentActivities?: number;
@@ -56,7 +57,7 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
     dataConverter: opts.dataConverter ?? troupeDataConverter(),
     activities: createActivities(opts.backends),
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? DEFAULT_MAX_ACTIVITIES,
-    ...(opts.identity ? { identity: opts.identity } : {}),
+    identity: workerIdentity(opts.identity ?? `${process.pid}@${hostname()}`, Object.keys(opts.backends)),
   });
 }
 

@@ -47,6 +47,7 @@ let running: Promise<void>;
 let troupe: TroupeClient;
 let codecServer: Server;
 let codecUrl: string;
+const codecToken = randomBytes(24).toString('hex');
 
 beforeAll(async () => {
   opts = defaultDevServerOptions({ stateDir, port: await freePort(), uiPort: await freePort(), dbFile: join(stateDir, 'temporal.db'), codecEndpoint: null });
@@ -56,9 +57,10 @@ beforeAll(async () => {
   running = worker.run();
   troupe = await TroupeClient.connect({ address, taskQueue });
   ({ server: codecServer, url: codecUrl } = await startCodecServer({
-    codec: new EncryptionCodec(loadCodecKeyring({ create: false })),
+    codec: new EncryptionCodec(loadCodecKeyring({ create: false }), { unencrypted: 'pass' }),
     corsOrigins: [],
     namespaces: [],
+    token: codecToken,
     host: '127.0.0.1',
     port: 0,
   }));
@@ -91,7 +93,7 @@ function filesHolding(needle: string): string[] {
 /** The history as the CLI prints it, payload data (base64 there) shown as text. Asynchronous: the codec server it may call runs in this process. */
 async function workflowShow(workflowId: string, codecEndpoint: string | null): Promise<string> {
   const args = ['workflow', 'show', '--address', address, '--workflow-id', workflowId, '--output', 'json'];
-  const { stdout } = await promisify(execFile)(temporalBin, [...args, ...(codecEndpoint ? ['--codec-endpoint', codecEndpoint] : [])], {
+  const { stdout } = await promisify(execFile)(temporalBin, [...args, ...(codecEndpoint ? ['--codec-endpoint', codecEndpoint, '--codec-auth', `Bearer ${codecToken}`] : [])], {
     timeout: 60_000,
     maxBuffer: 64 * 1024 * 1024,
   });
@@ -150,7 +152,7 @@ describe('payloads at rest', () => {
     expect(decoded).toContain(printed);
     expect(decoded).toContain(envSecret);
     // And so does the SDK's view with the key (the failure messages are decrypted too).
-    const withKey = await historiesText(troupe.temporal, handle.workflowId, new EncryptionCodec(loadCodecKeyring({ create: false })));
+    const withKey = await historiesText(troupe.temporal, handle.workflowId, new EncryptionCodec(loadCodecKeyring({ create: false }), { unencrypted: 'pass' }));
     expect(withKey.text).toContain(printed);
 
     expect(databaseFiles().length).toBeGreaterThanOrEqual(1);

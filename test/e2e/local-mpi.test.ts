@@ -92,7 +92,7 @@ describe('inter-node SSH on the local fleet', () => {
     const clientKey = deriveRunSshKeys(loadSecretKey({ create: false }), state.run_uid, 0).client;
     expect(privateKeysUnder(stateDir)).toEqual([]);
     // Read decrypted (payloads are stored encrypted by the codec): what a key holder would see.
-    const codec = new EncryptionCodec(loadCodecKeyring({ create: false }));
+    const codec = new EncryptionCodec(loadCodecKeyring({ create: false }), { unencrypted: 'pass' });
     for (const id of [runWorkflowId(name), ...['launcher', 'workers-a', 'workers-b'].map((g) => nodeGroupWorkflowId(runWorkflowId(name), g, 0))]) {
       const { text: history } = await historiesText(env.client, id, codec);
       expect(history.length).toBeGreaterThan(1000);

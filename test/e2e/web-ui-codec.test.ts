@@ -55,7 +55,7 @@ describe('the Web UI through the codec server', () => {
     const logId = logIds[0] as string;
     // Stored encrypted: the canary is not in the history as the server keeps it, only after decoding.
     expect((await historiesText(client.client, logId, null)).text).not.toContain(printed);
-    expect((await historiesText(client.client, logId, new EncryptionCodec(loadCodecKeyring({ create: false })))).text).toContain(printed);
+    expect((await historiesText(client.client, logId, new EncryptionCodec(loadCodecKeyring({ create: false }), { unencrypted: 'pass' }))).text).toContain(printed);
 
     const shots = screenshotDir('web-ui-codec');
     const ui = await TemporalUi.open(browser as Browser, inject('temporalUiAddress'), { failureDir: shots });

@@ -12,6 +12,8 @@ export interface WorkerProcessOptions {
   localStateDir: string;
   /** Extra environment for test/helpers/worker-process.ts (TEST_PROVISION_DELAY_MS, …). */
   env?: Record<string, string>;
+  /** Pipes given to the worker as fds 3, 4, … (inherited, not close-on-exec): what a worker started by another program may hold. */
+  extraFds?: number;
 }
 
 /** Starts test/helpers/worker-process.ts in its own process and waits until it polls. */
@@ -25,7 +27,7 @@ export async function startWorkerProcess(opts: WorkerProcessOptions): Promise<Ch
       TROUPE_LOCAL_STATE_DIR: opts.localStateDir,
       ...opts.env,
     },
-    stdio: ['ignore', 'pipe', 'inherit'],
+    stdio: ['ignore', 'pipe', 'inherit', ...Array<'pipe'>(opts.extraFds ?? 0).fill('pipe')],
   });
   await new Promise<void>((resolve, reject) => {
     child.stdout?.on('data', (chunk: Buffer) => {

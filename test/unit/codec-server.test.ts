@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { request, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { defaultPayloadConverter, type Payload } from '@temporalio/common';
@@ -13,9 +13,11 @@ const UI_ORIGIN = 'http://127.0.0.1:18233';
 const oldKey = randomBytes(32);
 const newKey = randomBytes(32);
 const servers: Server[] = [];
+const TOKEN = randomBytes(24).toString('hex');
 
 async function serve(keys: Buffer[], namespaces: string[] = []): Promise<string> {
-  const { server, url } = await startCodecServer({ codec: new EncryptionCodec(keyringOf(keys)), corsOrigins: [UI_ORIGIN], namespaces, host: '127.0.0.1', port: 0 });
+  const codec = new EncryptionCodec(keyringOf(keys), { unencrypted: 'pass' });
+  const { server, url } = await startCodecServer({ codec, corsOrigins: [UI_ORIGIN], namespaces, host: '127.0.0.1', port: 0, token: TOKEN });
   servers.push(server);
   return url;
 }
@@ -23,7 +25,7 @@ async function serve(keys: Buffer[], namespaces: string[] = []): Promise<string>
 async function post(url: string, payloads: Payload[], headers: Record<string, string> = {}) {
   const res = await fetch(url, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json', 'X-Namespace': 'default', ...headers },
+    headers: { 'Content-Type': 'application/json', 'X-Namespace': 'default', Authorization: `Bearer ${TOKEN}`, ...headers },
     body: JSON.stringify({ payloads: payloads.map(payloadToJson) }),
   });
   const body = (await res.json()) as { payloads?: Parameters<typeof payloadFromJson>[0][]; message?: string };
@@ -50,9 +52,14 @@ describe('payload codec', () => {
     expect(defaultPayloadConverter.fromPayload(decoded as Payload)).toEqual({ log: 'canary-abc' });
   });
 
-  it('passes unencrypted payloads through decode (histories written before the codec)', async () => {
+  it('refuses an unencrypted payload in decode (a client without the key wrote it)', async () => {
     const clear = defaultPayloadConverter.toPayload('written in clear');
-    const [decoded] = await new EncryptionCodec(keyringOf([newKey])).decode([clear]);
+    await expect(new EncryptionCodec(keyringOf([newKey])).decode([clear])).rejects.toThrow(/refused an unencrypted payload \(encoding "json\/plain"\)/);
+  });
+
+  it('passes an unencrypted payload through only where asked to (the codec server, which only shows it)', async () => {
+    const clear = defaultPayloadConverter.toPayload('written in clear');
+    const [decoded] = await new EncryptionCodec(keyringOf([newKey]), { unencrypted: 'pass' }).decode([clear]);
     expect(decoded).toBe(clear);
   });
 
@@ -155,10 +162,71 @@ describe('troupe codec server (HTTP)', () => {
   });
 
   it('refuses other methods, paths and bodies with one clear line', async () => {
-    expect((await fetch(`${after}/decode`)).status).toBe(405);
-    expect((await fetch(`${after}/nothing/here/at/all`, { method: 'POST' })).status).toBe(404);
-    const bad = await fetch(`${after}/decode`, { method: 'POST', body: '{"payload":1}' });
+    const auth = { Authorization: `Bearer ${TOKEN}` };
+    expect((await fetch(`${after}/decode`, { headers: auth })).status).toBe(405);
+    expect((await fetch(`${after}/nothing/here/at/all`, { method: 'POST', headers: auth })).status).toBe(404);
+    const bad = await fetch(`${after}/decode`, { method: 'POST', body: '{"payload":1}', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${TOKEN}` } });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { message: string }).message).toMatch(/the body must be JSON/);
+  });
+});
+
+/** A raw HTTP request (fetch will not send a Host of our choosing). */
+function raw(url: string, opts: { method: string; headers: Record<string, string>; body?: string }): Promise<{ status: number; body: string; headers: Record<string, unknown> }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: opts.method, headers: opts.headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8'), headers: res.headers }));
+    });
+    req.on('error', reject);
+    req.end(opts.body);
+  });
+}
+
+describe('troupe codec server: who may call (DNS rebinding, pages the operator visits)', () => {
+  let url: string;
+  let encrypted: string;
+  beforeAll(async () => {
+    url = await serve([newKey]);
+    const [payload] = await new EncryptionCodec(keyringOf([newKey])).encode([defaultPayloadConverter.toPayload('decoded history')]);
+    encrypted = JSON.stringify({ payloads: [payloadToJson(payload as Payload)] });
+  });
+  const port = () => new URL(url).port;
+
+  it('answers a token holder on a loopback Host, and the Web UI origin without a token', async () => {
+    const withToken = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${TOKEN}` }, body: encrypted });
+    expect(withToken.status).toBe(200);
+    expect(withToken.body).toContain(Buffer.from(JSON.stringify('decoded history')).toString('base64'));
+    const fromUi = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Origin: UI_ORIGIN, Host: `localhost:${port()}` }, body: encrypted });
+    expect(fromUi.status).toBe(200);
+  });
+
+  it('refuses a foreign Host (a rebound name), even with the token', async () => {
+    const rebound = await raw(`${url}/decode`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${TOKEN}`, Host: `rebind.attacker.example:${port()}` },
+      body: encrypted,
+    });
+    expect(rebound.status).toBe(421);
+    expect(rebound.body).toContain('rebind.attacker.example');
+    expect(rebound.body).not.toContain('ZGVjb2RlZCBoaXN0b3J5');
+  });
+
+  it('refuses a text/plain body (a request a browser sends without preflight)', async () => {
+    const plain = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'text/plain', Origin: UI_ORIGIN }, body: encrypted });
+    expect(plain.status).toBe(415);
+    expect(plain.body).toMatch(/must be application\/json/);
+  });
+
+  it('refuses a caller with no token and no allowed origin, a wrong token, and a foreign origin', async () => {
+    const none = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: encrypted });
+    expect(none.status).toBe(401);
+    expect(none.body).toMatch(/a token is required/);
+    const wrong = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${TOKEN.slice(1)}x` }, body: encrypted });
+    expect(wrong.status).toBe(401);
+    const foreign = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Origin: 'http://evil.example' }, body: encrypted });
+    expect(foreign.status).toBe(403);
+    expect(foreign.body).toContain('evil.example');
   });
 });

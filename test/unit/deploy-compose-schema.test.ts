@@ -193,8 +193,9 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean): s
   // The workers: built from this repository, enough of them, told where Temporal is.
   const env = worker.environment ?? {};
   if (worker.build !== '.') problems.push('worker: must be built from this repository (build: .)');
-  if (!/(^| )node bin\/troupe\.js worker$/.test(words(worker.command))) {
-    problems.push('worker.command: must run `node bin/troupe.js worker`');
+  if (!/(^| )node bin\/troupe\.js worker --backend ssh$/.test(words(worker.command))) {
+    // Unprivileged in a container, the local fleet cannot isolate jobs from the worker's keys.
+    problems.push('worker.command: must run `node bin/troupe.js worker --backend ssh` (SSH fleets only)');
   }
   problems.push(...addressProblems(compose, 'worker.environment', env.TEMPORAL_ADDRESS));
   for (const key of ['TEMPORAL_NAMESPACE', 'TROUPE_TASK_QUEUE', 'TROUPE_STATE_DIR']) {
@@ -369,6 +370,8 @@ describe('docker-compose.yml', () => {
       ['a declared volume nobody uses', (d) => { d.volumes = { ...d.volumes, spare: null }; }, /"spare" is declared but no service uses it/],
       ['a bind mount of a missing file', (d) => { svc(d, 'temporal-setup').volumes = ['./deploy/nope.sh:/etc/troupe/temporal-setup.sh:ro']; }, /nope\.sh does not exist/],
       ['a worker that does not run the worker', (d) => { svc(d, 'worker').command = ['node', 'bin/troupe.js', 'ps']; }, /bin\/troupe\.js worker/],
+      ['a worker with the local fleet (unprivileged in its container: its jobs would read the keys)', (d) => { svc(d, 'worker').command = ['node', 'bin/troupe.js', 'worker']; }, /worker --backend ssh` \(SSH fleets only\)/],
+      ['a worker with every backend named', (d) => { svc(d, 'worker').command = ['node', 'bin/troupe.js', 'worker', '--backend', 'local']; }, /SSH fleets only/],
       ['a worker not built here', (d) => { svc(d, 'worker').build = './elsewhere'; }, /build: \./],
       ['a worker without a task queue', (d) => { delete envOf(d, 'worker').TROUPE_TASK_QUEUE; }, /TROUPE_TASK_QUEUE is required/],
       ['a worker pointed at no service', (d) => { envOf(d, 'worker').TEMPORAL_ADDRESS = 'temporal-server:7233'; }, /names no service/],

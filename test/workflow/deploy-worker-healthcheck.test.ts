@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_MAX_POLL_AGE_MS, kindsNotPolled } from '../../deploy/worker-healthcheck';
 import { projectRoot } from '../../src/devserver/dev-server';
+import { workerIdentity } from '../../src/backends/backend-names';
 import { startWorker, temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
 
 /**
@@ -48,7 +49,8 @@ describe('deploy/worker-healthcheck.ts', () => {
 
   it("is healthy while this machine's worker polls, and not once it has stopped long enough", async () => {
     const taskQueue = uniqueTaskQueue('health-up');
-    const { stop } = await startWorker({ taskQueue, workflowsPath, activities });
+    // The identity a Troupe worker gives itself: the SDK's `<pid>@<host>` and the backends it drives.
+    const { stop } = await startWorker({ taskQueue, workflowsPath, activities, identity: workerIdentity(`${process.pid}@${hostname()}`, ['ssh']) });
     try {
       const r = await healthyWithin(taskQueue, 15_000);
       expect(r.output).toContain(`healthy: the worker on ${hostname()} polls`);

@@ -2,6 +2,7 @@ import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { JobLayout as L } from '../../runner/job-layout';
+import { BASH } from '../../runner/job-wrapper';
 import { environHas, isAlive, listPids, netnsInodeOf, readProcStat, type ProcessIdentity, type ProcStat } from './proc';
 import { spawner, type Detached } from './spawner';
 import { isErrno, pathExists, writeFileAtomic } from './state-files';
@@ -85,7 +86,7 @@ export interface SpawnOptions {
  */
 export function spawnWrapper(jobDir: string, opts: SpawnOptions): Detached {
   const wrapper = join(jobDir, L.wrapper);
-  const [command, args] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, 'bash', wrapper]] : ['bash', [wrapper]];
+  const [command, args] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, BASH, wrapper]] : [BASH, [wrapper]];
   // stdin from /dev/null also keeps bash from reading ~/.bashrc (it does when stdin is a socket).
   return spawner.startDetached(command, args, { cwd: jobDir, env: opts.env, log: join(jobDir, L.wrapperLog) });
 }

@@ -105,9 +105,10 @@ export function defaultLocalSubnet(mode: NetworkMode, stateDir: string): string 
   const n = 1 + (createHash('sha256').update(resolve(stateDir)).digest().readUInt32BE(0) % 199);
   return mode === 'netns' ? `10.213.${n}.0/24` : `127.213.${n}.0/24`;
 }
-/** Variables of the worker's environment a job inherits; the rest (credentials, tooling) stay out. */
-const INHERITED_ENV = ['PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LC_ALL', 'LC_CTYPE', 'TZ', 'TMPDIR'];
-const FALLBACK_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** Variables of the worker's environment a job inherits; the rest (credentials, tooling, root's PATH) stay out. */
+const INHERITED_ENV = ['HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LC_ALL', 'LC_CTYPE', 'TZ', 'TMPDIR'];
+/** A job's own PATH (TROUPE_JOB_PATH on the worker overrides it; the task's env may set another): never the worker's, which names root's tool folders. */
+export const JOB_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** Every process of a job inherits `TROUPE_INSTANCE_ID=<id>`: stopping finds the ones that left its group. */
 const MARKER_NAME = 'TROUPE_INSTANCE_ID';
 const CLAIM_WAIT_MS = 10_000;
@@ -368,7 +369,7 @@ export class LocalBackend implements Backend {
       const value = process.env[name];
       if (value !== undefined) env[name] = value;
     }
-    env.PATH ??= FALLBACK_PATH;
+    env.PATH = process.env.TROUPE_JOB_PATH || JOB_PATH;
     env[MARKER_NAME] = record.instance_id;
     return env;
   }

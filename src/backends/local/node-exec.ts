@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import type { ExecResult } from '../backend';
+import { BASH } from '../../runner/job-wrapper';
 
 const MAX_OUTPUT = 64 * 1024;
 /** What `timeout` reports, so a probe that hangs reads like one that timed out in a shell. */
@@ -14,9 +15,9 @@ export function execOnNode(
   script: string,
   opts: { netns: string | null; enter?: readonly string[]; cwd: string; env: Record<string, string>; timeoutMs: number },
 ): Promise<ExecResult> {
-  const bash = ['bash', '--noprofile', '--norc', '-c', script];
+  const bash = [BASH, '--noprofile', '--norc', '-c', script];
   const argv = opts.enter ? [...opts.enter, ...bash] : opts.netns ? ['ip', 'netns', 'exec', opts.netns, ...bash] : bash;
-  const [command = 'bash', ...args] = argv;
+  const [command = BASH, ...args] = argv;
   return new Promise((resolve) => {
     // stdin from /dev/null: on a socket stdin bash would source ~/.bashrc.
     const child = spawn(command, args, { cwd: opts.cwd, env: opts.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -1,7 +1,8 @@
 import { parseArgs } from 'node:util';
 import type { RunHandle, RunState } from '../../client';
 import { isFinished } from '../../client';
-import { defaultBackendFor, LOCAL_BACKEND, SSH_BACKEND } from '../../backends/backend-names';
+import { backendNameProblem, defaultBackendFor, LOCAL_BACKEND, SSH_BACKEND } from '../../backends/backend-names';
+import { fleetNameSchema } from '../../config/references';
 import { isolationNotice } from '../../backends/local/isolation-mode';
 import { loadPlan, type Plan } from '../../plan';
 import { CliError, type Command } from '../command';
@@ -17,6 +18,7 @@ import { assertCanAsk, confirm } from '../render/prompt';
 import { nodeName, renderJobsTable, renderRunOutcome } from '../render/run-table';
 import { paint, styleFor, type Style } from '../render/style';
 import { parseOrUsage, renderUsage } from '../render/usage';
+import { writeRaw } from '../render/control-chars';
 
 const options = {
   file: { type: 'string', short: 'f' },
@@ -54,6 +56,12 @@ export const command: Command = async (args) => {
     return 0;
   }
   if (!values.file) throw new CliError(`apply needs the task config: -f FILE\n\n${help}`, 2);
+  const backendProblem = values.backend === undefined ? null : backendNameProblem(values.backend);
+  if (backendProblem) throw new CliError(`--backend: ${backendProblem}`, 2);
+  if (values.fleet !== undefined) {
+    const fleet = fleetNameSchema.safeParse(values.fleet);
+    if (!fleet.success) throw new CliError(`--fleet: ${fleet.error.issues[0]?.message ?? 'not a fleet name'}`, 2);
+  }
   const settings = connectionSettings(values);
   if (!values.yes) assertCanAsk('-y');
   const style = styleFor(process.stderr);
@@ -61,8 +69,8 @@ export const command: Command = async (args) => {
 
   const troupe = await connectClient(settings);
   try {
-    await troupe.checkWorkers(`start run ${plan.run_name}`);
     const backend = values.backend ?? defaultBackendFor(plan);
+    await troupe.checkWorkers(`start run ${plan.run_name}`, backend);
     process.stderr.write(`${renderPlan(plan, style, { backend }).join('\n')}\n\n`);
     if (backend === SSH_BACKEND) process.stderr.write(`${(await fleetPlacementLines(troupe, plan, style)).join('\n')}\n\n`);
     // The local fleet's worker runs on this machine, usually as the same user as this command.
@@ -153,7 +161,7 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
     if (master) {
       process.stderr.write(`${paint(style, 'dim', `── log of job 0 (${nodeName(master)}) ──`)}\n`);
     }
-    const lines = new LogLines((text) => process.stdout.write(text));
+    const lines = new LogLines((text) => writeRaw(process.stdout, text));
     const changes = (async () => {
       let prev: RunState | null = last;
       for await (const state of handle.watch({ signal, onUnavailable })) {

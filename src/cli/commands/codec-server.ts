@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { codecKeyFile, loadCodecKeyring } from '../../codec/codec-keys';
 import { DEFAULT_CODEC_PORT, startCodecServer } from '../../codec/codec-server';
+import { codecTokenFile, loadCodecToken } from '../../codec/codec-token';
 import { EncryptionCodec } from '../../codec/payload-codec';
 import { CliError, type Command } from '../command';
 import { parseOrUsage, renderUsage } from '../render/usage';
@@ -12,6 +13,7 @@ const options = {
   port: { type: 'string' },
   host: { type: 'string' },
   'cors-origin': { type: 'string', multiple: true },
+  'allowed-host': { type: 'string', multiple: true },
   namespace: { type: 'string', multiple: true },
   help: { type: 'boolean', short: 'h' },
 } as const;
@@ -21,14 +23,17 @@ const help = renderUsage(
   [
     "Serves Temporal's remote codec endpoint (POST /encode, POST /decode) with this machine's codec",
     'keys, so the Web UI (and `temporal workflow show --codec-endpoint URL`) show decoded payloads',
-    'to whoever can reach it. Keep it on loopback: it decrypts for anyone who can call it.',
+    'to the Web UI. It answers only loopback Host names (and --allowed-host), only the --cors-origin',
+    'origins, only JSON bodies; any other caller sends Authorization: Bearer <token> from the token file.',
   ].join('\n'),
   [
     ['--port N', `port (default ${DEFAULT_CODEC_PORT})`],
     ['--host ADDR', 'address to bind (default 127.0.0.1)'],
     ['--cors-origin URL', `Web UI origin allowed to call it (repeatable; default ${DEFAULT_CORS_ORIGINS.join(' and ')})`],
+    ['--allowed-host NAME', 'a Host name it answers besides localhost, 127.0.0.1 and ::1 (repeatable)'],
     ['--namespace NAME', 'serve only these namespaces (repeatable; default all), by the X-Namespace header'],
     ['', `keys: TROUPE_CODEC_KEY_FILE (default ${codecKeyFile()})`],
+    ['', `token: TROUPE_CODEC_TOKEN or TROUPE_CODEC_TOKEN_FILE (default ${codecTokenFile()}, made on first use)`],
     ['-h, --help', 'this help'],
   ],
 );
@@ -42,19 +47,26 @@ export const command: Command = async (args) => {
   const port = values.port === undefined ? DEFAULT_CODEC_PORT : Number(values.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port must be a port number (got "${values.port}")`, 2);
   const corsOrigins = values['cors-origin'] ?? DEFAULT_CORS_ORIGINS;
+  const allowedHosts = values['allowed-host'] ?? [];
+  for (const host of allowedHosts) {
+    if (!/^[A-Za-z0-9.-]+$|^[0-9a-fA-F:]+$/.test(host)) throw new CliError(`--allowed-host must be a host name or address without port (got ${JSON.stringify(host)})`, 2);
+  }
   for (const origin of corsOrigins) {
     if (!/^https?:\/\/[^/\s]+$/.test(origin)) throw new CliError(`--cors-origin must be an origin like http://127.0.0.1:8233, without a path (got "${origin}")`, 2);
   }
   // Never creates a key: a new key here could decode nothing the workers wrote.
   const keyring = loadCodecKeyring({ create: false });
+  const token = loadCodecToken({ create: true });
   const { server, url } = await startCodecServer({
-    codec: new EncryptionCodec(keyring),
+    codec: new EncryptionCodec(keyring, { unencrypted: 'pass' }),
     corsOrigins,
+    allowedHosts,
+    token,
     namespaces: values.namespace ?? [],
     host: values.host ?? '127.0.0.1',
     port,
   });
-  process.stderr.write(`Codec server on ${url} (codec key ${keyring.current.id}, ${keyring.byId.size} key(s)); CORS for ${corsOrigins.join(', ')}. Ctrl-C stops it.\n`);
+  process.stderr.write(`Codec server on ${url} (codec key ${keyring.current.id}, ${keyring.byId.size} key(s)); CORS for ${corsOrigins.join(', ')}; other callers send the token in ${process.env.TROUPE_CODEC_TOKEN ? 'TROUPE_CODEC_TOKEN' : codecTokenFile()}. Ctrl-C stops it.\n`);
   await new Promise<void>((resolve) => {
     const stop = () => server.close(() => resolve());
     process.once('SIGINT', stop);

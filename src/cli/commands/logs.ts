@@ -7,6 +7,7 @@ import { cliErrorOf } from '../render/client-errors';
 import { LogLines } from '../render/log-lines';
 import { nodeName } from '../render/run-table';
 import { parseOrUsage, renderUsage } from '../render/usage';
+import { writeRaw } from '../render/control-chars';
 
 const options = {
   job: { type: 'string' },
@@ -80,7 +81,7 @@ export const command: Command = async (args) => {
     const names = new Map(jobs.map((j) => [j.job_num, nodeName(j)]));
     const width = Math.max(...[...names.values()].map((n) => n.length));
     const lines = new LogLines(
-      (text) => process.stdout.write(text),
+      (text) => writeRaw(process.stdout, text),
       jobs.length > 1 ? (jobNum) => `${(names.get(jobNum) ?? String(jobNum)).padEnd(width)} | ` : () => '',
     );
     let noted = false;

@@ -1,3 +1,4 @@
+import { writeRaw } from './control-chars';
 import type { JobState, RunState } from '../../../workflows/run-state';
 import { jobReason, nodeName, renderJobsTable, renderRunHeadline } from './run-table';
 import { onceInFull } from './reason-text';
@@ -152,7 +153,7 @@ export class LiveView {
   }
 
   private clearFrame(): void {
-    if (this.frameRows > 0) this.out.write(`\x1b[${this.frameRows}A\x1b[0J`);
+    if (this.frameRows > 0) writeRaw(this.out, `\x1b[${this.frameRows}A\x1b[0J`);
     this.frameRows = 0;
   }
 

@@ -25,6 +25,8 @@ const codes = {
   gray: 90,
 } as const;
 export type Paint = keyof typeof codes;
+/** The SGR codes paint() writes (and 0, which ends them): the only escape sequences the CLI's output gate lets through. */
+export const PAINT_CODES: readonly number[] = Object.values(codes);
 
 export function paint(style: Style, how: Paint, text: string): string {
   return style.color && text !== '' ? `\x1b[${codes[how]}m${text}\x1b[0m` : text;
