@@ -11,6 +11,7 @@ import { mapLimit } from '../src/concurrency/map-limit';
 import type { RunSshKeys } from '../src/secrets/run-ssh-keys';
 import { openSecrets, viewOfBook, renderFilesFor, runSshKeysFor, UNREACHABLE_LIMIT_MS } from './jobs';
 import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './types';
+import { countJobEvents, watchJobMetrics } from './job-metrics';
 
 /**
  * A group's jobs handled in batches: one activity waits for all of a group's runners, one starts
@@ -155,12 +156,20 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       const ctx = Context.current();
       const details = { started_ms: firstAttemptStartedMs(ctx) };
       const stop = heartbeatEvery(ctx, details);
-      const send = (events: JobEvent[]) => sendEvents(ctx, input.run_workflow_id, input.submission, events);
+      const send = (events: JobEvent[]) => {
+        countJobEvents(input.backend, events);
+        return sendEvents(ctx, input.run_workflow_id, input.submission, events);
+      };
       try {
         const addresses = input.addresses ?? (await Promise.race([addressBookOf(ctx, input.run_workflow_id, input.run_uid, input.submission), ctx.cancelled]));
         const started = await Promise.race([startBatch(target, input, addresses, details.started_ms), ctx.cancelled]);
         if (!(await send(started.events))) return;
-        await supervise(ctx, target, input, started.running, details.started_ms, send);
+        const watched = watchJobMetrics(target, input, started.running);
+        try {
+          await supervise(ctx, target, input, started.running, details.started_ms, send, watched.ended);
+        } finally {
+          watched.stop();
+        }
       } finally {
         stop();
       }
@@ -245,6 +254,8 @@ async function supervise(
   refs: JobRef[],
   startedMs: number,
   send: (events: JobEvent[]) => Promise<boolean>,
+  /** A job no longer supervised (it ended, or its host was lost). */
+  ended: (jobNum: number) => void = () => undefined,
 ): Promise<void> {
   const probe = input.probe;
   const readyDeadline = probe ? startedMs + probe.timeout_s * 1000 : Infinity;
@@ -339,6 +350,7 @@ async function supervise(
         job.unreachableSince ??= Date.now();
         if (Date.now() - job.unreachableSince > UNREACHABLE_LIMIT_MS) {
           live.delete(job.ref.job_num);
+        ended(job.ref.job_num);
           events.push(
             failed(job.ref, {
               type: FailureType.InstanceUnreachable,
@@ -351,9 +363,11 @@ async function supervise(
       job.unreachableSince = null;
       if (state?.state === 'exited') {
         live.delete(job.ref.job_num);
+        ended(job.ref.job_num);
         events.push({ kind: 'exited', job_num: job.ref.job_num, ...attemptOf(job.ref), exit_code: state.exit_code });
       } else if (state?.state === 'absent') {
         live.delete(job.ref.job_num);
+        ended(job.ref.job_num);
         events.push(failed(job.ref, { type: FailureType.JobVanished, message: `${job.ref.job_name} on ${job.ref.instance.host}: its process and job directory are gone` }));
       }
     });

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { GroupPlan, JobPlan } from '../plan/plan-schema';
 import type { SshKeyPair } from '../secrets/ssh-key-pair';
+import type { JobUsage } from '../metrics/job-usage';
 
 /**
  * A backend provisions jobs onto machines and runs their commands there. Every method is
@@ -188,6 +189,12 @@ export interface Backend {
    * disk, so it survives a worker crash. Without it, the probe runs through exec() every interval.
    */
   readiness?(job: JobRef): Promise<ReadinessState>;
+  /**
+   * Optional: what the running job uses now on its node (CPU time, memory, the node's GPUs), read
+   * there (its cgroup, else its processes; the GPU vendor's tool). Null when the job is not running.
+   * Figures only: nothing the job prints.
+   */
+  usage?(job: JobRef): Promise<JobUsage | null>;
 }
 
 export interface ExecResult {

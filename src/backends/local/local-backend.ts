@@ -49,6 +49,8 @@ import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
 import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
+import { readLocalJobUsage } from './job-usage';
+import type { JobUsage } from '../../metrics/job-usage';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -410,6 +412,11 @@ export class LocalBackend implements Backend {
     // It may have written its code just after the first look.
     const late = await readExitCode(dir);
     return { state: 'exited', pid, exit_code: late ?? KILLED_EXIT_CODE };
+  }
+
+  async usage(job: JobRef): Promise<JobUsage | null> {
+    const claim = await readClaim(this.jobDirectory(job));
+    return claim.kind === 'started' ? await readLocalJobUsage(claim.leader) : null;
   }
 
   async stopJob(job: JobRef, graceSeconds: number): Promise<void> {
