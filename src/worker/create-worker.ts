@@ -11,6 +11,8 @@ import { LocalBackend } from '../backends/local/local-backend';
 import { SshBackend } from '../backends/ssh/ssh-backend';
 import { FleetClient } from '../fleet/fleet-client';
 import { failureConverterPath, troupeDataConverter } from '../codec/data-converter';
+import { workerMetrics } from '../metrics/troupe-metrics';
+import { metricsSinks } from './metrics-sinks';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -54,6 +56,8 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
     workflowBundle: opts.workflowBundle ?? (await bundleWorkflowCode({ workflowsPath, failureConverterPath, logger: quietBundler })),
     dataConverter: opts.dataConverter ?? troupeDataConverter(),
     activities: createActivities(opts.backends),
+    // Runs tell the worker's metrics of status changes, launches, restarts and resizes (never in history).
+    sinks: metricsSinks(workerMetrics),
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? DEFAULT_MAX_ACTIVITIES,
     ...(opts.identity ? { identity: opts.identity } : {}),
   });
