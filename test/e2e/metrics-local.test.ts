@@ -1,11 +1,12 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TroupeClient, type RunHandle } from '../../src/client';
 import type { RunMetrics } from '../../src/client/run-usage';
+import { projectRoot } from '../../src/devserver/dev-server';
 import { freePort } from '../helpers/free-port';
 import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
 
@@ -218,6 +219,15 @@ describe.skipIf(!existsSync(PROMETHEUS))('worker metrics and troupe metrics on t
     // The Temporal SDK's own, relayed from its exporter.
     expect(text).toMatch(/^temporal_\w+/m);
     expect(text).toContain('temporal_workflow_task_execution_latency_seconds');
+  });
+
+  it('the Grafana dashboard (deploy/) plots only metrics the endpoint serves', async () => {
+    const text = await (await fetch(`${metricsUrl}/metrics`)).text();
+    const served = new Set([...text.matchAll(/^(?:# TYPE )?([a-z_][a-z0-9_]*)/gm)].map((m) => m[1]));
+    const dashboard = JSON.parse(readFileSync(join(projectRoot, 'deploy/grafana/troupe-dashboard.json'), 'utf8')) as { panels: Array<{ targets?: Array<{ expr: string }> }> };
+    const named = new Set(dashboard.panels.flatMap((p) => p.targets ?? []).flatMap((t) => [...t.expr.matchAll(/\b((?:troupe|temporal)_[a-z0-9_]+)/g)].map((m) => m[1])));
+    expect(named.size).toBeGreaterThan(15);
+    expect([...named].filter((name) => !served.has(name)), `served: ${[...served].join(' ')}`).toEqual([]);
   });
 
   it('a real Prometheus scrapes it: launch latency, jobs by state, the job\'s memory within 10 %', async () => {
