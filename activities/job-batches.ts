@@ -12,6 +12,7 @@ import type { RunSshKeys } from '../src/secrets/run-ssh-keys';
 import { openSecrets, viewOfBook, renderFilesFor, runSshKeysFor, UNREACHABLE_LIMIT_MS } from './jobs';
 import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './types';
 import { countJobEvents, watchJobMetrics } from './job-metrics';
+import { traceJobStart } from './job-tracing';
 
 /**
  * A group's jobs handled in batches: one activity waits for all of a group's runners, one starts
@@ -214,7 +215,7 @@ async function startBatch(target: Backend, input: RunJobsInput, addresses: Addre
     }
     for (let attempt = 1; ; attempt++) {
       try {
-        const { pid } = await target.startJob(ref, files);
+        const { pid } = await traceJobStart(input.run.run_name, input.backend, ref, plan_job, () => target.startJob(ref, files));
         return { kind: 'running', job_num: ref.job_num, ...attemptOf(ref), pid };
       } catch (err) {
         // Released, or a stop claimed the job first: starting it now would leak a process.
