@@ -14,6 +14,7 @@ import { parseOrUsage, renderUsage } from '../render/usage';
 import { Client } from '@temporalio/client';
 import { parseListenAddress } from '../../metrics/metrics-server';
 import { installSdkMetrics, serveWorkerMetrics } from '../../worker/worker-metrics';
+import { startTracing } from '../../tracing/tracing';
 
 const options = {
   backend: { type: 'string', multiple: true },
@@ -80,6 +81,8 @@ export const command: Command = async (args) => {
   // The SDK's exporter is set up before the connection (Runtime.install's rule).
   const sdkMetricsUrl = listen ? await installSdkMetrics() : null;
   const dataConverter = troupeDataConverter();
+  // OTEL_EXPORTER_OTLP_ENDPOINT: the runs' workflows, activities and job starts traced.
+  const tracing = startTracing('troupe-worker');
   const connection = await connectWorker(settings);
   try {
     const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue, dataConverter };
@@ -90,6 +93,7 @@ export const command: Command = async (args) => {
       taskQueue: settings.taskQueue,
       backends,
       dataConverter,
+      tracing,
       ...(values.identity ? { identity: values.identity } : {}),
       ...(maxActivities !== undefined ? { maxConcurrentActivities: maxActivities } : {}),
     });
@@ -125,5 +129,6 @@ export const command: Command = async (args) => {
     return 0;
   } finally {
     await connection.close();
+    await tracing?.shutdown();
   }
 };
