@@ -216,6 +216,8 @@ describe.skipIf(!existsSync(PROMETHEUS))('worker metrics and troupe metrics on t
     expect(text).toMatch(/^troupe_job_events_total\{backend="local",event="started"\} 2$/m);
     expect(text).toMatch(new RegExp(`^troupe_job_memory_bytes\\{run="${runName}",group="prefill",rank="0"\\} \\d+`, 'm'));
     expect(text).toMatch(/^troupe_run_status_changes_total\{status="RUNNING"\} 1$/m);
+    // Runs by status from visibility: this run at least (other files' runs share the dev server).
+    expect(Number(/^troupe_runs\{status="RUNNING"\} (\d+)$/m.exec(text)?.[1])).toBeGreaterThanOrEqual(1);
     // The Temporal SDK's own, relayed from its exporter.
     expect(text).toMatch(/^temporal_\w+/m);
     expect(text).toContain('temporal_workflow_task_execution_latency_seconds');
