@@ -14,6 +14,8 @@ import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './types';
 import { runExecutionOf } from './run-execution';
 import { SecretKeyError } from '../src/secrets/sealed-env';
 import type { RunExecution } from '../src/secrets/seal-binding';
+import { countJobEvents, watchJobMetrics } from './job-metrics';
+import { traceJobStart } from './job-tracing';
 
 /**
  * A group's jobs handled in batches: one activity waits for all of a group's runners, one starts
@@ -158,13 +160,21 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       const ctx = Context.current();
       const details = { started_ms: firstAttemptStartedMs(ctx) };
       const stop = heartbeatEvery(ctx, details);
-      const send = (events: JobEvent[]) => sendEvents(ctx, input.run_workflow_id, input.submission, events);
+      const send = (events: JobEvent[]) => {
+        countJobEvents(input.backend, events);
+        return sendEvents(ctx, input.run_workflow_id, input.submission, events);
+      };
       try {
         const addresses = input.addresses ?? (await Promise.race([addressBookOf(ctx, input.run_workflow_id, input.run_uid, input.submission), ctx.cancelled]));
         const run = await Promise.race([sealingRunOf(ctx, input), ctx.cancelled]);
         const started = await Promise.race([startBatch(target, input, addresses, details.started_ms, run), ctx.cancelled]);
         if (!(await send(started.events))) return;
-        await supervise(ctx, target, input, started.running, details.started_ms, send);
+        const watched = watchJobMetrics(target, input, started.running);
+        try {
+          await supervise(ctx, target, input, started.running, details.started_ms, send, watched.ended);
+        } finally {
+          watched.stop();
+        }
       } finally {
         stop();
       }
@@ -228,7 +238,7 @@ async function startBatch(
     }
     for (let attempt = 1; ; attempt++) {
       try {
-        const { pid } = await target.startJob(ref, files);
+        const { pid } = await traceJobStart(input.run.run_name, input.backend, ref, plan_job, () => target.startJob(ref, files));
         return { kind: 'running', job_num: ref.job_num, ...attemptOf(ref), pid };
       } catch (err) {
         // Released, or a stop claimed the job first: starting it now would leak a process.
@@ -268,6 +278,8 @@ async function supervise(
   refs: JobRef[],
   startedMs: number,
   send: (events: JobEvent[]) => Promise<boolean>,
+  /** A job no longer supervised (it ended, or its host was lost). */
+  ended: (jobNum: number) => void = () => undefined,
 ): Promise<void> {
   const probe = input.probe;
   const readyDeadline = probe ? startedMs + probe.timeout_s * 1000 : Infinity;
@@ -362,6 +374,7 @@ async function supervise(
         job.unreachableSince ??= Date.now();
         if (Date.now() - job.unreachableSince > UNREACHABLE_LIMIT_MS) {
           live.delete(job.ref.job_num);
+        ended(job.ref.job_num);
           events.push(
             failed(job.ref, {
               type: FailureType.InstanceUnreachable,
@@ -374,9 +387,11 @@ async function supervise(
       job.unreachableSince = null;
       if (state?.state === 'exited') {
         live.delete(job.ref.job_num);
+        ended(job.ref.job_num);
         events.push({ kind: 'exited', job_num: job.ref.job_num, ...attemptOf(job.ref), exit_code: state.exit_code });
       } else if (state?.state === 'absent') {
         live.delete(job.ref.job_num);
+        ended(job.ref.job_num);
         events.push(failed(job.ref, { type: FailureType.JobVanished, message: `${job.ref.job_name} on ${job.ref.instance.host}: its process and job directory are gone` }));
       }
     });

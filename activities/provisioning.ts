@@ -1,9 +1,18 @@
 import { ApplicationFailure } from '@temporalio/common';
-import { NoCapacityError, SubmissionClosedError, type Instance, type Room } from '../src/backends/backend';
+import { InstanceUnreachableError, NoCapacityError, SubmissionClosedError, type Instance, type Room } from '../src/backends/backend';
 import { FailureType } from '../workflows/failure-types';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
+import { workerMetrics } from '../src/metrics/troupe-metrics';
 import type { BackendCall, BackendRegistry, ProvisionInput, RoomInput } from './types';
+
+/** A bounded label for a failed provision() (troupe_provisioning_failures_total). */
+function provisioningFailureReason(err: unknown): string {
+  if (err instanceof NoCapacityError) return 'no_capacity';
+  if (err instanceof SubmissionClosedError) return 'submission_closed';
+  if (err instanceof InstanceUnreachableError) return 'unreachable';
+  return 'error';
+}
 
 export function createProvisioningActivities(backends: BackendRegistry) {
   return {
@@ -22,6 +31,7 @@ export function createProvisioningActivities(backends: BackendRegistry) {
       try {
         return await whileHeartbeating(() => target.provision(request));
       } catch (err) {
+        workerMetrics.provisioningFailures.inc({ backend, reason: provisioningFailureReason(err) });
         if (err instanceof NoCapacityError) {
           throw ApplicationFailure.retryable(err.message, FailureType.NoCapacity);
         }

@@ -7,7 +7,7 @@
  *
  * Prints throughput and p50/p99 launch latency; writes bench/results/concurrency.{png,json}.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { runWorkflowId } from '../workflows/ids';
 import type { RunState } from '../workflows/run-state';
@@ -40,6 +40,8 @@ interface RoundResult {
 }
 
 async function main(): Promise<void> {
+  // BENCH_PLOT_ONLY=1: the figure again from the last results, nothing measured.
+  if (process.env.BENCH_PLOT_ONLY === '1') return await plot(JSON.parse(readFileSync(join(resultsDir(), 'concurrency.json'), 'utf8')) as RoundResult[]);
   console.log(`${TAG} concurrency: ${RUNS} PD runs at once (3 jobs each), SIMULATED backend, jobs end at once`);
   const env = await startBenchTemporal('concurrency');
   console.log(`concurrency: Temporal: ${env.kind}`);
@@ -56,7 +58,7 @@ async function main(): Promise<void> {
     rmSync(shared, { recursive: true, force: true });
   }
   writeFileSync(join(resultsDir(), 'concurrency.json'), `${JSON.stringify(rounds, null, 2)}\n`);
-  plot(rounds);
+  await plot(rounds);
 }
 
 async function runRound(env: BenchTemporal, sharedDir: string, workerCount: number): Promise<RoundResult> {
@@ -126,7 +128,7 @@ function printRound(r: RoundResult): void {
   console.log(`${p}: CPU Temporal server ${fmt(r.cpu.serverS, 1)} s, worker${r.workers > 1 ? 's' : ''} ${fmt(r.cpu.workersS, 1)} s; peak RSS ${r.workerPeakRssMiB.map((m) => `${fmt(m)} MiB`).join(' + ')}; load average before ${fmt(r.loadBefore, 1)}`);
 }
 
-function plot(rounds: RoundResult[]): void {
+async function plot(rounds: RoundResult[]): Promise<void> {
   const bars = stackedBarChart({
     title: `SIMULATED: ${RUNS} PD runs at once`,
     subtitle: 'launch latency = submit -> all 3 jobs RUNNING, per run',
@@ -147,7 +149,7 @@ function plot(rounds: RoundResult[]): void {
       points: [...r.launchMs].sort((a, b) => a - b).map((v, i) => [i + 1, v] as [number, number]),
     })),
   });
-  writePng(join(resultsDir(), 'concurrency.png'), stackVertically([bars, sorted]));
+  await writePng(join(resultsDir(), 'concurrency.png'), stackVertically([bars, sorted]));
   console.log(`\n${TAG} wrote ${join(resultsDir(), 'concurrency.png')} and concurrency.json`);
 }
 

@@ -11,7 +11,7 @@
  * BENCH_LOCAL=0 the local fleet).
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LocalBackend } from '../src/backends/local/local-backend';
@@ -100,6 +100,8 @@ interface FloorSample {
 }
 
 async function main(): Promise<void> {
+  // BENCH_PLOT_ONLY=1: the figure again from the last results, nothing measured.
+  if (process.env.BENCH_PLOT_ONLY === '1') return await plot((JSON.parse(readFileSync(join(resultsDir(), 'launch-latency.json'), 'utf8')) as { results: TargetResult[] }).results);
   const env = await startBenchTemporal('launch');
   console.log(`launch-latency: Temporal: ${env.kind}`);
   // Loopback beside netns: the same runs without namespaces, to tell orchestration from network set-up.
@@ -129,7 +131,7 @@ async function main(): Promise<void> {
     await env.close();
   }
   writeFileSync(join(resultsDir(), 'launch-latency.json'), `${JSON.stringify({ runs: RUNS, work: WORK, results }, null, 2)}\n`);
-  plot(results);
+  await plot(results);
 }
 
 interface TargetResult {
@@ -408,7 +410,7 @@ function report(result: TargetResult): void {
   }
 }
 
-function plot(results: TargetResult[]): void {
+async function plot(results: TargetResult[]): Promise<void> {
   const panels = results.flatMap((result) => {
     const legend = ['provision', 'address exchange', 'start-up', 'run + teardown -> result'];
     const rows = result.floors.map(({ label, samples }) => {
@@ -447,7 +449,7 @@ function plot(results: TargetResult[]): void {
     });
     return [bars, spread];
   });
-  writePng(join(resultsDir(), 'launch-latency.png'), stackVertically(panels));
+  await writePng(join(resultsDir(), 'launch-latency.png'), stackVertically(panels));
   console.log(`\nwrote ${join(resultsDir(), 'launch-latency.png')} and launch-latency.json`);
 }
 

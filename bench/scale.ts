@@ -10,7 +10,7 @@
  *
  * Prints figures, writes bench/results/scale.{png,json}. Asserts nothing.
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { DEFAULT_MAX_ACTIVITIES } from '../src/worker/create-worker';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -110,6 +110,11 @@ function caseName(c: ScaleCase): string {
 }
 
 async function main(): Promise<void> {
+  if (process.env.BENCH_PLOT_ONLY === '1') {
+    // The figure again from the last results of these cases, nothing measured.
+    const saved = JSON.parse(readFileSync(join(resultsDir(), `${outputName}.json`), 'utf8')) as { results: ScaleResult[]; holds: HoldResult[] };
+    return await plot(saved.results, saved.holds);
+  }
   const wanted = process.argv.slice(2);
   const cases = wanted.length > 0 ? ALL_CASES.filter((c) => wanted.some((w) => caseName(c).startsWith(w))) : ALL_CASES.filter((c) => !c.optIn);
   console.log(`${TAG} scale: ${cases.map(caseName).join(', ')} — SIMULATED backend, nothing is provisioned or run`);
@@ -133,7 +138,7 @@ async function main(): Promise<void> {
     await env.close();
   }
   writeFileSync(join(resultsDir(), `${outputName}.json`), `${JSON.stringify({ results, holds }, null, 2)}\n`);
-  plot(results, holds);
+  await plot(results, holds);
 }
 
 interface HoldResult {
@@ -322,7 +327,7 @@ function printResult(r: ScaleResult): void {
   if (r.firstFailure) console.log(`${p} first workflow task failure: ${r.firstFailure.slice(0, 300)}`);
 }
 
-function plot(results: ScaleResult[], holds: HoldResult[]): void {
+async function plot(results: ScaleResult[], holds: HoldResult[]): Promise<void> {
   // A run that did not finish has partial histories: it is named in the subtitles, not plotted.
   const finished = results.filter((r) => r.completed && r.status === 'DONE');
   const main = finished.filter((r) => r.note === null);
@@ -379,7 +384,7 @@ function plot(results: ScaleResult[], holds: HoldResult[]): void {
       note: Number.isFinite(h.pdAllRunningMs) ? `${fmt(h.pdAllRunningMs / 1000, 1)} s` : 'not within the cap',
     })),
   });
-  writePng(join(resultsDir(), `${outputName}.png`), stackVertically(holds.length > 0 ? [time, events, size, slots] : [time, events, size]));
+  await writePng(join(resultsDir(), `${outputName}.png`), stackVertically(holds.length > 0 ? [time, events, size, slots] : [time, events, size]));
   console.log(`\n${TAG} wrote ${join(resultsDir(), `${outputName}.png`)} and ${outputName}.json`);
 }
 

@@ -30,7 +30,7 @@ export type SshScaleResults = z.infer<typeof SshScaleResultsSchema>;
 
 const seconds = (ms: number) => Math.round(ms / 10) / 100;
 
-export function plotSshScale(results: SshScaleResults): string {
+export async function plotSshScale(results: SshScaleResults): Promise<string> {
   const rows = [
     ...results.floors.map((r, i) => ({ label: `floor, round ${i + 1}`, round: r })),
     ...results.runs.map((r, i) => ({ label: `Troupe, round ${i + 1}`, round: r })),
@@ -65,11 +65,11 @@ export function plotSshScale(results: SshScaleResults): string {
     );
   }
   const path = join(resultsDir(), 'ssh-scale.png');
-  writePng(path, stackVertically(panels));
+  await writePng(path, stackVertically(panels));
   return path;
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const results = SshScaleResultsSchema.parse(JSON.parse(readFileSync(join(resultsDir(), 'ssh-scale.json'), 'utf8')));
-  console.log(`wrote ${plotSshScale(results)}`);
+  console.log(`wrote ${await plotSshScale(results)}`);
 }

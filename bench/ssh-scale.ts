@@ -190,7 +190,7 @@ async function main(): Promise<void> {
     await env.close();
   }
   writeFileSync(join(resultsDir(), 'ssh-scale.json'), `${JSON.stringify({ bashrc, ...results }, null, 2)}\n`);
-  console.log(`wrote ${plotSshScale(SshScaleResultsSchema.parse({ bashrc, ...results }))}`);
+  console.log(`wrote ${await plotSshScale(SshScaleResultsSchema.parse({ bashrc, ...results }))}`);
 }
 
 await main();

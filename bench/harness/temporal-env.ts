@@ -9,6 +9,8 @@ import { quietBundler, workflowsPath } from '../../src/worker/create-worker';
 import { failureConverterPath, troupeDataConverter } from '../../src/codec/data-converter';
 import { freePort } from '../../test/helpers/free-port';
 import { childrenOf, cpuSeconds, reapedChildrenCpuSeconds } from './cpu';
+import { metricsSinks } from '../../src/worker/metrics-sinks';
+import { workerMetrics } from '../../src/metrics/troupe-metrics';
 
 /**
  * A bench's Temporal: its own dev server on free ports (in-memory), or the deployment that
@@ -141,6 +143,7 @@ export async function startInProcessWorker(env: BenchTemporal, taskQueue: string
     workflowBundle: { code: env.bundleCode },
     dataConverter: troupeDataConverter(),
     activities: createActivities(backends),
+    sinks: metricsSinks(workerMetrics),
     ...extra,
   });
   const running = worker.run();

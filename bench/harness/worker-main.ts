@@ -10,6 +10,8 @@ import { SimulatedBackend } from '../../src/backends/simulated/simulated-backend
 import { SharedSimulatedBackend } from './shared-simulated-backend';
 import { quietRuntime } from './temporal-env';
 import { WorkerConfigSchema } from './worker-config';
+import { metricsSinks } from '../../src/worker/metrics-sinks';
+import { workerMetrics } from '../../src/metrics/troupe-metrics';
 
 const config = WorkerConfigSchema.parse(JSON.parse(process.env.TROUPE_BENCH_WORKER ?? '{}'));
 quietRuntime();
@@ -26,6 +28,7 @@ const worker = await Worker.create({
   workflowBundle: { codePath: config.bundle_path },
   dataConverter: troupeDataConverter(),
   activities: createActivities(backends),
+  sinks: metricsSinks(workerMetrics),
   maxConcurrentActivityTaskExecutions: config.max_concurrent_activities ?? DEFAULT_MAX_ACTIVITIES,
 });
 process.once('SIGTERM', () => worker.shutdown());

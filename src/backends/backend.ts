@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { GroupPlan, JobPlan } from '../plan/plan-schema';
 import type { JobFiles, PeersFile, ReadinessState } from '../runner/node-files';
+import type { JobUsage } from '../metrics/job-usage';
 
 export type { JobFiles, NodeReadyProbe, NodeSshKeys, PeersFile, ReadinessState } from '../runner/node-files';
 
@@ -159,6 +160,12 @@ export interface Backend {
    * run has closed without its teardown (terminated, timed out, reset away).
    */
   heldRuns?(): Promise<HeldRun[]>;
+  /**
+   * Optional: what the running job uses now on its node (CPU time, memory, the node's GPUs), read
+   * there (its cgroup, else its processes; the GPU vendor's tool). Null when the job is not running.
+   * Figures only: nothing the job prints.
+   */
+  usage?(job: JobRef): Promise<JobUsage | null>;
 }
 
 export interface ExecResult {

@@ -10,6 +10,7 @@ const commands: Record<string, () => Promise<{ command: Command }>> = {
   apply: () => import('./commands/apply'),
   ps: () => import('./commands/ps'),
   logs: () => import('./commands/logs'),
+  metrics: () => import('./commands/metrics'),
   stop: () => import('./commands/stop'),
   scale: () => import('./commands/scale'),
   worker: () => import('./commands/worker'),

@@ -4,6 +4,9 @@ export type { ConnectDataConverter, ListOptions, RunSummary, SubmitRequest, Trou
 export { troupeDataConverter, failureConverterPath } from '../codec/data-converter';
 export { loadCodecKeyring, codecKeyFile, CodecKeyError } from '../codec/codec-keys';
 export { RunHandle } from './run-handle';
+export { DEFAULT_WORKER_METRICS_URL, workerMetricsUrls } from './run-usage';
+export type { RunMetrics, RunMetricsOptions } from './run-usage';
+export type { GpuUsage, JobKey, JobSeries, UsagePoint } from '../metrics/job-usage';
 export type { JobLogChunk, ReadLogOptions, StreamLogsOptions, WatchOptions } from './run-handle';
 export {
   InvalidConfigError,

@@ -42,6 +42,7 @@ import { logRefOf, machineOf } from './job-attempts';
 import { readRunMemo } from './run-memo';
 import { withAllJobs } from './run-jobs';
 import { missingPollers } from './worker-presence';
+import { fetchRunMetrics, type RunMetrics, type RunMetricsOptions } from './run-usage';
 
 export type RunWorkflowFn = (input: RunInputArg) => Promise<RunState>;
 type ReadJobLogWorkflowFn = (input: ReadLogInput) => Promise<LogChunk>;
@@ -152,6 +153,14 @@ export class RunHandle {
     } catch (err) {
       throw this.notFound(err);
     }
+  }
+
+  /**
+   * Per job: CPU, memory and GPUs, as the workers that supervise the run's jobs sampled them on
+   * the nodes (asked at their metrics endpoints; nothing goes through the run's history).
+   */
+  async metrics(options: RunMetricsOptions = {}): Promise<RunMetrics> {
+    return await fetchRunMetrics(this.name, options);
   }
 
   /** The run's current state: its query while it is open, its result once it has closed. */

@@ -26,6 +26,8 @@ import {
 import { assertWorkersPolling } from './worker-presence';
 import type { DataConverter } from '@temporalio/common';
 import { troupeDataConverter } from '../codec/data-converter';
+import { OpenTelemetryWorkflowClientInterceptor } from '@temporalio/interceptors-opentelemetry';
+import { inSpan } from '../tracing/tracing';
 
 export interface TroupeClientOptions {
   /** Task queue the Troupe workers poll. Default `troupe`. */
@@ -131,7 +133,9 @@ export class TroupeClient {
     // Before connecting: a bad key file is the user's to fix, not an unreachable service.
     const converter = dataConverter ?? troupeDataConverter();
     const connection = await Connection.connect(connectionOptions);
-    const temporal = new Client({ connection, namespace: namespace ?? 'default', dataConverter: converter });
+    // Carries the caller's trace into the run's workflows (a no-op unless tracing is on: startTracing).
+    const interceptors = { workflow: [new OpenTelemetryWorkflowClientInterceptor()] };
+    const temporal = new Client({ connection, namespace: namespace ?? 'default', dataConverter: converter, interceptors });
     const troupe = new TroupeClient(temporal, {
       address: connectionOptions.address ?? '127.0.0.1:7233',
       ...(taskQueue !== undefined ? { taskQueue } : {}),
@@ -167,7 +171,9 @@ export class TroupeClient {
     const input: RunInput = { plan, backend, options, search_attributes: withAttributes };
     const workflowId = runWorkflowId(plan.run_name);
     try {
-      await this.temporal.workflow.start<RunWorkflowFn>('RunWorkflow', {
+      // The root of the run's trace when tracing is on (startTracing); the client interceptor carries it on.
+      const attributes = { 'troupe.run': plan.run_name, 'troupe.backend': backend, 'troupe.groups': plan.groups.length, 'troupe.nodes': plan.nodes_num };
+      await inSpan(`SubmitRun ${plan.run_name}`, attributes, () => this.temporal.workflow.start<RunWorkflowFn>('RunWorkflow', {
         taskQueue: this.taskQueue,
         workflowId,
         args: [input],
@@ -182,7 +188,7 @@ export class TroupeClient {
               }),
             }
           : {}),
-      });
+      }));
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
         throw new RunNameInUseError(plan.run_name, workflowId, { cause: err });

@@ -13,6 +13,10 @@ import { SshBackend } from '../backends/ssh/ssh-backend';
 import { FleetClient } from '../fleet/fleet-client';
 import { failureConverterPath, troupeDataConverter } from '../codec/data-converter';
 import { RunReaper } from './run-reaper';
+import { workerMetrics } from '../metrics/troupe-metrics';
+import { metricsSinks } from './metrics-sinks';
+import { OpenTelemetryPlugin } from '@temporalio/interceptors-opentelemetry';
+import { tracingWorkflowModules, type Tracing } from '../tracing/tracing';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -29,6 +33,8 @@ export interface TroupeWorkerOptions {
   maxConcurrentActivities?: number;
   /** Default: troupeDataConverter() with the key file of this process (TROUPE_CODEC_KEY_FILE). */
   dataConverter?: DataConverter;
+  /** Traces (startTracing): workflows and activities traced, the bundle with the tracing interceptors. */
+  tracing?: Tracing | null;
 }
 
 /**
@@ -53,9 +59,14 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
     connection: opts.connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue,
-    workflowBundle: opts.workflowBundle ?? (await bundleWorkflowCode({ workflowsPath, failureConverterPath, logger: quietBundler })),
+    workflowBundle:
+      opts.workflowBundle ??
+      (await bundleWorkflowCode({ workflowsPath, failureConverterPath, logger: quietBundler, ...(opts.tracing ? { workflowInterceptorModules: tracingWorkflowModules() } : {}) })),
+    ...(opts.tracing ? { plugins: [new OpenTelemetryPlugin({ resource: opts.tracing.resource, spanProcessor: opts.tracing.spanProcessor })] } : {}),
     dataConverter: opts.dataConverter ?? troupeDataConverter(),
     activities: createActivities(opts.backends),
+    // Runs tell the worker's metrics of status changes, launches, restarts and resizes (never in history).
+    sinks: metricsSinks(workerMetrics),
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? DEFAULT_MAX_ACTIVITIES,
     identity: workerIdentity(opts.identity ?? `${process.pid}@${hostname()}`, Object.keys(opts.backends)),
   });

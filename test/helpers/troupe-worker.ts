@@ -3,6 +3,8 @@ import { createActivities, type BackendRegistry } from '../../activities';
 import { quietBundler, workflowsPath } from '../../src/worker/create-worker';
 import { failureConverterPath } from '../../src/codec/data-converter';
 import { startWorker, uniqueTaskQueue } from './temporal';
+import { metricsSinks } from '../../src/worker/metrics-sinks';
+import { workerMetrics } from '../../src/metrics/troupe-metrics';
 
 let bundle: Promise<WorkflowBundle> | null = null;
 
@@ -19,6 +21,7 @@ export async function startTroupeWorker(backends: BackendRegistry, taskQueue = u
     taskQueue,
     workflowBundle: await troupeWorkflowBundle(),
     activities: createActivities(backends),
+    sinks: metricsSinks(workerMetrics),
   });
   return { ...worker, taskQueue };
 }

@@ -18,7 +18,7 @@ const read = (path: string) => readFileSync(join(projectRoot, path), 'utf8');
 /** `name:1.2…`: a release tag. A floating tag (`latest`, `16`) changes under a running stack. */
 const pinnedImage = z
   .string()
-  .regex(/^[a-z0-9][a-z0-9._/-]*:\d+\.\d+[0-9A-Za-z._-]*$/, 'pin the image to a release tag (name:X.Y…), not latest or a major version');
+  .regex(/^[a-z0-9][a-z0-9._/-]*:v?\d+\.\d+[0-9A-Za-z._-]*$/, 'pin the image to a release tag (name:X.Y…), not latest or a major version');
 
 /** Short syntax only, and only on loopback; a host port may come from `${VAR:-default}`. */
 const loopbackPort = z
@@ -99,6 +99,30 @@ const deployedRelease = /^version=(\S+)$/m.exec(read('scripts/deploy-local.sh'))
 /** `SOURCE:TARGET[:ro]` of a service whose target is `target`, or undefined. */
 function mountOf(svc: Service, target: string): string | undefined {
   return (svc.volumes ?? []).find((v) => v.split(':')[1] === target);
+}
+
+/**
+ * The metrics: workers serve them where Prometheus's config scrapes them (every replica, by the
+ * service's name), and Grafana shows the repository's dashboard through that Prometheus.
+ */
+function metricsProblems(compose: ComposeFile, worker: Service, fileExists: (path: string) => boolean): string[] {
+  const problems: string[] = [];
+  const port = /^[^:]+:(\d+)$/.exec(worker.environment?.TROUPE_METRICS_ADDRESS ?? '')?.[1];
+  if (port === undefined) problems.push('worker.environment: TROUPE_METRICS_ADDRESS must be HOST:PORT, for Prometheus to scrape');
+  const { prometheus, grafana } = compose.services;
+  if (prometheus === undefined) return [...problems, 'services: no "prometheus" service'];
+  const config = mountOf(prometheus, '/etc/prometheus/prometheus.yml')?.split(':')[0];
+  if (config === undefined || !fileExists(config)) return [...problems, 'prometheus.volumes: must mount a scrape config of this repository'];
+  const scrape = parse(read(config)) as { scrape_configs?: Array<{ dns_sd_configs?: Array<{ names?: string[]; port?: number }> }> };
+  const targets = (scrape.scrape_configs ?? []).flatMap((c) => c.dns_sd_configs ?? []);
+  if (!targets.some((t) => (t.names ?? []).includes('worker') && String(t.port) === port)) {
+    problems.push(`prometheus: ${config} must scrape every "worker" replica on the metrics port ${port ?? '(unset)'}`);
+  }
+  if (grafana === undefined) return [...problems, 'services: no "grafana" service'];
+  const dashboard = (grafana.volumes ?? []).find((v) => v.split(':')[1]?.startsWith('/var/lib/grafana/dashboards/'))?.split(':')[0];
+  if (dashboard === undefined || !fileExists(dashboard)) problems.push('grafana.volumes: must mount the dashboard of this repository under /var/lib/grafana/dashboards');
+  if (grafana.depends_on?.prometheus === undefined) problems.push('grafana.depends_on: must start after prometheus');
+  return problems;
 }
 
 function serverProblems(compose: ComposeFile, temporal: Service, fileExists: (path: string) => boolean): string[] {
@@ -236,6 +260,7 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean): s
   // The server: the release deploy-local.sh runs, from the same config file and dynamic config, on
   // a PostgreSQL service of this file whose schema temporal-schema applied first.
   problems.push(...serverProblems(compose, temporal, fileExists));
+  problems.push(...metricsProblems(compose, worker, fileExists));
   return problems;
 }
 
@@ -392,6 +417,10 @@ describe('docker-compose.yml', () => {
       ['a schema step with a script of its own', (d) => { svc(d, 'temporal-schema').volumes = ['./deploy/temporal-setup.sh:/etc/troupe/schema.sh:ro']; }, /deploy\/temporal\/schema\.sh/],
       ['a schema step on another database', (d) => { envOf(d, 'temporal-schema').SQL_HOST = 'db'; }, /SQL_HOST must be/],
       ['a long-running service without a healthcheck', (d) => { delete svc(d, 'worker').healthcheck; }, /worker: a long-running service needs a healthcheck/],
+      ['workers that serve no metrics', (d) => { delete envOf(d, 'worker').TROUPE_METRICS_ADDRESS; }, /TROUPE_METRICS_ADDRESS must be HOST:PORT/],
+      ['metrics on a port Prometheus does not scrape', (d) => { envOf(d, 'worker').TROUPE_METRICS_ADDRESS = '0.0.0.0:9999'; }, /metrics port 9999/],
+      ['no Prometheus', (d) => { delete d.services.prometheus; delete svc(d, 'grafana').depends_on; }, /no "prometheus" service/],
+      ['a Grafana without the dashboard', (d) => { svc(d, 'grafana').volumes = ['./deploy/grafana/provisioning:/etc/grafana/provisioning:ro', 'grafana-data:/var/lib/grafana']; }, /must mount the dashboard/],
     ];
     it.each(cases)('%s', (_label, edit, expected) => {
       const problems = brokenCompose(edit);

@@ -53,6 +53,8 @@ import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } f
 import { pathExists, readTextFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
 import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
+import { readLocalJobUsage } from './job-usage';
+import type { JobUsage } from '../../metrics/job-usage';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -430,6 +432,11 @@ export class LocalBackend implements Backend {
     // It may have written its code just after the first look.
     const late = await readExitCode(dir);
     return { state: 'exited', pid, exit_code: late ?? KILLED_EXIT_CODE };
+  }
+
+  async usage(job: JobRef): Promise<JobUsage | null> {
+    const claim = await readClaim(this.jobDirectory(job));
+    return claim.kind === 'started' ? await readLocalJobUsage(claim.leader) : null;
   }
 
   async stopJob(job: JobRef, graceSeconds: number): Promise<void> {

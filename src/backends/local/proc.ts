@@ -10,6 +10,10 @@ export interface ProcStat {
   session: number;
   /** Clock ticks after boot: with the pid, identifies a process across pid reuse. */
   starttime: number;
+  /** User + system CPU time so far, in clock ticks. */
+  cpu_ticks: number;
+  /** Resident set size, in pages. */
+  rss_pages: number;
 }
 
 export async function readProcStat(pid: number): Promise<ProcStat | null> {
@@ -22,7 +26,7 @@ export async function readProcStat(pid: number): Promise<ProcStat | null> {
   // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
   const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
   const field = (n: number) => Number(rest[n - 3]);
-  return { pid, state: rest[0] ?? '?', pgrp: field(5), session: field(6), starttime: field(22) };
+  return { pid, state: rest[0] ?? '?', pgrp: field(5), session: field(6), starttime: field(22), cpu_ticks: field(14) + field(15), rss_pages: field(24) };
 }
 
 /** A process identified by pid and start time; zombies count as gone. */

@@ -38,6 +38,29 @@ type Settle = { settled: () => boolean; onSettle: (fn: () => void) => void };
  * in channels multiplexed over it. Each wait is bounded: a command by its deadline, everything
  * by the connection's keepalive, which fails every pending call with SshConnectionLostError.
  */
+/** Connections open in this process, and how many ended without Troupe closing them (the worker's metrics read these). */
+const live = new Set<SshSession>();
+let lostConnections = 0;
+
+export interface SshSessionStats {
+  connections: number;
+  /** Distinct hosts with an open connection. */
+  hosts: number;
+  controlShells: number;
+  /** Connections lost so far (keepalive, reset, host gone), not counting closes by Troupe. */
+  lost: number;
+}
+
+export function sshSessionStats(): SshSessionStats {
+  const sessions = [...live];
+  return {
+    connections: sessions.length,
+    hosts: new Set(sessions.map((s) => s.host)).size,
+    controlShells: sessions.reduce((sum, s) => sum + s.controlShellsOpen, 0),
+    lost: lostConnections,
+  };
+}
+
 export class SshSession {
   private lostError: SshError | null = null;
   private readonly lostListeners = new Set<(err: SshError) => void>();
@@ -51,6 +74,8 @@ export class SshSession {
   private readonly shellWaiters: Array<{ resolve: (shell: ControlShell) => void; reject: (err: unknown) => void }> = [];
   /** Commands sent to the host so far (what a bench or a test counts). */
   commandsSent = 0;
+  /** close() was called: the end is Troupe's, not a lost host. */
+  private closing = false;
 
   constructor(
     readonly target: SshTarget,
@@ -62,7 +87,12 @@ export class SshSession {
     private readonly client: Client,
     readonly timeouts: SshTimeouts,
   ) {
+    live.add(this);
     this.scheduleIdleClose();
+  }
+
+  get controlShellsOpen(): number {
+    return this.shellCount;
   }
 
   /** True once the connection is gone; a pooled lookup then makes a new one. */
@@ -79,6 +109,8 @@ export class SshSession {
   markLost(err: SshError): void {
     if (this.lostError) return;
     this.lostError = err;
+    live.delete(this);
+    if (!this.closing) lostConnections += 1;
     if (this.idleTimer) clearTimeout(this.idleTimer);
     for (const listener of [...this.lostListeners]) listener(err);
     this.lostListeners.clear();
@@ -91,6 +123,7 @@ export class SshSession {
   }
 
   close(): void {
+    this.closing = true;
     this.markLost(new SshConnectionLostError(this.host, `${this.host}: connection closed by Troupe`));
     this.client.end();
     // A host that never answers the close (gone, or its network cut) must not keep the socket, and

@@ -27,6 +27,7 @@ import { HostKeyTrust } from './host-key-trust';
 import { NoContainerRuntimeError, SshRunner } from './ssh-runner';
 import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from './target';
 import type { SshTimeouts } from './timeouts';
+import type { JobUsage } from '../../metrics/job-usage';
 
 /** Where on a host jobs live; the default is `~/.troupe/jobs` of the SSH user. */
 export type JobBaseDirResolver = (host: { fleet: string; hostname: string; port: number; home: string }) => string;
@@ -224,6 +225,10 @@ export class SshBackend implements Backend {
 
   async exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult> {
     return await this.runnerOf(job).exec(job, script, timeoutMs);
+  }
+
+  async usage(job: JobRef): Promise<JobUsage | null> {
+    return await this.runnerOf(job).usage(job);
   }
 
   async readiness(job: JobRef): Promise<ReadinessState> {

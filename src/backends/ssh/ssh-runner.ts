@@ -45,6 +45,8 @@ import {
 } from './job-scripts';
 import type { CommandResult, SshSession } from './session';
 import { quoteShellWord } from '../../runner/shell-quote';
+import { jobUsageScript, parseJobUsage } from './usage-script';
+import type { JobUsage } from '../../metrics/job-usage';
 import { describeTarget, type SshTarget } from './target';
 import { resolveTimeouts, type SshTimeouts } from './timeouts';
 
@@ -336,6 +338,15 @@ export class SshRunner {
    * its env when the job has started, else in `/`. Resolves with the exit code and the first line
    * of output; past `timeoutMs` the script's process group is killed and the code is 124.
    */
+  /** What the job uses on the host now (usage-script.ts), or null when it does not run there. */
+  async usage(job: JobRef): Promise<JobUsage | null> {
+    return this.reachable(async (session) => {
+      const result = await session.exec(jobUsageScript(this.jobDirectory(job)));
+      if (result.exitCode !== 0) throw new SshCommandError(this.host, 'read the job\'s usage', result.exitCode, `${result.stderr}${result.stdout}`);
+      return parseJobUsage(result.stdout);
+    });
+  }
+
   async exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult> {
     const dir = quoteShellWord(this.jobDirectory(job));
     const seconds = (Math.max(1, timeoutMs) / 1000).toFixed(3);

@@ -19,6 +19,7 @@ import { nodeName, renderJobsTable, renderRunOutcome } from '../render/run-table
 import { paint, styleFor, type Style } from '../render/style';
 import { parseOrUsage, renderUsage } from '../render/usage';
 import { writeRaw } from '../render/control-chars';
+import { startTracing } from '../../tracing/tracing';
 
 const options = {
   file: { type: 'string', short: 'f' },
@@ -80,7 +81,9 @@ export const command: Command = async (args) => {
       process.stderr.write('Not submitted.\n');
       return 0;
     }
-    const handle = await troupe.submit({ plan, backend, checkWorkers: false });
+    // With OTEL_EXPORTER_OTLP_ENDPOINT set, the submission is the root span of the run's trace.
+    const tracing = startTracing('troupe-cli');
+    const handle = await troupe.submit({ plan, backend, checkWorkers: false }).finally(() => tracing?.shutdown());
     const url = workflowUrl(settings, handle.workflowId);
     process.stderr.write(
       `Submitted run ${paint(style, 'bold', plan.run_name)} to ${describeConnection(settings)}.\n` +

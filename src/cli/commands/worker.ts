@@ -11,12 +11,17 @@ import { troupeDataConverter } from '../../codec/data-converter';
 import { CliError, type Command } from '../command';
 import { connectionHelp, connectionOptions, connectionSettings, connectWorker, describeConnection } from '../connection';
 import { parseOrUsage, renderUsage } from '../render/usage';
+import { Client } from '@temporalio/client';
+import { parseListenAddress } from '../../metrics/metrics-server';
+import { installSdkMetrics, serveWorkerMetrics } from '../../worker/worker-metrics';
+import { startTracing } from '../../tracing/tracing';
 
 const options = {
   backend: { type: 'string', multiple: true },
   'state-dir': { type: 'string' },
   identity: { type: 'string' },
   'max-activities': { type: 'string' },
+  metrics: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   ...connectionOptions,
 } as const;
@@ -35,6 +40,7 @@ const help = renderUsage(
     ['--state-dir DIR', "backends' state on this machine (env TROUPE_STATE_DIR, default <project>/.troupe/state)"],
     ['--identity ID', 'how the Web UI names this worker (default host and pid)'],
     ['--max-activities N', `activities at once (default ${DEFAULT_MAX_ACTIVITIES}): each batch of running jobs holds one`],
+    ['--metrics HOST:PORT', 'serve Prometheus metrics (Troupe\'s and the Temporal SDK\'s) and job usage here (env TROUPE_METRICS_ADDRESS, e.g. 127.0.0.1:9464)'],
     ...connectionHelp,
   ],
 );
@@ -67,7 +73,18 @@ export const command: Command = async (args) => {
   if (maxActivities !== undefined && (!Number.isInteger(maxActivities) || maxActivities < 10)) {
     throw new CliError(`--max-activities must be a whole number of at least 10 (got "${values['max-activities']}")`, 2);
   }
+  const metricsAddress = values.metrics ?? process.env.TROUPE_METRICS_ADDRESS;
+  let listen: { host: string; port: number } | null = null;
+  try {
+    listen = metricsAddress ? parseListenAddress(metricsAddress) : null;
+  } catch (err) {
+    throw new CliError(`--metrics: ${(err as Error).message}`, 2);
+  }
+  // The SDK's exporter is set up before the connection (Runtime.install's rule).
+  const sdkMetricsUrl = listen ? await installSdkMetrics() : null;
   const dataConverter = troupeDataConverter();
+  // OTEL_EXPORTER_OTLP_ENDPOINT: the runs' workflows, activities and job starts traced.
+  const tracing = startTracing('troupe-worker');
   const connection = await connectWorker(settings);
   try {
     const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue, dataConverter };
@@ -78,9 +95,11 @@ export const command: Command = async (args) => {
       taskQueue: settings.taskQueue,
       backends,
       dataConverter,
+      tracing,
       ...(values.identity ? { identity: values.identity } : {}),
       ...(maxActivities !== undefined ? { maxConcurrentActivities: maxActivities } : {}),
     });
+    const metricsServer = listen ? await serveWorkerMetrics(listen, new Client({ connection, namespace: settings.namespace }), sdkMetricsUrl, values.identity) : null;
     let stopping = false;
     const shutdown = (signal: NodeJS.Signals) => {
       if (stopping) {
@@ -99,11 +118,13 @@ export const command: Command = async (args) => {
     const notice = LOCAL_BACKEND in backends ? isolationNotice('Warning: the local fleet') : null;
     if (notice) process.stderr.write(`${notice}\n`);
     const reaper = createRunReaper({ connection, namespace: settings.namespace, backends, dataConverter });
+    if (metricsServer) process.stderr.write(`Metrics on ${metricsServer.url}/metrics\n`);
     try {
       await runWorkerWithReaper(worker, reaper);
     } finally {
       process.off('SIGINT', shutdown);
       process.off('SIGTERM', shutdown);
+      await metricsServer?.close();
     }
     // Pooled SSH connections to fleet hosts would keep the process alive until they idle out.
     await closeAllSshSessions();
@@ -111,5 +132,6 @@ export const command: Command = async (args) => {
     return 0;
   } finally {
     await connection.close();
+    await tracing?.shutdown();
   }
 };

@@ -10,6 +10,11 @@ export interface FakeGpus {
   count: number;
 }
 
+/** What the fake nvidia-smi reports GPU i busy with (usage queries): a figure a test can predict. */
+export function fakeGpuLoad(gpus: FakeGpus, i: number): { utilization: number; memoryUsedMiB: number } {
+  return { utilization: (40 + 25 * i) % 100, memoryUsedMiB: Math.floor(gpus.memoryMiB / 4) * ((i % 3) + 1) };
+}
+
 function shellWord(value: string): string {
   return `'${value.replaceAll("'", `'\\''`)}'`;
 }
@@ -46,7 +51,7 @@ if [ "$noheader" = 0 ]; then
   header=""
   for f in "\${fields[@]}"; do
     h="$f"
-    case "$f" in memory.total|memory.used|memory.free) [ "$nounits" = 0 ] && h="$f [MiB]" ;; esac
+    case "$f" in memory.total|memory.used|memory.free) [ "$nounits" = 0 ] && h="$f [MiB]" ;; utilization.*) [ "$nounits" = 0 ] && h="$f [%]" ;; esac
     header="\${header:+$header, }$h"
   done
   printf '%s\\n' "$header"
@@ -60,13 +65,14 @@ for ((i = 0; i < count; i++)); do
       count) v="$count" ;;
       uuid|gpu_uuid) v="$(printf 'GPU-00000000-0000-0000-0000-%012d' "$i")" ;;
       memory.total) v="$mem" ;;
-      memory.used) v=0 ;;
-      memory.free) v="$mem" ;;
+      utilization.gpu) v=$(( (40 + 25 * i) % 100 )) ;;
+      memory.used) v=$(( mem / 4 * (i % 3 + 1) )) ;;
+      memory.free) v=$(( mem - mem / 4 * (i % 3 + 1) )) ;;
       driver_version) v=550.54.15 ;;
       pci.bus_id) v="$(printf '00000000:%02X:00.0' $((i + 1)))" ;;
       *) echo "Field \\"$f\\" is not a valid field to query." >&2; exit 2 ;;
     esac
-    case "$f" in memory.*) [ "$nounits" = 0 ] && v="$v MiB" ;; esac
+    case "$f" in memory.*) [ "$nounits" = 0 ] && v="$v MiB" ;; utilization.*) [ "$nounits" = 0 ] && v="$v %" ;; esac
     line="\${line:+$line, }$v"
   done
   printf '%s\\n' "$line"
