@@ -11,6 +11,7 @@ import { LocalBackend } from '../backends/local/local-backend';
 import { SshBackend } from '../backends/ssh/ssh-backend';
 import { FleetClient } from '../fleet/fleet-client';
 import { failureConverterPath, troupeDataConverter } from '../codec/data-converter';
+import { raiseFileLimit } from './file-limit';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -47,6 +48,7 @@ export const quietBundler = {
 
 /** A worker that runs Troupe's workflows and drives the given backends. */
 export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Worker> {
+  await raiseFileLimit();
   return await Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,

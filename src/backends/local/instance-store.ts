@@ -4,6 +4,10 @@ import { z } from 'zod';
 import { createFileExclusive, isErrno, pathExists, readJsonFile, removeFile, removeOrphanedTemps, writeFileAtomic } from './state-files';
 import { attemptDirectoryName } from '../../runner/job-layout';
 import { pathSegment } from './local-names';
+import { mapLimit } from '../../concurrency/map-limit';
+
+/** State files read at once when a whole directory is read (every record, every lease): a few dozen descriptors, not thousands. */
+const READS_IN_FLIGHT = 32;
 
 /**
  * The local fleet's state, in files under its state directory, shared by every worker process on
@@ -101,9 +105,8 @@ export class InstanceStore {
 
   async listRecords(runId: string, submission: number): Promise<LocalInstanceRecord[]> {
     const names = await listDir(join(this.stateDir, 'instances'));
-    const records = await Promise.all(
-      names.filter((n) => n.endsWith('.json')).map((n) => this.readRecord(n.slice(0, -'.json'.length))),
-    );
+    const ids = names.filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -'.json'.length));
+    const records = await mapLimit(ids, READS_IN_FLIGHT, (id) => this.readRecord(id));
     return records.filter((r): r is LocalInstanceRecord => r !== null && r.run_id === runId && r.submission === submission);
   }
 
@@ -117,7 +120,7 @@ export class InstanceStore {
 
   private async leases(): Promise<Map<string, Lease>> {
     const ips = (await listDir(join(this.stateDir, 'leases'))).filter((n) => !n.includes('.tmp-'));
-    const entries = await Promise.all(ips.map(async (ip) => [ip, await this.readLease(ip)] as const));
+    const entries = await mapLimit(ips, READS_IN_FLIGHT, async (ip) => [ip, await this.readLease(ip)] as const);
     return new Map(entries.filter((e): e is readonly [string, Lease] => e[1] !== null));
   }
 

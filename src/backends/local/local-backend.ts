@@ -49,6 +49,9 @@ import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
 import { isErrno, pathExists, removeFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
+import { mapLimit } from '../../concurrency/map-limit';
+import { Slots } from '../../concurrency/slots';
+import { retryFdShortage } from '../../concurrency/fd-shortage';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -107,6 +110,16 @@ const FALLBACK_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 /** Every process of a job inherits `TROUPE_INSTANCE_ID=<id>`: stopping finds the ones that left its group. */
 const MARKER_NAME = 'TROUPE_INSTANCE_ID';
 const CLAIM_WAIT_MS = 10_000;
+/**
+ * Jobs a per-job step of a whole batch (a release, a group's networks) works on at once: each
+ * holds a file or a command open, and a thousand at once ran the worker out of descriptors.
+ */
+const JOBS_IN_FLIGHT = 32;
+
+/** `fn` over every item, JOBS_IN_FLIGHT at a time, a moment without file descriptors waited out. */
+function forEachJob<T, R>(items: readonly T[], fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  return mapLimit(items, JOBS_IN_FLIGHT, (item, i) => retryFdShortage(() => fn(item, i)));
+}
 
 /**
  * The local fleet: each node is a process group on this machine, in its own job directory, with its
@@ -117,6 +130,8 @@ export class LocalBackend implements Backend {
   readonly kind = 'local';
   readonly groupProvisioning: boolean;
   private readonly store: InstanceStore;
+  /** Single stops (stopJob, releaseJob) that read and write job files at once, however many a caller asks for. */
+  private readonly jobFiles = new Slots(JOBS_IN_FLIGHT);
   private modePromise: Promise<NetworkMode> | null = null;
   /** The programs isolation runs, when jobs are isolated (looked up once). */
   private readonly isolation: { tools: () => IsolationTools } | null;
@@ -222,7 +237,7 @@ export class LocalBackend implements Backend {
     ]);
     // releaseRun() may have run meanwhile: undo what this call set up, then refuse.
     if (await this.store.isReleased(req.run_id, req.submission)) {
-      for (const record of records) await this.forget(record);
+      await forEachJob(records, (record) => this.forget(record));
       await this.removeRunUserOf(req.run_id, req.submission);
       await this.refuseReleased(req.run_id, req.submission);
     }
@@ -418,29 +433,44 @@ export class LocalBackend implements Backend {
   }
 
   private async stopJobIn(dir: string, instanceId: string, record: LocalInstanceRecord | null, graceSeconds: number): Promise<void> {
-    if (await claimForStop(dir)) return;
+    const claimed = await this.jobFiles.with(() => retryFdShortage(() => this.claimToStop(dir, instanceId, record)));
+    if (claimed) await this.stopClaimed([claimed], graceSeconds);
+  }
+
+  /** Takes the job's start claim for a stop; what is left to stop, if its commands had started (or were starting). */
+  private async claimToStop(dir: string, instanceId: string, record: LocalInstanceRecord | null): Promise<ClaimedStop | null> {
+    if (await claimForStop(dir)) return null;
     const claim = await settledClaim(dir, CLAIM_WAIT_MS);
-    if (claim.kind === 'stopped') return;
+    if (claim.kind === 'stopped') return null;
     const target: JobProcessTarget = {
       leader: claim.kind === 'started' ? claim.leader : null,
       marker: `${MARKER_NAME}=${instanceId}`,
       netnsInode: record?.netns ? await netnsInode(record.netns) : null,
     };
-    await stopJobProcesses(target, graceSeconds * 1000);
-    if (claim.kind === 'started') await recordKilled(dir);
+    return { dir, target, started: claim.kind === 'started' };
+  }
+
+  /** Stops the claimed jobs' processes, all at once: their stops share each scan of /proc (stopJobProcesses). */
+  private async stopClaimed(claimed: readonly ClaimedStop[], graceSeconds: number): Promise<void> {
+    await Promise.all(claimed.map((c) => stopJobProcesses(c.target, graceSeconds * 1000)));
+    await forEachJob(
+      claimed.filter((c) => c.started),
+      (c) => recordKilled(c.dir),
+    );
   }
 
   async releaseRun(runId: string, submission: number): Promise<void> {
     await this.store.markReleased(runId, submission);
     const records = await this.store.listRecords(runId, submission);
     const grace = this.options.releaseGraceSeconds ?? 5;
-    await Promise.all(records.map((r) => this.stopJobIn(r.job_dir, r.instance_id, r, grace)));
+    const claimed = await forEachJob(records, (r) => this.claimToStop(r.job_dir, r.instance_id, r));
+    await this.stopClaimed(claimed.filter((c): c is ClaimedStop => c !== null), grace);
     // Nothing secret stays at rest: of every job directory of the submission (whether or not its
     // record is still there) only RELEASED_JOB_FILES stay.
     const jobDirs = await this.store.jobDirs(runId, submission);
-    await Promise.all(jobDirs.map((dir) => keepOnly(dir, RELEASED_JOB_FILES)));
+    await forEachJob(jobDirs, (dir) => keepOnly(dir, RELEASED_JOB_FILES));
     await this.removeRunUserOf(runId, submission);
-    await Promise.all(records.map((record) => this.forget(record)));
+    await forEachJob(records, (record) => this.forget(record));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
     }
@@ -550,6 +580,13 @@ export class LocalBackend implements Backend {
  * hosts) and the start record (pids and times), so the job's end still reads as it was.
  */
 const RELEASED_JOB_FILES = [L.log, L.exitCode, L.started];
+
+/** A job whose start claim a stop took while its commands ran (or were starting): its processes are left to stop. */
+interface ClaimedStop {
+  dir: string;
+  target: JobProcessTarget;
+  started: boolean;
+}
 
 /** peers.json: readable by the run's group when the job is isolated (root's otherwise, like its hostfile). */
 function peersMode(owner: unknown): number {
