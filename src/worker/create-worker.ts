@@ -66,6 +66,10 @@ export const DEFAULT_BACKEND_NAMES = [LOCAL_BACKEND, SSH_BACKEND] as const;
 
 export interface DefaultBackendsOptions {
   stateDir: string;
+  /** The local fleet's addresses (`troupe worker --local-subnet`, TROUPE_LOCAL_SUBNET); default: a /22 per state directory. */
+  localSubnet?: string;
+  /** The local fleet's most nodes at once (`--local-capacity`, TROUPE_LOCAL_CAPACITY); default: the whole subnet. */
+  localCapacity?: number;
   /** Where the fleets' workflows run: given, the worker also has `ssh` (SSH fleets, which it reaches through them). */
   temporal?: { connection: ConnectionLike; namespace: string; taskQueue: string; dataConverter?: DataConverter };
 }
@@ -81,7 +85,13 @@ function localGpus(): number {
 /** The backends a worker has: the local fleet (processes on this machine), and SSH fleets when it can reach their workflows. */
 export function defaultBackends(opts: DefaultBackendsOptions): BackendRegistry {
   const backends: Record<string, Backend> = {
-    [LOCAL_BACKEND]: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto', gpus: localGpus() }),
+    [LOCAL_BACKEND]: new LocalBackend({
+      stateDir: join(opts.stateDir, 'local'),
+      network: 'auto',
+      gpus: localGpus(),
+      ...(opts.localSubnet !== undefined ? { subnet: opts.localSubnet } : {}),
+      ...(opts.localCapacity !== undefined ? { capacity: opts.localCapacity } : {}),
+    }),
   };
   if (opts.temporal) {
     const client = new Client({ connection: opts.temporal.connection, namespace: opts.temporal.namespace, dataConverter: opts.temporal.dataConverter ?? troupeDataConverter() });

@@ -42,7 +42,7 @@ export const LocalInstanceRecordSchema = z.object({
 export type LocalInstanceRecord = z.infer<typeof LocalInstanceRecordSchema>;
 
 const LeaseSchema = z.object({ instance_id: z.string(), run_id: z.string(), submission: z.number().int() });
-type Lease = z.infer<typeof LeaseSchema>;
+export type Lease = z.infer<typeof LeaseSchema>;
 
 export class InstanceStore {
   constructor(readonly stateDir: string) {}
@@ -131,20 +131,38 @@ export class InstanceStore {
   }
 
   /**
-   * An address for the instance: the one it already leased (a provision() that died before
-   * writing its record), else the first free one of `pool`. Exclusive creation makes two
-   * processes never lease one address. Null when the pool is full.
+   * An address for each instance, in one pass over the leases and the pool (a batch of a thousand
+   * reads the lease files once, not once per instance): the one it already leased (a provision()
+   * that died before writing its record), else the next free one of `pool`. Exclusive creation
+   * makes two processes never lease one address. All or nothing: when the pool has too few free
+   * addresses, the ones taken here are given back and the answer is null.
    */
-  async leaseAddress(owner: Lease, pool: readonly string[]): Promise<{ ip: string; fresh: boolean } | null> {
+  async leaseAddresses(owners: readonly Lease[], pool: readonly string[]): Promise<Map<string, string> | null> {
     const held = await this.leases();
-    for (const [ip, lease] of held) {
-      if (lease.instance_id === owner.instance_id) return { ip, fresh: false };
+    const leased = new Map<string, string>();
+    for (const [ip, lease] of held) leased.set(lease.instance_id, ip);
+    const out = new Map<string, string>();
+    const wanting = owners.filter((owner) => {
+      const earlier = leased.get(owner.instance_id);
+      if (earlier !== undefined) out.set(owner.instance_id, earlier);
+      return earlier === undefined;
+    });
+    // One cursor over the pool shared by a few lanes (creating a lease file is four system calls).
+    let next = 0;
+    const take = async (owner: Lease): Promise<string | null> => {
+      while (next < pool.length) {
+        const candidate = pool[next++] as string;
+        if (!held.has(candidate) && (await createFileExclusive(this.leasePath(candidate), `${JSON.stringify(owner)}\n`))) return candidate;
+      }
+      return null;
+    };
+    const taken = await mapLimit(wanting, READS_IN_FLIGHT, async (owner) => ({ owner, ip: await take(owner) }));
+    if (taken.some((t) => t.ip === null)) {
+      await mapLimit(taken, READS_IN_FLIGHT, async (t) => (t.ip === null ? undefined : await this.releaseAddress(t.ip, t.owner.instance_id)));
+      return null;
     }
-    for (const ip of pool) {
-      if (held.has(ip)) continue;
-      if (await createFileExclusive(this.leasePath(ip), `${JSON.stringify(owner)}\n`)) return { ip, fresh: true };
-    }
-    return null;
+    for (const t of taken) out.set(t.owner.instance_id, t.ip as string);
+    return out;
   }
 
   /** Gives the address back, only if the instance still holds it. */

@@ -4,6 +4,7 @@ import type { BackendRegistry } from '../../../activities/types';
 import type { Backend } from '../../backends/backend';
 import { LOCAL_BACKEND } from '../../backends/backend-names';
 import { isolationNotice } from '../../backends/local/isolation-mode';
+import { parseSubnet } from '../../backends/local/address-pool';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
 import { createTroupeWorker, defaultBackends, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
@@ -17,6 +18,8 @@ const options = {
   'state-dir': { type: 'string' },
   identity: { type: 'string' },
   'max-activities': { type: 'string' },
+  'local-subnet': { type: 'string' },
+  'local-capacity': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   ...connectionOptions,
 } as const;
@@ -33,6 +36,8 @@ const help = renderUsage(
     ['--state-dir DIR', "backends' state on this machine (env TROUPE_STATE_DIR, default <project>/.troupe/state)"],
     ['--identity ID', 'how the Web UI names this worker (default host and pid)'],
     ['--max-activities N', `activities at once (default ${DEFAULT_MAX_ACTIVITIES}): each batch of running jobs holds one`],
+    ['--local-subnet CIDR', "the local fleet's addresses (env TROUPE_LOCAL_SUBNET; default a /22 of 10.213.0.0/16 or 127.213.0.0/16: 1,022 nodes)"],
+    ['--local-capacity N', "the local fleet's most nodes at once (env TROUPE_LOCAL_CAPACITY; default the whole subnet)"],
     ...connectionHelp,
   ],
 );
@@ -65,11 +70,25 @@ export const command: Command = async (args) => {
   if (maxActivities !== undefined && (!Number.isInteger(maxActivities) || maxActivities < 10)) {
     throw new CliError(`--max-activities must be a whole number of at least 10 (got "${values['max-activities']}")`, 2);
   }
+  const localSubnet = values['local-subnet'] ?? process.env.TROUPE_LOCAL_SUBNET;
+  if (localSubnet !== undefined) {
+    try {
+      parseSubnet(localSubnet);
+    } catch (err) {
+      throw new CliError(`--local-subnet / TROUPE_LOCAL_SUBNET: ${err instanceof Error ? err.message : String(err)}`, 2);
+    }
+  }
+  const capacityText = values['local-capacity'] ?? process.env.TROUPE_LOCAL_CAPACITY;
+  const localCapacity = capacityText === undefined ? undefined : Number(capacityText);
+  if (capacityText !== undefined && !(/^\d+$/.test(capacityText) && Number.isSafeInteger(localCapacity))) {
+    throw new CliError(`--local-capacity / TROUPE_LOCAL_CAPACITY must be a whole number ≥ 0 (got "${capacityText}")`, 2);
+  }
   const dataConverter = troupeDataConverter();
   const connection = await connectWorker(settings);
   try {
     const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue, dataConverter };
-    const backends = chooseBackends(defaultBackends({ stateDir, temporal }), values.backend);
+    const local = { ...(localSubnet !== undefined ? { localSubnet } : {}), ...(localCapacity !== undefined ? { localCapacity } : {}) };
+    const backends = chooseBackends(defaultBackends({ stateDir, temporal, ...local }), values.backend);
     const worker = await createTroupeWorker({
       connection,
       namespace: settings.namespace,
