@@ -8,13 +8,13 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { NoWorkerError, TroupeClient } from '../src/client';
-import { defaultDevServerOptions, pidAlive, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { DevServerPortTaken, devServerOptionsFromEnv, pidAlive, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 
 const example = 'examples/pd-disagg-local.yml';
 const stateDir = join(projectRoot, '.troupe');
 const workerPidFile = join(stateDir, 'worker.pid');
 const workerLog = join(stateDir, 'worker.log');
-const server = defaultDevServerOptions();
+const server = devServerOptionsFromEnv();
 
 function workerPid(): number | null {
   if (!existsSync(workerPidFile)) return null;
@@ -72,7 +72,7 @@ async function main(): Promise<number> {
     return 0;
   }
   const handle = await startDevServer(server);
-  console.log(`Temporal dev server at ${handle.address} (pid ${handle.pid}); Web UI ${handle.uiAddress}`);
+  console.log(`Temporal dev server at ${handle.address} (${handle.reused ? 'already running, ' : ''}pid ${handle.pid}); Web UI ${handle.uiAddress}`);
   const troupe = await TroupeClient.connect({ address: handle.address });
   try {
     await ensureWorker(troupe);
@@ -91,4 +91,11 @@ async function main(): Promise<number> {
   return code;
 }
 
-process.exitCode = await main();
+try {
+  process.exitCode = await main();
+} catch (err) {
+  // The port held by something else is the user's to sort out: one line, not a stack trace.
+  if (!(err instanceof DevServerPortTaken)) throw err;
+  console.error(err.message);
+  process.exitCode = 1;
+}

@@ -1,14 +1,15 @@
-import { defaultDevServerOptions, runningDevServer, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { DevServerPortTaken, devServerOptionsFromEnv, runningDevServer, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 
 /** `npm run dev-server -- start|stop|status`: the embedded Temporal dev server, stopped by its pid. */
-const opts = defaultDevServerOptions({
-  ...(process.env.TROUPE_DEV_SERVER_PORT ? { port: Number(process.env.TROUPE_DEV_SERVER_PORT) } : {}),
-  ...(process.env.TROUPE_DEV_SERVER_UI_PORT ? { uiPort: Number(process.env.TROUPE_DEV_SERVER_UI_PORT) } : {}),
-});
+const opts = devServerOptionsFromEnv();
 const command = process.argv[2] ?? 'status';
 if (command === 'start') {
-  const h = await startDevServer(opts);
-  console.log(`Temporal dev server ready at ${h.address} (pid ${h.pid}); Web UI ${h.uiAddress}`);
+  const h = await startDevServer(opts).catch((err: unknown) => {
+    if (!(err instanceof DevServerPortTaken)) throw err;
+    console.error(err.message);
+    process.exit(1);
+  });
+  console.log(`Temporal dev server ready at ${h.address} (${h.reused ? 'already running, ' : ''}pid ${h.pid}); Web UI ${h.uiAddress}`);
 } else if (command === 'stop') {
   console.log((await stopDevServer(opts)) ? 'stopped' : 'not running');
 } else if (command === 'status') {
