@@ -1,8 +1,12 @@
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
+import type { JobRef } from '../../src/backends/backend';
+import { HostKeyTrust, SshRunner } from '../../src/backends/ssh';
 import { runDirectory } from '../../src/backends/ssh/job-paths';
+import { renderLaunchScript } from '../../src/runner/launch-script';
 import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
@@ -37,10 +41,11 @@ describe('SSH hosts that share a home directory', () => {
     const state = await applyFleetYaml(env, fleetYaml(env, fleet, HOSTS));
     expect(state.hosts.map((h) => h.status), JSON.stringify(state.hosts)).toEqual(['ready', 'ready', 'ready', 'ready']);
     const base = join(env.dir, 'home', '.troupe', 'jobs');
+    // Each job leaves a few thousand files, so that the hosts' clean-ups (started together) overlap.
     for (let i = 0; i < 3; i++) {
       const run = `shared-${i}-${env.taskQueue.slice(-6)}`;
       const handle = await env.troupe.submit({
-        yaml: ['type: task', `name: ${run}`, 'nodes: 4', 'commands: [\'echo "hello from $DSTACK_NODE_RANK"\']', 'resources: {cpu: 1.., disk: 1GB..}', ''].join('\n'),
+        yaml: ['type: task', `name: ${run}`, 'nodes: 4', 'commands: [\'mkdir -p many && (cd many && seq 1 3000 | xargs touch)\', \'echo "hello from $DSTACK_NODE_RANK"\']', 'resources: {cpu: 1.., disk: 1GB..}', ''].join('\n'),
         fleets: [fleet],
         checkWorkers: false,
         options: { stop_grace_s: 1 },
@@ -57,4 +62,31 @@ describe('SSH hosts that share a home directory', () => {
       expect(logs).toEqual([0, 1, 2, 3].map((n) => `hello from ${n}`));
     }
   }, 300_000);
+
+  it("a host's clean-up leaves another host's job in the shared directory alone, and takes a vanished job directory as clean", async () => {
+    const base = join(env.dir, 'home', '.troupe', 'jobs');
+    const trust = new HostKeyTrust({ knownHostsFiles: [env.hosts.knownHostsFile] });
+    const [a, b] = ['shared-a', 'shared-b'].map((name) => new SshRunner(env.hosts.target(name), { trust, baseDir: base })) as [SshRunner, SshRunner];
+    const runId = `run-${randomUUID().slice(0, 8)}`;
+    const job = (name: string, host: string): JobRef => ({
+      run_id: runId, run_name: 'shared', submission: 0, job_num: 0, job_name: name,
+      instance: { instance_id: `${runId}-${name}`, host, internal_ip: env.hosts.host(host).address, gpus: 0, details: {} },
+    });
+    const onA = job('job-a', 'shared-a');
+    const onB = job('job-b', 'shared-b');
+    for (const [r, j] of [[a, onA], [b, onB]] as const) {
+      await r.startJob(j, { env: { DSTACK_NODE_RANK: '0' }, hostfile: '', script: renderLaunchScript({ commands: ['sleep 1000'], workingDir: null, image: null }) });
+    }
+    await a.stopJob(onA, 0);
+    await a.cleanupRun(runId, undefined, [a.jobDirectory(onA)]);
+    // B's job runs on, its files in place; A's are reduced to its log and exit code.
+    expect((await b.jobState(onB)).state).toBe('running');
+    expect(existsSync(join(b.jobDirectory(onB), 'job.env'))).toBe(true);
+    expect(readdirSync(a.jobDirectory(onA)).sort()).toEqual(['exit_code', 'log']);
+    // B's clean-up after its directory was removed (by another host, or by hand): nothing to do, no error.
+    await b.stopJob(onB, 0);
+    rmSync(b.jobDirectory(onB), { recursive: true, force: true });
+    await b.cleanupRun(runId, undefined, [b.jobDirectory(onB)]);
+    await a.cleanupRun(runId, undefined, [a.jobDirectory(onA), b.jobDirectory(onB)]);
+  }, 60_000);
 });
