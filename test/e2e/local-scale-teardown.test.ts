@@ -2,7 +2,8 @@ import type { ChildProcess } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
-import { stopRunSignal } from '../../workflows/messages';
+import { withAllJobs } from '../../src/client/run-jobs';
+import { runJobsQuery, runStateQuery, stopRunSignal } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
 import { leftovers } from '../helpers/leftovers';
 import { makePlan } from '../helpers/plans';
@@ -69,12 +70,21 @@ describe('a large local run and a worker with few file descriptors', () => {
     try {
       const started = Date.now();
       const handle = await env.client.workflow.start('RunWorkflow', { taskQueue, workflowId: runWorkflowId(name), args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }] });
-      const running = await unlessWorkerDies(worker, waitForRunState(handle, (s) => s.jobs.every((j) => j.status === 'RUNNING'), 240_000));
+      // A large run's state comes a page of jobs at a time.
+      const allJobs = async (state: RunState) => await withAllJobs(state, (offset, limit) => handle.query(runJobsQuery, { offset, limit }));
+      await unlessWorkerDies(worker, waitForRunState(handle, (s) => s.status === 'RUNNING', 240_000));
+      let running = await allJobs(await handle.query(runStateQuery));
+      while (!(running.jobs.length === NODES && running.jobs.every((j) => j.status === 'RUNNING'))) {
+        await unlessWorkerDies(worker, new Promise((r) => setTimeout(r, 250)));
+        running = await allJobs(await handle.query(runStateQuery));
+      }
       const runningAfter = Date.now() - started;
       expect(new Set(running.jobs.map((j) => j.instance?.internal_ip)).size).toBe(NODES);
       const stopping = Date.now();
       await handle.signal(stopRunSignal, { abort: false });
-      const state = (await unlessWorkerDies(worker, handle.result())) as RunState;
+      await unlessWorkerDies(worker, handle.result());
+      const state = await allJobs(await handle.query(runStateQuery));
+      expect(state.jobs).toHaveLength(NODES);
       const tornDown = Date.now() - stopping;
       console.log(`${NODES} nodes: all RUNNING after ${runningAfter} ms, torn down in ${tornDown} ms, the worker's peak open files ${peak} (limit ${FILE_LIMIT})`);
       expect(state.status).toBe('TERMINATED');
