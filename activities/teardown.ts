@@ -1,25 +1,33 @@
 import type { JobRef } from '../src/backends/backend';
-import { Slots } from '../src/concurrency/slots';
+import { mapLimit } from '../src/concurrency/map-limit';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
 import type { BackendRegistry, ReleaseJobsInput, ReleaseRunInput, StopJobsInput } from './types';
 
 /** Job attempts given back at once by one releaseJobs: a resize of many nodes must not open as many SSH commands at once. */
 const RELEASES_IN_FLIGHT = 8;
+/**
+ * Jobs stopped at once by one stopJobs: a run's whole teardown stops every job, and a thousand
+ * stops at once held a thousand files open. A stop mostly waits (for its processes to end), and
+ * the local fleet's waiting stops share their scans, so many may wait together.
+ */
+const STOPS_IN_FLIGHT = 256;
 
-/** Runs `act` on every job (heartbeating meanwhile); fails, naming each job, only if one failed. */
-async function everyJob(jobs: JobRef[], what: string, act: (job: JobRef) => Promise<void>): Promise<void> {
-  const results = await whileHeartbeating(() => Promise.allSettled(jobs.map(act)));
-  const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [`${jobs[i]?.job_name}: ${String(r.reason)}`] : []));
+/** Runs `act` on every job, `limit` at a time (heartbeating meanwhile); fails, naming each job, only if one failed. */
+async function everyJob(jobs: JobRef[], what: string, limit: number, act: (job: JobRef) => Promise<void>): Promise<void> {
+  const results = await whileHeartbeating(() =>
+    mapLimit(jobs, limit, (job) => act(job).then(() => null, (err: unknown) => `${job.job_name}: ${String(err)}`)),
+  );
+  const failed = results.filter((r): r is string => r !== null);
   if (failed.length > 0) throw new Error(`could not ${what} ${failed.join('; ')}`);
 }
 
 export function createTeardownActivities(backends: BackendRegistry) {
   return {
-    /** Stops every listed job's process group (all in parallel); fails only if one could not be stopped. */
+    /** Stops every listed job's process group (STOPS_IN_FLIGHT at a time); fails only if one could not be stopped. */
     async stopJobs({ backend, jobs, grace_s }: StopJobsInput): Promise<void> {
       const target = backendFor(backends, backend);
-      await everyJob(jobs, 'stop', (job) => target.stopJob(job, grace_s));
+      await everyJob(jobs, 'stop', STOPS_IN_FLIGHT, (job) => target.stopJob(job, grace_s));
     },
 
     /**
@@ -28,8 +36,7 @@ export function createTeardownActivities(backends: BackendRegistry) {
      */
     async releaseJobs({ backend, jobs, grace_s }: ReleaseJobsInput): Promise<void> {
       const target = backendFor(backends, backend);
-      const slots = new Slots(RELEASES_IN_FLIGHT);
-      await everyJob(jobs, 'release', (job) => slots.with(() => target.releaseJob(job, grace_s)));
+      await everyJob(jobs, 'release', RELEASES_IN_FLIGHT, (job) => target.releaseJob(job, grace_s));
     },
 
     /** Gives back every machine of the submission, including any the workflow never heard of. */

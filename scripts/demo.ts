@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { NoWorkerError, TroupeClient } from '../src/client';
-import { devServerOptionsFromEnv, pidAlive, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { DevServerPortTaken, devServerOptionsFromEnv, pidAlive, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 import { startCodecSidecar, stopCodecSidecar } from '../src/devserver/codec-sidecar';
 
 const example = 'examples/pd-disagg-local.yml';
@@ -74,7 +74,7 @@ async function main(): Promise<number> {
     return 0;
   }
   const handle = await startDevServer(server);
-  console.log(`Temporal dev server at ${handle.address} (pid ${handle.pid}); Web UI ${handle.uiAddress}`);
+  console.log(`Temporal dev server at ${handle.address} (${handle.reused ? 'already running, ' : ''}pid ${handle.pid}); Web UI ${handle.uiAddress}`);
   // The Web UI decodes inputs and results through it: without it every field is an encrypted blob.
   const codec = await startCodecSidecar(server);
   if (codec) console.log(`codec server for the Web UI at ${codec.endpoint}`);
@@ -96,4 +96,11 @@ async function main(): Promise<number> {
   return code;
 }
 
-process.exitCode = await main();
+try {
+  process.exitCode = await main();
+} catch (err) {
+  // The port held by something else is the user's to sort out: one line, not a stack trace.
+  if (!(err instanceof DevServerPortTaken)) throw err;
+  console.error(err.message);
+  process.exitCode = 1;
+}

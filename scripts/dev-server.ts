@@ -1,4 +1,4 @@
-import { devServerOptionsFromEnv, runningDevServer, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { DevServerPortTaken, devServerOptionsFromEnv, runningDevServer, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 import { startCodecSidecar, stopCodecSidecar } from '../src/devserver/codec-sidecar';
 
 /**
@@ -8,9 +8,13 @@ import { startCodecSidecar, stopCodecSidecar } from '../src/devserver/codec-side
 const opts = devServerOptionsFromEnv();
 const command = process.argv[2] ?? 'status';
 if (command === 'start') {
-  const h = await startDevServer(opts);
+  const h = await startDevServer(opts).catch((err: unknown) => {
+    if (!(err instanceof DevServerPortTaken)) throw err;
+    console.error(err.message);
+    process.exit(1);
+  });
   const codec = await startCodecSidecar(opts);
-  console.log(`Temporal dev server ready at ${h.address} (pid ${h.pid}); Web UI ${h.uiAddress}${codec ? `; codec server ${codec.endpoint}` : ''}`);
+  console.log(`Temporal dev server ready at ${h.address} (${h.reused ? 'already running, ' : ''}pid ${h.pid}); Web UI ${h.uiAddress}${codec ? `; codec server ${codec.endpoint}` : ''}`);
 } else if (command === 'stop') {
   const codec = await stopCodecSidecar(opts);
   console.log((await stopDevServer(opts)) ? `stopped${codec ? ' (and its codec server)' : ''}` : 'not running');

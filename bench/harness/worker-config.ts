@@ -8,6 +8,8 @@ export const WorkerConfigSchema = z.object({
   backend: z.discriminatedUnion('kind', [
     z.object({ kind: z.literal('simulated'), job_duration_ms: z.number().int().nonnegative() }),
     z.object({ kind: z.literal('shared-simulated'), dir: z.string(), job_duration_ms: z.number().int().nonnegative() }),
+    /** The real local fleet (bench/scale-real.ts), registered as `local`. */
+    z.object({ kind: z.literal('local'), state_dir: z.string(), network: z.enum(['netns', 'loopback']), subnet: z.string().optional() }),
   ]),
   /** The worker's activity slots; the SDK's default (100) when absent. */
   max_concurrent_activities: z.number().int().positive().optional(),

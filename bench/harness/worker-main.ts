@@ -1,12 +1,15 @@
 /**
- * A Troupe worker in its own process, for the benches: SIMULATED backends only, configured by the
- * JSON in TROUPE_BENCH_WORKER (see WorkerConfigSchema). Prints "ready" once polling; SIGTERM stops it.
+ * A Troupe worker in its own process, for the benches: a simulated backend, or the real local
+ * fleet (as `local`), configured by the JSON in TROUPE_BENCH_WORKER (see WorkerConfigSchema).
+ * Prints "ready" once polling; SIGTERM stops it.
  */
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
 import { DEFAULT_MAX_ACTIVITIES } from '../../src/worker/create-worker';
 import { troupeDataConverter } from '../../src/codec/data-converter';
 import { SimulatedBackend } from '../../src/backends/simulated/simulated-backend';
+import { LocalBackend } from '../../src/backends/local/local-backend';
+import { raiseFileLimit } from '../../src/worker/file-limit';
 import { SharedSimulatedBackend } from './shared-simulated-backend';
 import { quietRuntime } from './temporal-env';
 import { WorkerConfigSchema } from './worker-config';
@@ -15,12 +18,17 @@ import { workerMetrics } from '../../src/metrics/troupe-metrics';
 
 const config = WorkerConfigSchema.parse(JSON.parse(process.env.TROUPE_BENCH_WORKER ?? '{}'));
 quietRuntime();
-const backends: BackendRegistry = {
-  simulated:
-    config.backend.kind === 'shared-simulated'
-      ? new SharedSimulatedBackend(config.backend.dir, config.backend.job_duration_ms)
-      : new SimulatedBackend({ jobDurationMs: config.backend.job_duration_ms, groupProvisioning: true }),
-};
+const { backend } = config;
+const backends: BackendRegistry =
+  backend.kind === 'local'
+    ? { local: new LocalBackend({ stateDir: backend.state_dir, network: backend.network, ...(backend.subnet ? { subnet: backend.subnet } : {}) }) }
+    : {
+        simulated:
+          backend.kind === 'shared-simulated'
+            ? new SharedSimulatedBackend(backend.dir, backend.job_duration_ms)
+            : new SimulatedBackend({ jobDurationMs: backend.job_duration_ms, groupProvisioning: true }),
+      };
+await raiseFileLimit();
 const connection = await NativeConnection.connect({ address: config.address });
 const worker = await Worker.create({
   connection,

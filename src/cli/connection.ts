@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { createConnection } from 'node:net';
 import type { TLSConfig } from '@temporalio/client';
 import type { NativeConnection } from '@temporalio/worker';
 import { TroupeClient } from '../client';
@@ -123,38 +124,108 @@ function tlsConfig(settings: ConnectionSettings): TLSConfig | null {
   };
 }
 
-function unreachable(settings: ConnectionSettings, err: unknown): CliError {
+/** How long the CLI waits for the service: to accept a connection, to answer it, to answer a first request. */
+const CONNECT_TIMEOUT_S = 5;
+const FIRST_ANSWER_TIMEOUT_S = 10;
+const WHAT_TO_DO = 'start the embedded one with `npm run dev-server -- start`, or point Troupe at yours with --address / TEMPORAL_ADDRESS';
+
+/** One line: what failed at which address, and what to check. */
+function unreachable(settings: ConnectionSettings, reason: string, advice = WHAT_TO_DO): CliError {
+  return new CliError(`cannot reach the Temporal service at ${settings.address}: ${reason.replaceAll('\n', ' ')}; ${advice}`);
+}
+
+/**
+ * Whether anything accepts a TCP connection at the address: a refused port is told at once
+ * (gRPC would try again until its deadline), and a port that accepts but never answers is told
+ * apart from one where nothing listens.
+ */
+function tcpProbe(address: string, timeoutMs: number): Promise<'open' | string> {
+  const match = /^\[?(.*?)\]?:(\d+)$/.exec(address);
+  if (!match) return Promise.resolve('open');
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: match[1] ?? '', port: Number(match[2]) });
+    const done = (result: string) => {
+      socket.destroy();
+      resolve(result);
+    };
+    socket.setTimeout(timeoutMs, () => done(`no answer to a connection within ${timeoutMs / 1000} s`));
+    socket.once('connect', () => done('open'));
+    socket.once('error', (err: NodeJS.ErrnoException) =>
+      done(err.code === 'ECONNREFUSED' ? 'connection refused (nothing listens there)' : err.code === 'ENOTFOUND' ? 'no such host' : err.message),
+    );
+  });
+}
+
+async function refuseUnlessListening(settings: ConnectionSettings): Promise<void> {
+  const probe = await tcpProbe(settings.address, CONNECT_TIMEOUT_S * 1000);
+  if (probe !== 'open') throw unreachable(settings, probe);
+}
+
+function connectFailure(settings: ConnectionSettings, err: unknown): CliError {
   const reason = err instanceof Error ? err.message : String(err);
-  return new CliError(
-    `cannot reach the Temporal service at ${settings.address}: ${reason}\n` +
-      'Start the embedded one with `npm run dev-server -- start`, or point Troupe at yours with ' +
-      '--address / TEMPORAL_ADDRESS (and --namespace, TLS or API key as it needs).',
-  );
+  if (/deadline|timeout expired/i.test(reason)) {
+    return unreachable(
+      settings,
+      `it accepts connections but no Temporal service answered within ${CONNECT_TIMEOUT_S} s`,
+      'check that this is the frontend\'s gRPC port (not the Web UI) and its TLS settings (--tls-*, --api-key)',
+    );
+  }
+  return unreachable(settings, reason);
+}
+
+/**
+ * A first request with a deadline: a service whose frontend is up while its database is not
+ * (PostgreSQL down) accepts the connection and then leaves every call waiting; the CLI says so
+ * instead of hanging. Any other answer, even an error, is left to the command.
+ */
+async function firstAnswer(settings: ConnectionSettings, client: TroupeClient): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const request = client.temporal.workflowService
+    .listWorkflowExecutions({ namespace: settings.namespace, pageSize: 1 })
+    .then(() => 'answered' as const, () => 'answered' as const);
+  const late = new Promise<'late'>((resolve) => {
+    timer = setTimeout(() => resolve('late'), FIRST_ANSWER_TIMEOUT_S * 1000);
+  });
+  const outcome = await Promise.race([request, late]);
+  clearTimeout(timer);
+  if (outcome === 'late') {
+    await client.close();
+    throw unreachable(
+      settings,
+      `it accepted the connection but did not answer a request within ${FIRST_ANSWER_TIMEOUT_S} s`,
+      "check the service's health and its database (e.g. PostgreSQL): its logs say why",
+    );
+  }
 }
 
 /** A Troupe client over a connection of its own (close it with `close()`). */
 export async function connectClient(settings: ConnectionSettings): Promise<TroupeClient> {
   const tls = tlsConfig(settings);
   const dataConverter = troupeDataConverter();
+  await refuseUnlessListening(settings);
+  let client: TroupeClient;
   try {
-    return await TroupeClient.connect({
+    client = await TroupeClient.connect({
       dataConverter,
       address: settings.address,
       namespace: settings.namespace,
       taskQueue: settings.taskQueue,
-      connectTimeout: '5s',
+      connectTimeout: `${CONNECT_TIMEOUT_S}s`,
       ...(tls ? { tls } : {}),
       ...(settings.apiKey ? { apiKey: settings.apiKey } : {}),
     });
   } catch (err) {
-    throw unreachable(settings, err);
+    throw connectFailure(settings, err);
   }
+  await firstAnswer(settings, client);
+  return client;
 }
 
 /** The worker's connection (the native one the Worker needs). */
 export async function connectWorker(settings: ConnectionSettings): Promise<NativeConnection> {
   const { NativeConnection } = await import('@temporalio/worker');
   const tls = tlsConfig(settings);
+  await refuseUnlessListening(settings);
   try {
     return await NativeConnection.connect({
       address: settings.address,
@@ -162,6 +233,6 @@ export async function connectWorker(settings: ConnectionSettings): Promise<Nativ
       ...(settings.apiKey ? { apiKey: settings.apiKey } : {}),
     });
   } catch (err) {
-    throw unreachable(settings, err);
+    throw connectFailure(settings, err);
   }
 }

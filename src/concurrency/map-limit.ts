@@ -1,9 +1,9 @@
 /** `fn` over `items` with at most `limit` calls in flight; results in input order. */
-export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
   const lane = async () => {
-    for (let i = next++; i < items.length; i = next++) results[i] = await fn(items[i] as T);
+    for (let i = next++; i < items.length; i = next++) results[i] = await fn(items[i] as T, i);
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
   return results;

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { join } from 'node:path';
 import { DEFAULT_CODEC_PORT } from '../codec/codec-server';
@@ -70,6 +70,13 @@ export interface DevServerHandle {
   pid: number;
   address: string;
   uiAddress: string;
+  /** A Temporal service that already listened on the port (not started by this module's options): stopDevServer leaves it alone. */
+  reused: boolean;
+}
+
+/** The port is held by something that is not a Temporal service; the message says what and how to free it. */
+export class DevServerPortTaken extends Error {
+  override readonly name = 'DevServerPortTaken';
 }
 
 export function defaultDevServerOptions(overrides: Partial<DevServerOptions> = {}): DevServerOptions {
@@ -148,22 +155,85 @@ export function runningDevServer(opts: DevServerOptions): number | null {
   return recordedPid(pidFile(opts));
 }
 
+/** Whether a Temporal service answers on the port (`temporal operator cluster health`), within `timeoutMs` if given. */
+async function temporalAnswers(opts: DevServerOptions, timeoutMs?: number): Promise<boolean> {
+  const health = spawn(opts.temporalBin, ['operator', 'cluster', 'health', '--address', `127.0.0.1:${opts.port}`], {
+    stdio: 'ignore',
+  });
+  const timer = timeoutMs === undefined ? undefined : setTimeout(() => health.kill('SIGKILL'), timeoutMs);
+  const code = await new Promise<number | null>((r) => health.once('exit', r));
+  clearTimeout(timer);
+  return code === 0;
+}
+
 async function waitHealthy(opts: DevServerOptions, pid: number, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (!pidAlive(pid)) {
       throw new Error(`the Temporal dev server exited during start-up; see ${join(opts.stateDir, 'temporal.log')}`);
     }
-    if (await portIsOpen(opts.port)) {
-      const health = spawn(opts.temporalBin, ['operator', 'cluster', 'health', '--address', `127.0.0.1:${opts.port}`], {
-        stdio: 'ignore',
-      });
-      const code = await new Promise<number | null>((r) => health.once('exit', r));
-      if (code === 0) return;
-    }
+    if ((await portIsOpen(opts.port)) && (await temporalAnswers(opts))) return;
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(`the Temporal dev server on 127.0.0.1:${opts.port} was not healthy after ${timeoutMs / 1000}s`);
+}
+
+/**
+ * The process that listens on a TCP port of this machine (its socket's inode in /proc/net/tcp,
+ * then the process holding that socket), with its command line; null when it cannot be seen
+ * (another user's process, without root).
+ */
+export function portHolder(port: number): { pid: number; command: string } | null {
+  const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(table, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      // local address, state 0A (LISTEN), inode
+      if (f[1]?.endsWith(`:${hexPort}`) && f[3] === '0A' && f[9]) inodes.add(`socket:[${f[9]}]`);
+    }
+  }
+  if (inodes.size === 0) return null;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${entry}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      let target = '';
+      try {
+        target = readlinkSync(`/proc/${entry}/fd/${fd}`);
+      } catch {
+        continue;
+      }
+      if (!inodes.has(target)) continue;
+      let command = '';
+      try {
+        command = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ');
+      } catch {
+        // gone meanwhile
+      }
+      return { pid: Number(entry), command: command.length > 80 ? `${command.slice(0, 77)}...` : command };
+    }
+  }
+  return null;
+}
+
+/** One line: what holds the port and how to free it. */
+function portTakenMessage(port: number, holder: { pid: number; command: string } | null): string {
+  const who = holder ? `pid ${holder.pid} (${holder.command || 'no command line'})` : 'a process this user cannot see';
+  const stop = holder ? `stop it (\`kill ${holder.pid}\`)` : 'stop it';
+  const what = holder ? 'which is not a Temporal service' : 'not a dev server of this checkout';
+  return `port ${port} on 127.0.0.1 is held by ${who}, ${what}: ${stop}, or use another port (TROUPE_DEV_SERVER_PORT)`;
 }
 
 /** Starts the dev server detached (it outlives this process) and waits until it is healthy. */
@@ -173,6 +243,7 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
   }
   const handle = (pid: number): DevServerHandle => ({
     pid,
+    reused: false,
     address: `127.0.0.1:${opts.port}`,
     uiAddress: `http://127.0.0.1:${opts.uiPort}`,
   });
@@ -182,7 +253,10 @@ export async function startDevServer(opts: DevServerOptions, timeoutMs = 60_000)
     return handle(existing);
   }
   if (await portIsOpen(opts.port)) {
-    throw new Error(`port ${opts.port} on 127.0.0.1 is already taken by another process`);
+    // Another checkout's dev server, or one started by hand: a Temporal service there is used as it is.
+    const holder = portHolder(opts.port);
+    if (holder && (await temporalAnswers(opts, 3_000))) return { ...handle(holder.pid), reused: true };
+    throw new DevServerPortTaken(portTakenMessage(opts.port, holder));
   }
   // The database holds every run's history (sealed and encrypted payloads, but also names, hosts,
   // timings): its folder is the owner's alone, and the server makes its files without group or

@@ -17,6 +17,7 @@ import { workerMetrics } from '../metrics/troupe-metrics';
 import { metricsSinks } from './metrics-sinks';
 import { OpenTelemetryPlugin } from '@temporalio/interceptors-opentelemetry';
 import { tracingWorkflowModules, type Tracing } from '../tracing/tracing';
+import { raiseFileLimit } from './file-limit';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -55,6 +56,7 @@ export const quietBundler = {
 
 /** A worker that runs Troupe's workflows and drives the given backends. */
 export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Worker> {
+  await raiseFileLimit();
   return await Worker.create({
     connection: opts.connection,
     namespace: opts.namespace,
@@ -103,6 +105,10 @@ export const DEFAULT_BACKEND_NAMES = [LOCAL_BACKEND, SSH_BACKEND] as const;
 
 export interface DefaultBackendsOptions {
   stateDir: string;
+  /** The local fleet's addresses (`troupe worker --local-subnet`, TROUPE_LOCAL_SUBNET); default: a /22 per state directory. */
+  localSubnet?: string;
+  /** The local fleet's most nodes at once (`--local-capacity`, TROUPE_LOCAL_CAPACITY); default: the whole subnet. */
+  localCapacity?: number;
   /** Where the fleets' workflows run: given, the worker also has `ssh` (SSH fleets, which it reaches through them). */
   temporal?: { connection: ConnectionLike; namespace: string; taskQueue: string; dataConverter?: DataConverter };
 }
@@ -118,7 +124,13 @@ function localGpus(): number {
 /** The backends a worker has: the local fleet (processes on this machine), and SSH fleets when it can reach their workflows. */
 export function defaultBackends(opts: DefaultBackendsOptions): BackendRegistry {
   const backends: Record<string, Backend> = {
-    [LOCAL_BACKEND]: new LocalBackend({ stateDir: join(opts.stateDir, 'local'), network: 'auto', gpus: localGpus() }),
+    [LOCAL_BACKEND]: new LocalBackend({
+      stateDir: join(opts.stateDir, 'local'),
+      network: 'auto',
+      gpus: localGpus(),
+      ...(opts.localSubnet !== undefined ? { subnet: opts.localSubnet } : {}),
+      ...(opts.localCapacity !== undefined ? { capacity: opts.localCapacity } : {}),
+    }),
   };
   if (opts.temporal) {
     const client = new Client({ connection: opts.temporal.connection, namespace: opts.temporal.namespace, dataConverter: opts.temporal.dataConverter ?? troupeDataConverter() });

@@ -37,7 +37,15 @@ export interface SshFleetEnv {
   close(): Promise<void>;
 }
 
-export async function startSshFleetEnv(specs: TestHostSpec[]): Promise<SshFleetEnv> {
+export interface SshFleetEnvOptions {
+  /**
+   * Every host's jobs in one directory, as hosts that share an NFS home directory have them
+   * (`~/.troupe/jobs` is then one directory for all): `<dir>/home/.troupe/jobs`.
+   */
+  sharedHome?: boolean;
+}
+
+export async function startSshFleetEnv(specs: TestHostSpec[], options: SshFleetEnvOptions = {}): Promise<SshFleetEnv> {
   const hosts = await createTestHosts(specs.map((s) => ({ skipBashrc: true, ...s })));
   const dir = mkdtempSync(join(tmpdir(), 'troupe-ssh-fleet-'));
   const { client, close: closeClient } = await testClient();
@@ -49,8 +57,9 @@ export async function startSshFleetEnv(specs: TestHostSpec[]): Promise<SshFleetE
     timeouts: FAST_SSH,
     unreachableLimitMs: 3_000,
     releaseGraceSeconds: 2,
-    // The hosts share one disk: each keeps its jobs apart, as separate machines would.
+    // The hosts share one disk: each keeps its jobs apart, as separate machines would (unless they share a home).
     jobBaseDir: ({ hostname }) => {
+      if (options.sharedHome) return join(dir, 'home', '.troupe', 'jobs');
       const base = byAddress.get(hostname);
       if (!base) throw new Error(`no test host at ${hostname}`);
       return base;

@@ -14,12 +14,18 @@ export interface WorkerProcessOptions {
   env?: Record<string, string>;
   /** Pipes given to the worker as fds 3, 4, … (inherited, not close-on-exec): what a worker started by another program may hold. */
   extraFds?: number;
+  /** `ulimit -n` (soft and hard) of the worker process: how many files it may hold open at once. */
+  fileLimit?: number;
 }
 
 /** Starts test/helpers/worker-process.ts in its own process and waits until it polls. */
 export async function startWorkerProcess(opts: WorkerProcessOptions): Promise<ChildProcess> {
   const script = fileURLToPath(new URL('./worker-process.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  const command = [process.execPath, '--import', 'tsx', script];
+  const [file, args] = opts.fileLimit === undefined
+    ? [command[0] as string, command.slice(1)]
+    : ['bash', ['-c', `ulimit -n ${opts.fileLimit} && exec "$@"`, 'bash', ...command]];
+  const child = spawn(file, args, {
     env: {
       ...process.env,
       TEMPORAL_ADDRESS: temporalAddress(),
@@ -38,9 +44,9 @@ export async function startWorkerProcess(opts: WorkerProcessOptions): Promise<Ch
   return child;
 }
 
-/** The run's state once `check` holds (polled; 90 s at most). */
-export async function waitForRunState(handle: { query: (q: typeof runStateQuery) => Promise<RunState> }, check: (s: RunState) => boolean): Promise<RunState> {
-  const deadline = Date.now() + 90_000;
+/** The run's state once `check` holds (polled; `timeoutMs`, 90 s by default, at most). */
+export async function waitForRunState(handle: { query: (q: typeof runStateQuery) => Promise<RunState> }, check: (s: RunState) => boolean, timeoutMs = 90_000): Promise<RunState> {
+  const deadline = Date.now() + timeoutMs;
   for (;;) {
     const state = await handle.query(runStateQuery);
     if (check(state)) return state;

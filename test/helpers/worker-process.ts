@@ -2,7 +2,8 @@
  * A Troupe worker in its own process, so a test can kill -9 it. Configured by environment:
  * TEMPORAL_ADDRESS, TROUPE_TASK_QUEUE, TROUPE_LOCAL_STATE_DIR, and TEST_PROVISION_DELAY_MS /
  * TEST_ONE_JOB_PER_CALL to make provisioning slow enough to be interrupted, TEST_LOCAL_CAPACITY to
- * give the local fleet fewer nodes, TEST_REAPER_INTERVAL_MS for its reaper's passes.
+ * give the local fleet fewer nodes, TEST_REAPER_INTERVAL_MS for its reaper's passes,
+ * TEST_LOCAL_NETWORK=loopback for loopback addresses (no namespaces).
  */
 import { DefaultLogger, NativeConnection, Runtime, makeTelemetryFilterString } from '@temporalio/worker';
 import { LocalBackend } from '../../src/backends/local/local-backend';
@@ -22,7 +23,8 @@ Runtime.install({
 });
 
 const capacity = process.env.TEST_LOCAL_CAPACITY;
-const local = new LocalBackend({ stateDir: required('TROUPE_LOCAL_STATE_DIR'), network: 'auto', ...(capacity ? { capacity: Number(capacity) } : {}) });
+const network = process.env.TEST_LOCAL_NETWORK === 'loopback' ? 'loopback' : 'auto';
+const local = new LocalBackend({ stateDir: required('TROUPE_LOCAL_STATE_DIR'), network, ...(capacity ? { capacity: Number(capacity) } : {}) });
 const backend = new RecordingBackend(local, {
   provisionDelayMs: Number(process.env.TEST_PROVISION_DELAY_MS ?? 0),
   groupProvisioning: process.env.TEST_ONE_JOB_PER_CALL === '1' ? false : undefined,

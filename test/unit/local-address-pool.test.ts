@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { numberToIp, ipToNumber, parseSubnet, poolAddresses, subnetContains } from '../../src/backends/local/address-pool';
-import { defaultLocalSubnet } from '../../src/backends/local/local-backend';
+import { defaultLocalSubnet, localPool } from '../../src/backends/local/local-backend';
 import { localInstanceId, nodeLinkNames, pathSegment } from '../../src/backends/local/local-names';
 
 describe('local fleet addresses', () => {
@@ -30,18 +30,28 @@ describe('local fleet addresses', () => {
 });
 
 describe('default subnet of a fleet', () => {
-  it('is a /24 of 10.213.1-199 (netns) or 127.213.1-199 (loopback), fixed by the state directory', () => {
+  it('is a /22 (1,022 nodes) of 10.213.4-199 (netns) or 127.213.4-199 (loopback), fixed by the state directory', () => {
     const dirs = Array.from({ length: 50 }, (_, i) => `/tmp/state-${i}`);
     for (const dir of dirs) {
       const netns = defaultLocalSubnet('netns', dir);
-      expect(netns).toMatch(/^10\.213\.(\d+)\.0\/24$/);
+      expect(netns).toMatch(/^10\.213\.(\d+)\.0\/22$/);
       const third = Number(netns.split('.')[2]);
-      expect(third).toBeGreaterThanOrEqual(1);
-      expect(third).toBeLessThanOrEqual(199);
-      expect(defaultLocalSubnet('loopback', dir)).toBe(`127.213.${third}.0/24`);
+      expect(third).toBeGreaterThanOrEqual(4);
+      expect(third + 3).toBeLessThanOrEqual(199);
+      expect(defaultLocalSubnet('loopback', dir)).toBe(`127.213.${third}.0/22`);
       expect(defaultLocalSubnet('netns', `${dir}/`)).toBe(netns);
+      expect(localPool('netns', netns, null)).toHaveLength(1022);
+      expect(localPool('loopback', defaultLocalSubnet('loopback', dir), null)).toHaveLength(1022);
     }
-    expect(new Set(dirs.map((d) => defaultLocalSubnet('netns', d))).size).toBeGreaterThan(30);
+    expect(new Set(dirs.map((d) => defaultLocalSubnet('netns', d))).size).toBeGreaterThan(25);
+  });
+
+  it('takes a subnet and capacity of the user, inside the mode\'s range', () => {
+    expect(localPool('loopback', '127.214.0.0/20', null)).toHaveLength(4094);
+    expect(localPool('loopback', '127.214.0.0/20', 1000)).toHaveLength(1000);
+    expect(localPool('netns', '10.213.0.0/16', null)).not.toContain('10.213.0.1');
+    expect(() => localPool('netns', '10.214.0.0/22', null)).toThrow('must lie inside 10.213.0.0/16 in netns mode');
+    expect(() => localPool('loopback', '10.213.4.0/22', null)).toThrow('must lie inside 127.0.0.0/8');
   });
 });
 

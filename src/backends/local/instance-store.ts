@@ -4,6 +4,10 @@ import { z } from 'zod';
 import { createFileExclusive, isErrno, pathExists, readJsonFile, removeFile, removeOrphanedTemps, writeFileAtomic } from './state-files';
 import { attemptDirectoryName } from '../../runner/job-layout';
 import { pathSegment } from './local-names';
+import { mapLimit } from '../../concurrency/map-limit';
+
+/** State files read at once when a whole directory is read (every record, every lease): a few dozen descriptors, not thousands. */
+const READS_IN_FLIGHT = 32;
 
 /**
  * The local fleet's state, in files under its state directory, shared by every worker process on
@@ -45,7 +49,7 @@ export const RunOwnerSchema = z.object({ run_workflow_id: z.string(), run_id: z.
 export type RunOwner = z.infer<typeof RunOwnerSchema>;
 
 const LeaseSchema = z.object({ instance_id: z.string(), run_id: z.string(), submission: z.number().int() });
-type Lease = z.infer<typeof LeaseSchema>;
+export type Lease = z.infer<typeof LeaseSchema>;
 
 export class InstanceStore {
   constructor(readonly stateDir: string) {}
@@ -130,9 +134,8 @@ export class InstanceStore {
 
   async allRecords(): Promise<LocalInstanceRecord[]> {
     const names = await listDir(join(this.stateDir, 'instances'));
-    const records = await Promise.all(
-      names.filter((n) => n.endsWith('.json')).map((n) => this.readRecord(n.slice(0, -'.json'.length))),
-    );
+    const ids = names.filter((n) => n.endsWith('.json')).map((n) => n.slice(0, -'.json'.length));
+    const records = await mapLimit(ids, READS_IN_FLIGHT, (id) => this.readRecord(id));
     return records.filter((r): r is LocalInstanceRecord => r !== null);
   }
 
@@ -146,7 +149,7 @@ export class InstanceStore {
 
   private async leases(): Promise<Map<string, Lease>> {
     const ips = (await listDir(join(this.stateDir, 'leases'))).filter((n) => !n.includes('.tmp-'));
-    const entries = await Promise.all(ips.map(async (ip) => [ip, await this.readLease(ip)] as const));
+    const entries = await mapLimit(ips, READS_IN_FLIGHT, async (ip) => [ip, await this.readLease(ip)] as const);
     return new Map(entries.filter((e): e is readonly [string, Lease] => e[1] !== null));
   }
 
@@ -157,20 +160,38 @@ export class InstanceStore {
   }
 
   /**
-   * An address for the instance: the one it already leased (a provision() that died before
-   * writing its record), else the first free one of `pool`. Exclusive creation makes two
-   * processes never lease one address. Null when the pool is full.
+   * An address for each instance, in one pass over the leases and the pool (a batch of a thousand
+   * reads the lease files once, not once per instance): the one it already leased (a provision()
+   * that died before writing its record), else the next free one of `pool`. Exclusive creation
+   * makes two processes never lease one address. All or nothing: when the pool has too few free
+   * addresses, the ones taken here are given back and the answer is null.
    */
-  async leaseAddress(owner: Lease, pool: readonly string[]): Promise<{ ip: string; fresh: boolean } | null> {
+  async leaseAddresses(owners: readonly Lease[], pool: readonly string[]): Promise<Map<string, string> | null> {
     const held = await this.leases();
-    for (const [ip, lease] of held) {
-      if (lease.instance_id === owner.instance_id) return { ip, fresh: false };
+    const leased = new Map<string, string>();
+    for (const [ip, lease] of held) leased.set(lease.instance_id, ip);
+    const out = new Map<string, string>();
+    const wanting = owners.filter((owner) => {
+      const earlier = leased.get(owner.instance_id);
+      if (earlier !== undefined) out.set(owner.instance_id, earlier);
+      return earlier === undefined;
+    });
+    // One cursor over the pool shared by a few lanes (creating a lease file is four system calls).
+    let next = 0;
+    const take = async (owner: Lease): Promise<string | null> => {
+      while (next < pool.length) {
+        const candidate = pool[next++] as string;
+        if (!held.has(candidate) && (await createFileExclusive(this.leasePath(candidate), `${JSON.stringify(owner)}\n`))) return candidate;
+      }
+      return null;
+    };
+    const taken = await mapLimit(wanting, READS_IN_FLIGHT, async (owner) => ({ owner, ip: await take(owner) }));
+    if (taken.some((t) => t.ip === null)) {
+      await mapLimit(taken, READS_IN_FLIGHT, async (t) => (t.ip === null ? undefined : await this.releaseAddress(t.ip, t.owner.instance_id)));
+      return null;
     }
-    for (const ip of pool) {
-      if (held.has(ip)) continue;
-      if (await createFileExclusive(this.leasePath(ip), `${JSON.stringify(owner)}\n`)) return { ip, fresh: true };
-    }
-    return null;
+    for (const t of taken) out.set(t.owner.instance_id, t.ip as string);
+    return out;
   }
 
   /** Gives the address back, only if the instance still holds it. */

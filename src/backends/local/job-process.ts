@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { JobLayout as L } from '../../runner/job-layout';
 import { BASH } from '../../runner/job-wrapper';
-import { environHas, isAlive, listPids, netnsInodeOf, readProcStat, type ProcessIdentity, type ProcStat } from './proc';
+import { scanProcesses, type ProcessIdentity, type ProcStat, type ScannedProcess } from './proc';
 import { spawner, type Detached } from './spawner';
 import { isErrno, pathExists, writeFileAtomic } from './state-files';
 
@@ -101,26 +101,55 @@ export interface JobProcessTarget {
   netnsInode: number | null;
 }
 
+/** One scan's processes, looked up by what identifies a job's. */
+interface ProcessIndex {
+  byPid: Map<number, ScannedProcess>;
+  byMarker: Map<string, ScannedProcess[]>;
+  byNetns: Map<number, ScannedProcess[]>;
+  byGroup: Map<number, ScannedProcess[]>;
+  bySession: Map<number, ScannedProcess[]>;
+}
+
+function push<K>(map: Map<K, ScannedProcess[]>, key: K, p: ScannedProcess): void {
+  const list = map.get(key);
+  if (list) list.push(p);
+  else map.set(key, [p]);
+}
+
+function indexProcesses(procs: readonly ScannedProcess[]): ProcessIndex {
+  const index: ProcessIndex = { byPid: new Map(), byMarker: new Map(), byNetns: new Map(), byGroup: new Map(), bySession: new Map() };
+  for (const p of procs) {
+    index.byPid.set(p.pid, p);
+    for (const m of p.markers) push(index.byMarker, m, p);
+    if (p.netnsInode !== null) push(index.byNetns, p.netnsInode, p);
+    push(index.byGroup, p.pgrp, p);
+    push(index.bySession, p.session, p);
+  }
+  return index;
+}
+
 /**
- * The job's live processes: its process group and session (while the leader is verified, or while
- * a member carries the marker: a pgid is never reused while in use), anything carrying the
- * marker, and anything in the job's namespace.
+ * The job's live processes in a scan: its process group and session (while the leader is
+ * verified, or while a member carries the marker: a pgid is never reused while in use), anything
+ * carrying the marker, and anything in the job's namespace.
  */
-export async function findJobProcesses(target: JobProcessTarget): Promise<ProcStat[]> {
-  const stats = (await Promise.all((await listPids()).map((pid) => readProcStat(pid)))).filter(
-    (s): s is ProcStat => s !== null && s.state !== 'Z' && s.pid !== process.pid && s.pid !== 1,
-  );
-  const marked = new Set<number>();
-  await Promise.all(
-    stats.map(async (s) => {
-      if (await environHas(s.pid, target.marker)) marked.add(s.pid);
-      else if (target.netnsInode !== null && (await netnsInodeOf(s.pid)) === target.netnsInode) marked.add(s.pid);
-    }),
-  );
-  let groupId: number | null = null;
-  if (target.leader && (await isAlive(target.leader))) groupId = target.leader.pid;
-  else if (target.leader && stats.some((s) => s.pgrp === target.leader?.pid && marked.has(s.pid))) groupId = target.leader.pid;
-  return stats.filter((s) => marked.has(s.pid) || (groupId !== null && (s.pgrp === groupId || s.session === groupId)));
+function jobProcessesIn(index: ProcessIndex, target: JobProcessTarget): ProcStat[] {
+  const found = new Set<ScannedProcess>(index.byMarker.get(target.marker) ?? []);
+  if (target.netnsInode !== null) for (const p of index.byNetns.get(target.netnsInode) ?? []) found.add(p);
+  const leader = target.leader;
+  if (leader) {
+    const alive = index.byPid.get(leader.pid)?.starttime === leader.starttime;
+    const group = index.byGroup.get(leader.pid) ?? [];
+    if (alive || group.some((p) => found.has(p))) {
+      for (const p of group) found.add(p);
+      for (const p of index.bySession.get(leader.pid) ?? []) found.add(p);
+    }
+  }
+  return [...found];
+}
+
+function markerName(target: JobProcessTarget): string {
+  return target.marker.slice(0, target.marker.indexOf('='));
 }
 
 function signal(pid: number, sig: NodeJS.Signals): void {
@@ -140,28 +169,95 @@ function signalAll(procs: readonly ProcStat[], sig: NodeJS.Signals): void {
   }
 }
 
+/** Pause between two scans while stops are under way. */
+const ROUND_MS = 50;
+/** How long processes may outlive SIGKILL before a stop fails. */
+const KILL_WAIT_MS = 10_000;
+
+interface StopRequest {
+  target: JobProcessTarget;
+  graceMs: number;
+  /** When SIGKILL follows the SIGTERM; null until the SIGTERM is sent. */
+  killAt: number | null;
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+/**
+ * Every stop under way in this process shares one scan of /proc per round: stopping a thousand
+ * jobs reads /proc a few times, not a thousand times each (a full scan per job exhausted the
+ * worker's file descriptors). A stop joins at the next scan, so the scan that finds its job's
+ * processes gone started after the stop was asked for.
+ */
+class JobStops {
+  private readonly waiting: StopRequest[] = [];
+  private looping = false;
+
+  stop(target: JobProcessTarget, graceMs: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ target, graceMs, killAt: null, resolve, reject });
+      if (!this.looping) {
+        this.looping = true;
+        void this.loop();
+      }
+    });
+  }
+
+  private async loop(): Promise<void> {
+    let active: StopRequest[] = [];
+    try {
+      while (active.length > 0 || this.waiting.length > 0) {
+        active.push(...this.waiting.splice(0));
+        let index: ProcessIndex;
+        try {
+          const procs = await scanProcesses({
+            markerNames: new Set(active.map((r) => markerName(r.target))),
+            netns: active.some((r) => r.target.netnsInode !== null),
+          });
+          index = indexProcesses(procs);
+        } catch (err) {
+          for (const r of active) r.reject(err instanceof Error ? err : new Error(String(err)));
+          active = [];
+          continue;
+        }
+        active = active.filter((r) => this.step(r, jobProcessesIn(index, r.target), Date.now()));
+        if (active.length > 0) await sleep(ROUND_MS);
+      }
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  /** One round of one stop; true while it goes on. */
+  private step(r: StopRequest, procs: readonly ProcStat[], now: number): boolean {
+    if (procs.length === 0) {
+      r.resolve();
+      return false;
+    }
+    try {
+      if (r.killAt === null) {
+        r.killAt = now + r.graceMs;
+        signalAll(procs, 'SIGTERM');
+      } else if (now >= r.killAt + KILL_WAIT_MS) {
+        throw new Error(`processes ${procs.map((p) => p.pid).join(', ')} survive SIGKILL`);
+      } else if (now >= r.killAt) {
+        signalAll(procs, 'SIGKILL');
+      }
+      return true;
+    } catch (err) {
+      r.reject(err instanceof Error ? err : new Error(String(err)));
+      return false;
+    }
+  }
+}
+
+const jobStops = new JobStops();
+
 /**
  * SIGTERM to every process of the job, SIGKILL to what is left after the grace period, then waits
  * until none is left. Throws if some survive SIGKILL (e.g. stuck in uninterruptible sleep).
+ * Concurrent stops share their scans of /proc (JobStops).
  */
-export async function stopJobProcesses(target: JobProcessTarget, graceMs: number): Promise<void> {
-  let procs = await findJobProcesses(target);
-  if (procs.length === 0) return;
-  signalAll(procs, 'SIGTERM');
-  const graceEnd = Date.now() + graceMs;
-  while (Date.now() < graceEnd) {
-    await sleep(Math.min(100, Math.max(graceEnd - Date.now(), 1)));
-    procs = await findJobProcesses(target);
-    if (procs.length === 0) return;
-  }
-  const killEnd = Date.now() + 10_000;
-  for (;;) {
-    signalAll(procs, 'SIGKILL');
-    await sleep(50);
-    procs = await findJobProcesses(target);
-    if (procs.length === 0) return;
-    if (Date.now() > killEnd) {
-      throw new Error(`processes ${procs.map((p) => p.pid).join(', ')} survive SIGKILL`);
-    }
-  }
+export function stopJobProcesses(target: JobProcessTarget, graceMs: number): Promise<void> {
+  return jobStops.stop(target, graceMs);
 }

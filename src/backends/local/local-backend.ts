@@ -55,6 +55,9 @@ import { writePeersFile } from './peers-file';
 import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
 import { readLocalJobUsage } from './job-usage';
 import type { JobUsage } from '../../metrics/job-usage';
+import { mapLimit } from '../../concurrency/map-limit';
+import { Slots } from '../../concurrency/slots';
+import { retryFdShortage } from '../../concurrency/fd-shortage';
 
 export interface LocalBackendOptions {
   /** Where instances, leases and job directories live; shared by the worker processes of this machine. */
@@ -73,7 +76,7 @@ export interface LocalBackendOptions {
   /**
    * Addresses to hand out: inside 10.213.0.0/16 (netns) or 127.0.0.0/8 (loopback). Leases live in
    * `stateDir`, so fleets with different state directories on one machine need disjoint subnets;
-   * the default is a /24 picked from the state directory's path (defaultLocalSubnet).
+   * the default is a /22 picked from the state directory's path (defaultLocalSubnet).
    */
   subnet?: string;
   /** GPUs an instance reports to a job that asks for some (this machine's are not inspected); default 0. */
@@ -99,13 +102,15 @@ export function defaultLocalStateDir(): string {
 }
 
 /**
- * The default subnet of a fleet: 10.213.N.0/24 (netns) or 127.213.N.0/24 (loopback), N in 1..199
- * from a hash of the state directory. Fleets with different state directories (a worker and a test
- * run on one machine) then rarely share addresses, and 200..254 stay free for explicit subnets.
+ * The default subnet of a fleet: 10.213.N.0/22 (netns) or 127.213.N.0/22 (loopback), 1,022
+ * nodes, N one of 4, 8, … 196 from a hash of the state directory. Fleets with different state
+ * directories (a worker and a test run on one machine) then rarely share addresses, and 200..255
+ * stay free for explicit subnets. A /22 is also what netns mode can hold: a Linux bridge takes at
+ * most 1,024 ports.
  */
 export function defaultLocalSubnet(mode: NetworkMode, stateDir: string): string {
-  const n = 1 + (createHash('sha256').update(resolve(stateDir)).digest().readUInt32BE(0) % 199);
-  return mode === 'netns' ? `10.213.${n}.0/24` : `127.213.${n}.0/24`;
+  const n = 4 * (1 + (createHash('sha256').update(resolve(stateDir)).digest().readUInt32BE(0) % 49));
+  return mode === 'netns' ? `10.213.${n}.0/22` : `127.213.${n}.0/22`;
 }
 /** Variables of the worker's environment a job inherits; the rest (credentials, tooling, root's PATH) stay out. */
 const INHERITED_ENV = ['HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LC_ALL', 'LC_CTYPE', 'TZ', 'TMPDIR'];
@@ -114,6 +119,16 @@ export const JOB_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin
 /** Every process of a job inherits `TROUPE_INSTANCE_ID=<id>`: stopping finds the ones that left its group. */
 const MARKER_NAME = 'TROUPE_INSTANCE_ID';
 const CLAIM_WAIT_MS = 10_000;
+/**
+ * Jobs a per-job step of a whole batch (a release, a group's networks) works on at once: each
+ * holds a file or a command open, and a thousand at once ran the worker out of descriptors.
+ */
+const JOBS_IN_FLIGHT = 32;
+
+/** `fn` over every item, JOBS_IN_FLIGHT at a time, a moment without file descriptors waited out. */
+function forEachJob<T, R>(items: readonly T[], fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  return mapLimit(items, JOBS_IN_FLIGHT, (item, i) => retryFdShortage(() => fn(item, i)));
+}
 
 /**
  * The local fleet: each node is a process group on this machine, in its own job directory, with its
@@ -124,7 +139,10 @@ export class LocalBackend implements Backend {
   readonly kind = 'local';
   readonly groupProvisioning: boolean;
   private readonly store: InstanceStore;
+  /** Single stops (stopJob, releaseJob) that read and write job files at once, however many a caller asks for. */
+  private readonly jobFiles = new Slots(JOBS_IN_FLIGHT);
   private modePromise: Promise<NetworkMode> | null = null;
+  private readonly pools = new Map<NetworkMode, string[]>();
   /** The programs isolation runs, when jobs are isolated (looked up once). */
   private readonly isolation: { tools: () => IsolationTools } | null;
 
@@ -138,6 +156,8 @@ export class LocalBackend implements Backend {
     if (options.capacity !== undefined && !(Number.isInteger(options.capacity) && options.capacity >= 0)) {
       throw new Error(`local fleet: capacity must be a whole number ≥ 0, not ${options.capacity}`);
     }
+    // A subnet that cannot be parsed is refused here, at the worker's start, not at a run's first node.
+    if (options.subnet !== undefined) parseSubnet(options.subnet);
   }
 
   /** The network mode in use (`auto` resolved). */
@@ -156,15 +176,14 @@ export class LocalBackend implements Backend {
     return available ? 'netns' : 'loopback';
   }
 
+  /** The addresses the fleet hands out in this mode (computed once: a /16 has 65,534). */
   private pool(mode: NetworkMode): string[] {
-    const cidr = this.options.subnet ?? defaultLocalSubnet(mode, this.options.stateDir);
-    const subnet = parseSubnet(cidr);
-    const outer = parseSubnet(mode === 'netns' ? BRIDGE_SUBNET : '127.0.0.0/8');
-    if (!subnetContains(outer, subnet)) {
-      throw new Error(`local fleet: subnet ${cidr} must lie inside ${mode === 'netns' ? BRIDGE_SUBNET : '127.0.0.0/8'} in ${mode} mode`);
+    let pool = this.pools.get(mode);
+    if (!pool) {
+      pool = localPool(mode, this.options.subnet ?? defaultLocalSubnet(mode, this.options.stateDir), this.options.capacity ?? null);
+      this.pools.set(mode, pool);
     }
-    const reserved = mode === 'netns' ? [BRIDGE_ADDRESS, '10.213.255.255'] : ['127.0.0.1'];
-    return poolAddresses(subnet, reserved, this.options.capacity ?? null);
+    return pool;
   }
 
   jobDirectory(job: JobRef): string {
@@ -180,48 +199,48 @@ export class LocalBackend implements Backend {
     const mode = await this.networkMode();
     const pool = this.pool(mode);
     const gpus = this.gpusFor(req.group);
-    const records: LocalInstanceRecord[] = [];
-    const createdHere: LocalInstanceRecord[] = [];
-    for (const job of req.jobs) {
-      const instanceId = localInstanceId(req.run_id, req.submission, job.job_num, job.attempt);
-      let record = await this.store.readRecord(instanceId);
-      if (!record) {
-        const owner = { instance_id: instanceId, run_id: req.run_id, submission: req.submission };
-        const lease = await this.store.leaseAddress(owner, pool);
-        if (!lease) {
-          // All or nothing: a half-placed batch would hold addresses while it waits for capacity.
-          for (const r of createdHere) await this.forget(r);
-          throw new NoCapacityError(
-            `the local fleet is full: ${pool.length} instance${pool.length === 1 ? '' : 's'} at most, ` +
-              `none free for ${job.job_name} (group ${req.group.name})`,
-          );
-        }
-        const names: NodeLinkNames | null = mode === 'netns' ? nodeLinkNames(instanceId) : null;
-        const candidate: LocalInstanceRecord = {
-          instance_id: instanceId,
-          run_id: req.run_id,
-          submission: req.submission,
-          job_num: job.job_num,
-          job_name: job.job_name,
-          ...(job.attempt ? { attempt: job.attempt } : {}),
-          ip: lease.ip,
-          gpus,
-          mode,
-          netns: names?.netns ?? null,
-          host_link: names?.hostLink ?? null,
-          node_link: names?.nodeLink ?? null,
-          job_dir: this.store.jobDir(req.run_id, req.submission, job.job_name, job.attempt),
-          shm_size_gb: req.group.resources.shm_size,
-        };
-        record = await this.store.createRecord(candidate);
-        if (record === candidate) createdHere.push(record);
-        // A concurrent call for the same job won with another address: give ours back.
-        else if (record.ip !== lease.ip) await this.store.releaseAddress(lease.ip, instanceId);
-      }
-      records.push(record);
+    const existing = await forEachJob(req.jobs, (job) => this.store.readRecord(localInstanceId(req.run_id, req.submission, job.job_num, job.attempt)));
+    const owners = req.jobs.flatMap((job, i) =>
+      existing[i] ? [] : [{ instance_id: localInstanceId(req.run_id, req.submission, job.job_num, job.attempt), run_id: req.run_id, submission: req.submission }],
+    );
+    // All or nothing: a half-placed batch would hold addresses while it waits for capacity.
+    const leases = owners.length > 0 ? await this.store.leaseAddresses(owners, pool) : new Map<string, string>();
+    if (!leases) {
+      const free = await this.store.freeAddresses(pool);
+      throw new NoCapacityError(
+        `the local fleet is full: ${pool.length} instance${pool.length === 1 ? '' : 's'} at most, ${free} free, ` +
+          `${owners.length} wanted for group ${req.group.name} (troupe worker --local-subnet / --local-capacity set its size)`,
+      );
     }
+    const records = await forEachJob(req.jobs, async (job, i): Promise<LocalInstanceRecord> => {
+      const found = existing[i];
+      if (found) return found;
+      const instanceId = localInstanceId(req.run_id, req.submission, job.job_num, job.attempt);
+      const ip = leases.get(instanceId) as string;
+      const names: NodeLinkNames | null = mode === 'netns' ? nodeLinkNames(instanceId) : null;
+      const candidate: LocalInstanceRecord = {
+        instance_id: instanceId,
+        run_id: req.run_id,
+        submission: req.submission,
+        job_num: job.job_num,
+        job_name: job.job_name,
+        ...(job.attempt ? { attempt: job.attempt } : {}),
+        ip,
+        gpus,
+        mode,
+        netns: names?.netns ?? null,
+        host_link: names?.hostLink ?? null,
+        node_link: names?.nodeLink ?? null,
+        job_dir: this.store.jobDir(req.run_id, req.submission, job.job_name, job.attempt),
+        shm_size_gb: req.group.resources.shm_size,
+      };
+      const record = await this.store.createRecord(candidate);
+      // A concurrent call for the same job won with another address: give ours back.
+      if (record !== candidate && record.ip !== ip) await this.store.releaseAddress(ip, instanceId);
+      return record;
+    });
     await Promise.all([
-      ...records.map(async (record) => {
+      forEachJob(records, async (record) => {
         const names = linkNames(record);
         if (names) await ensureNodeNetwork(names, record.ip);
       }),
@@ -231,7 +250,7 @@ export class LocalBackend implements Backend {
     ]);
     // releaseRun() may have run meanwhile: undo what this call set up, then refuse.
     if (await this.store.isReleased(req.run_id, req.submission)) {
-      for (const record of records) await this.forget(record);
+      await forEachJob(records, (record) => this.forget(record));
       await this.removeRunUserOf(req.run_id, req.submission);
       await this.refuseReleased(req.run_id, req.submission);
     }
@@ -445,29 +464,44 @@ export class LocalBackend implements Backend {
   }
 
   private async stopJobIn(dir: string, instanceId: string, record: LocalInstanceRecord | null, graceSeconds: number): Promise<void> {
-    if (await claimForStop(dir)) return;
+    const claimed = await this.jobFiles.with(() => retryFdShortage(() => this.claimToStop(dir, instanceId, record)));
+    if (claimed) await this.stopClaimed([claimed], graceSeconds);
+  }
+
+  /** Takes the job's start claim for a stop; what is left to stop, if its commands had started (or were starting). */
+  private async claimToStop(dir: string, instanceId: string, record: LocalInstanceRecord | null): Promise<ClaimedStop | null> {
+    if (await claimForStop(dir)) return null;
     const claim = await settledClaim(dir, CLAIM_WAIT_MS);
-    if (claim.kind === 'stopped') return;
+    if (claim.kind === 'stopped') return null;
     const target: JobProcessTarget = {
       leader: claim.kind === 'started' ? claim.leader : null,
       marker: `${MARKER_NAME}=${instanceId}`,
       netnsInode: record?.netns ? await netnsInode(record.netns) : null,
     };
-    await stopJobProcesses(target, graceSeconds * 1000);
-    if (claim.kind === 'started') await recordKilled(dir);
+    return { dir, target, started: claim.kind === 'started' };
+  }
+
+  /** Stops the claimed jobs' processes, all at once: their stops share each scan of /proc (stopJobProcesses). */
+  private async stopClaimed(claimed: readonly ClaimedStop[], graceSeconds: number): Promise<void> {
+    await Promise.all(claimed.map((c) => stopJobProcesses(c.target, graceSeconds * 1000)));
+    await forEachJob(
+      claimed.filter((c) => c.started),
+      (c) => recordKilled(c.dir),
+    );
   }
 
   async releaseRun(runId: string, submission: number): Promise<void> {
     await this.store.markReleased(runId, submission);
     const records = await this.store.listRecords(runId, submission);
     const grace = this.options.releaseGraceSeconds ?? 5;
-    await Promise.all(records.map((r) => this.stopJobIn(r.job_dir, r.instance_id, r, grace)));
+    const claimed = await forEachJob(records, (r) => this.claimToStop(r.job_dir, r.instance_id, r));
+    await this.stopClaimed(claimed.filter((c): c is ClaimedStop => c !== null), grace);
     // Nothing secret stays at rest: of every job directory of the submission (whether or not its
     // record is still there) only RELEASED_JOB_FILES stay.
     const jobDirs = await this.store.jobDirs(runId, submission);
-    await Promise.all(jobDirs.map((dir) => keepOnly(dir, RELEASED_JOB_FILES)));
+    await forEachJob(jobDirs, (dir) => keepOnly(dir, RELEASED_JOB_FILES));
     await this.removeRunUserOf(runId, submission);
-    await Promise.all(records.map((record) => this.forget(record)));
+    await forEachJob(records, (record) => this.forget(record));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
     }
@@ -588,6 +622,13 @@ export class LocalBackend implements Backend {
  */
 const RELEASED_JOB_FILES = [L.log, L.exitCode, L.started];
 
+/** A job whose start claim a stop took while its commands ran (or were starting): its processes are left to stop. */
+interface ClaimedStop {
+  dir: string;
+  target: JobProcessTarget;
+  started: boolean;
+}
+
 /** peers.json: readable by the run's group when the job is isolated (root's otherwise, like its hostfile). */
 function peersMode(owner: unknown): number {
   return owner ? 0o640 : 0o644;
@@ -610,6 +651,17 @@ async function refreshHosts(dir: string, bookJson: string): Promise<void> {
   } finally {
     await handle.close();
   }
+}
+
+/** The addresses of `cidr` a fleet in `mode` may hand out (at most `capacity`); refuses a subnet outside the mode's range. */
+export function localPool(mode: NetworkMode, cidr: string, capacity: number | null): string[] {
+  const subnet = parseSubnet(cidr);
+  const outerCidr = mode === 'netns' ? BRIDGE_SUBNET : '127.0.0.0/8';
+  if (!subnetContains(parseSubnet(outerCidr), subnet)) {
+    throw new Error(`local fleet: subnet ${cidr} must lie inside ${outerCidr} in ${mode} mode`);
+  }
+  const reserved = mode === 'netns' ? [BRIDGE_ADDRESS, '10.213.255.255'] : ['127.0.0.1'];
+  return poolAddresses(subnet, reserved, capacity);
 }
 
 function linkNames(record: LocalInstanceRecord): NodeLinkNames | null {

@@ -1,4 +1,5 @@
 import { readdir, readFile, readlink } from 'node:fs/promises';
+import { mapLimit } from '../../concurrency/map-limit';
 
 /** What /proc tells about processes: enough to find a job's processes and to survive pid reuse. */
 
@@ -62,4 +63,52 @@ export async function netnsInodeOf(pid: number): Promise<number | null> {
   } catch {
     return null;
   }
+}
+
+/** Files of /proc read at once by a scan: a scan of thousands of processes holds a few dozen descriptors, never thousands. */
+const PROC_READS_IN_FLIGHT = 32;
+
+/** One process as a scan saw it. */
+export interface ScannedProcess extends ProcStat {
+  /** The entries of its environment named in the scan's `markerNames` (`NAME=value`). */
+  markers: string[];
+  /** Its network namespace's inode, when the scan asked for it. */
+  netnsInode: number | null;
+}
+
+export interface ScanOptions {
+  /** Environment variables to read (the marker a job's processes inherit); none: environments are not read. */
+  markerNames: ReadonlySet<string>;
+  /** Read each process's network namespace too. */
+  netns: boolean;
+}
+
+/**
+ * Every live process (zombies, pid 1 and this process left out), read once with a bounded number
+ * of files open: what stopping a whole run's jobs needs, instead of one full pass over /proc per job.
+ */
+export async function scanProcesses(opts: ScanOptions): Promise<ScannedProcess[]> {
+  const scanned = await mapLimit(await listPids(), PROC_READS_IN_FLIGHT, async (pid): Promise<ScannedProcess | null> => {
+    if (pid === 1 || pid === process.pid) return null;
+    const stat = await readProcStat(pid);
+    if (!stat || stat.state === 'Z') return null;
+    const markers = opts.markerNames.size > 0 ? await environEntries(pid, opts.markerNames) : [];
+    const netnsInode = opts.netns ? await netnsInodeOf(pid) : null;
+    return { ...stat, markers, netnsInode };
+  });
+  return scanned.filter((p): p is ScannedProcess => p !== null);
+}
+
+/** The entries of the process's environment whose names are in `names`. */
+async function environEntries(pid: number, names: ReadonlySet<string>): Promise<string[]> {
+  let environ: string;
+  try {
+    environ = await readFile(`/proc/${pid}/environ`, 'latin1');
+  } catch {
+    return [];
+  }
+  return environ.split('\0').filter((entry) => {
+    const eq = entry.indexOf('=');
+    return eq > 0 && names.has(entry.slice(0, eq));
+  });
 }

@@ -270,25 +270,39 @@ export const LOG_RETENTION_DAYS = 7;
  * removes every file of the run but each job's `log` and `exit_code` (so `troupe logs` still works
  * after the run: env files with secrets, scripts and hostfiles go) and marks the run released.
  * Runs released more than `retentionDays` ago on this host, with nothing newer in them, are removed.
+ *
+ * `jobDirs`: only these jobs of the run are this host's. Hosts that share a home directory (an NFS
+ * home) share the run's directory too: each then touches its own jobs alone, and a path that
+ * another host removed meanwhile counts as removed (no error), so no host fails for another's work.
  */
-export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_DAYS): string {
+export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_DAYS, jobDirs: readonly string[] | null = null): string {
   const base = runDir.replace(/\/[^/]+$/, '') || '/';
+  const kept = `! -name ${L.log} ! -name ${L.exitCode}`;
   return [
     procHelpers,
     `r=${quoteShellWord(runDir)}`,
     `base=${quoteShellWord(base)}`,
     'if [ -d "$r" ]; then',
-    `  for job in "$r"/*/*/; do`,
+    jobDirs === null ? '  jobs=("$r"/*/*/)' : `  jobs=(${jobDirs.map(quoteShellWord).join(' ')})`,
+    `  for job in "\${jobs[@]}"; do`,
     killLeftovers('"$job"'),
     '  done | grep "^result survivors" && exit 0',
-    `  find "$r" -mindepth 3 -maxdepth 3 ! -name ${L.log} ! -name ${L.exitCode} -exec rm -rf -- {} + || exit 1`,
+    `  for job in "\${jobs[@]}"; do`,
+    '    j=${job%/}',
+    '    [ -d "$j" ] || continue',
+    `    find "$j" -mindepth 1 -maxdepth 1 ${kept} -exec rm -rf -- {} + 2>/dev/null`,
+    // What is left is checked, not find's status: an entry gone under it (another host's) is not a failure.
+    `    left=$(find "$j" -mindepth 1 -maxdepth 1 ${kept} -print -quit 2>/dev/null)`,
+    '    [ -z "$left" ] || { echo "cannot remove $left" >&2; exit 1; }',
     // A start killed while it wrote its files leaves its staging directory (startJobScript).
-    `  rm -rf -- "$r"/*/${STAGE_PREFIX}* || exit 1`,
-    '  touch "$r/.released" || exit 1',
+    `    rm -rf -- "\${j%/*}/${STAGE_PREFIX}\${j##*/}."* 2>/dev/null`,
+    '  done',
+    ...(jobDirs === null ? [`  rm -rf -- "$r"/*/${STAGE_PREFIX}* 2>/dev/null`] : []),
+    '  touch "$r/.released" 2>/dev/null || [ ! -d "$r" ] || exit 1',
     'fi',
     `find "$base" -mindepth 2 -maxdepth 2 -name .released -mmin +${Math.max(0, Math.round(retentionDays * 1440))} 2>/dev/null | while IFS= read -r old; do`,
     '  d=${old%/.released}',
-    '  [ -z "$(find "$d" -type f -newer "$old" -print -quit 2>/dev/null)" ] && rm -rf -- "$d"',
+    '  [ -z "$(find "$d" -type f -newer "$old" -print -quit 2>/dev/null)" ] && rm -rf -- "$d" 2>/dev/null',
     'done',
     'echo "result clean"',
   ].join('\n');

@@ -29,6 +29,10 @@ import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from 
 import type { SshTimeouts } from './timeouts';
 import type { JobUsage } from '../../metrics/job-usage';
 
+/** Clean-ups of a run on a host that answers, before the failure is reported (the host is never taken for lost for it). */
+const CLEANUP_TRIES = 3;
+const CLEANUP_RETRY_MS = 1_000;
+
 /** Where on a host jobs live; the default is `~/.troupe/jobs` of the SSH user. */
 export type JobBaseDirResolver = (host: { fleet: string; hostname: string; port: number; home: string }) => string;
 
@@ -262,6 +266,7 @@ export class SshBackend implements Backend {
     // Without visibility (listing failed), the fleets this worker used still get it.
     const listed = await this.options.fleets.names().catch(() => [] as string[]);
     const fleets = new Set([...listed, ...this.usedFleets]);
+    const failed: string[] = [];
     await Promise.all(
       [...fleets].map(async (fleet) => {
         const held = await this.options.fleets.closeSubmission(fleet, { run_id: runId, submission });
@@ -269,28 +274,42 @@ export class SshBackend implements Backend {
         const lost: Array<{ host_index: number; reason: string }> = [];
         await Promise.all(
           held.map(async (host) => {
-            const reason = await this.cleanHost(fleet, runId, submission, host);
-            if (reason !== null) lost.push({ host_index: host.host_index, reason });
+            const outcome = await this.cleanHost(fleet, runId, submission, host);
+            if (outcome.lost !== null) lost.push({ host_index: host.host_index, reason: outcome.lost });
+            if (outcome.failed !== null) failed.push(outcome.failed);
           }),
         );
         await this.options.fleets.release(fleet, { run_id: runId, submission, lost });
       }),
     );
+    // Reported once the hosts are back in service: the activity's failure names them (a retry finds nothing left to release).
+    if (failed.length > 0) {
+      throw new Error(`run ${runId}: clean-up failed after ${CLEANUP_TRIES} tries on ${failed.join('; ')}; the hosts stay in service, the run's files may remain there`);
+    }
   }
 
-  /** Stops the job a host holds and removes the run's files there; returns why it could not, or null. */
-  private async cleanHost(fleet: string, runId: string, submission: number, host: HeldHost): Promise<string | null> {
+  /**
+   * Stops the job a host holds and removes its files there. A host that cannot be reached (past the
+   * unreachable limit) is `lost`; a clean-up that fails on a host that answers is tried again, then
+   * `failed`: the host stays in service, the failure is reported.
+   */
+  private async cleanHost(fleet: string, runId: string, submission: number, host: HeldHost): Promise<{ lost: string | null; failed: string | null }> {
     const instance = this.instanceOf(fleet, runId, submission, host);
     const runner = this.runner(host.target, instance.details.base_dir ?? '');
     const job: JobRef = { run_id: runId, run_name: runId, submission, job_num: host.job_num, job_name: host.job_name, attempt: host.attempt, instance };
-    try {
-      await this.untilReachable(runner, async () => {
-        await runner.stopJob(job, this.options.releaseGraceSeconds ?? 5);
-        await runner.cleanupRun(runId);
-      });
-      return null;
-    } catch (err) {
-      return this.giveUp(runner, err);
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        await this.untilReachable(runner, async () => {
+          await runner.stopJob(job, this.options.releaseGraceSeconds ?? 5);
+          // Its own job alone: hosts that share a home directory share the run's directory.
+          await runner.cleanupRun(runId, undefined, [runner.jobDirectory(job)]);
+        });
+        return { lost: null, failed: null };
+      } catch (err) {
+        if (err instanceof InstanceUnreachableError) return { lost: this.giveUp(runner, err), failed: null };
+        if (attempt >= CLEANUP_TRIES) return { lost: null, failed: `${describeTarget(runner.target)}: ${err instanceof Error ? err.message : String(err)}` };
+        await sleep(CLEANUP_RETRY_MS * attempt);
+      }
     }
   }
 

@@ -368,11 +368,12 @@ export class SshRunner {
   /**
    * Kills whatever still runs from the run's jobs on this host and removes the run's files but its
    * logs and exit codes; runs released on this host more than `retentionDays` ago go. Idempotent.
+   * `jobDirs`: only these jobs are this host's (hosts that share a home directory share the run's directory).
    */
-  async cleanupRun(runId: string, retentionDays = LOG_RETENTION_DAYS): Promise<void> {
+  async cleanupRun(runId: string, retentionDays = LOG_RETENTION_DAYS, jobDirs: readonly string[] | null = null): Promise<void> {
     this.watch.forget(runDirectory(this.baseDir, runId));
     await this.reachable(async (session) => {
-      const script = cleanupRunScript(runDirectory(this.baseDir, runId), retentionDays);
+      const script = cleanupRunScript(runDirectory(this.baseDir, runId), retentionDays, jobDirs);
       const result = await this.script(session, 'clean up the run', script, 60_000);
       if (result[0] === 'survivors') {
         throw new JobStopFailedError(this.host, `run ${runId}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);

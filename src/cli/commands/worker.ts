@@ -4,6 +4,7 @@ import type { BackendRegistry } from '../../../activities/types';
 import type { Backend } from '../../backends/backend';
 import { LOCAL_BACKEND } from '../../backends/backend-names';
 import { isolationNotice } from '../../backends/local/isolation-mode';
+import { parseSubnet } from '../../backends/local/address-pool';
 import { closeAllSshSessions } from '../../backends/ssh/connect';
 import { projectRoot } from '../../devserver/dev-server';
 import { createRunReaper, createTroupeWorker, defaultBackends, runWorkerWithReaper, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
@@ -22,6 +23,8 @@ const options = {
   identity: { type: 'string' },
   'max-activities': { type: 'string' },
   metrics: { type: 'string' },
+  'local-subnet': { type: 'string' },
+  'local-capacity': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   ...connectionOptions,
 } as const;
@@ -41,6 +44,8 @@ const help = renderUsage(
     ['--identity ID', 'how the Web UI names this worker (default host and pid)'],
     ['--max-activities N', `activities at once (default ${DEFAULT_MAX_ACTIVITIES}): each batch of running jobs holds one`],
     ['--metrics HOST:PORT', 'serve Prometheus metrics (Troupe\'s and the Temporal SDK\'s) and job usage here (env TROUPE_METRICS_ADDRESS, e.g. 127.0.0.1:9464)'],
+    ['--local-subnet CIDR', "the local fleet's addresses (env TROUPE_LOCAL_SUBNET; default a /22 of 10.213.0.0/16 or 127.213.0.0/16: 1,022 nodes)"],
+    ['--local-capacity N', "the local fleet's most nodes at once (env TROUPE_LOCAL_CAPACITY; default the whole subnet)"],
     ...connectionHelp,
   ],
 );
@@ -82,13 +87,27 @@ export const command: Command = async (args) => {
   }
   // The SDK's exporter is set up before the connection (Runtime.install's rule).
   const sdkMetricsUrl = listen ? await installSdkMetrics() : null;
+  const localSubnet = values['local-subnet'] ?? process.env.TROUPE_LOCAL_SUBNET;
+  if (localSubnet !== undefined) {
+    try {
+      parseSubnet(localSubnet);
+    } catch (err) {
+      throw new CliError(`--local-subnet / TROUPE_LOCAL_SUBNET: ${err instanceof Error ? err.message : String(err)}`, 2);
+    }
+  }
+  const capacityText = values['local-capacity'] ?? process.env.TROUPE_LOCAL_CAPACITY;
+  const localCapacity = capacityText === undefined ? undefined : Number(capacityText);
+  if (capacityText !== undefined && !(/^\d+$/.test(capacityText) && Number.isSafeInteger(localCapacity))) {
+    throw new CliError(`--local-capacity / TROUPE_LOCAL_CAPACITY must be a whole number ≥ 0 (got "${capacityText}")`, 2);
+  }
   const dataConverter = troupeDataConverter();
   // OTEL_EXPORTER_OTLP_ENDPOINT: the runs' workflows, activities and job starts traced.
   const tracing = startTracing('troupe-worker');
   const connection = await connectWorker(settings);
   try {
     const temporal = { connection, namespace: settings.namespace, taskQueue: settings.taskQueue, dataConverter };
-    const backends = chooseBackends(defaultBackends({ stateDir, temporal }), values.backend);
+    const local = { ...(localSubnet !== undefined ? { localSubnet } : {}), ...(localCapacity !== undefined ? { localCapacity } : {}) };
+    const backends = chooseBackends(defaultBackends({ stateDir, temporal, ...local }), values.backend);
     const worker = await createTroupeWorker({
       connection,
       namespace: settings.namespace,
