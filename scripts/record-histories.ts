@@ -130,7 +130,8 @@ try {
   // A live run: decode/0 fails once and is replaced at its rank (restart-node), then decode grows
   // 1 → 2 and shrinks back through the scaleGroup Update, the router told by on_peers_change; its
   // history passes 100 events on the way, so it continues as new (run-handover.ts) at least once.
-  const marks = mkdtempSync(join(tmpdir(), 'troupe-record-marks-'));
+  // Under /var/tmp: an isolated node has a /tmp of its own.
+  const marks = mkdtempSync(join('/var/tmp', 'troupe-record-marks-'));
   chmodSync(marks, 0o1777);
   const live = makePlan('rec-heal', [
     { name: 'router', nodes: 1, commands: ['sleep 60'] },
