@@ -77,56 +77,61 @@ describe('the reaper (local fleet)', () => {
   it('tears down a run terminated in Temporal within a minute, and leaves an open run alone', async () => {
     const doomed = await troupe.submit({ yaml: [`name: doomed-${tag}`, ...LONG].join('\n') });
     const kept = await troupe.submit({ yaml: [`name: kept-${tag}`, ...LONG].join('\n') });
-    const [doomedState, keptState] = await Promise.all(
-      [doomed, kept].map((run) => waitFor('the run to run', async () => {
-        const state = await run.state();
-        return state.status === 'RUNNING' && state.jobs.every((j) => j.pid !== null) && state;
-      }, 60_000)),
-    );
-    const mine = (uid: string) => records().filter((r) => r.run_id === uid);
-    const doomedRecords = mine(doomedState!.run_uid);
-    expect(doomedRecords).toHaveLength(2);
-    const doomedPids = doomedState!.jobs.map((j) => j.pid!);
-    const doomedDirs = doomedRecords.map((r) => r.job_dir);
-    for (const dir of doomedDirs) expect(existsSync(join(dir, JobLayout.env))).toBe(true);
-    const user = runUserName(doomedState!.run_uid, 0);
-    if (root) expect(await lookupUser(user)).not.toBeNull();
-    const namespaces = doomedRecords.flatMap((r) => (r.netns ? [r.netns] : []));
-    const leases = doomedRecords.map((r) => join(stateDir, 'leases', r.ip));
-    for (const lease of leases) expect(existsSync(lease)).toBe(true);
+    try {
+      const [doomedState, keptState] = await Promise.all(
+        [doomed, kept].map((run) => waitFor('the run to run', async () => {
+          const state = await run.state();
+          return state.status === 'RUNNING' && state.jobs.every((j) => j.pid !== null) && state;
+        }, 60_000)),
+      );
+      const mine = (uid: string) => records().filter((r) => r.run_id === uid);
+      const doomedRecords = mine(doomedState!.run_uid);
+      expect(doomedRecords).toHaveLength(2);
+      const doomedPids = doomedState!.jobs.map((j) => j.pid!);
+      const doomedDirs = doomedRecords.map((r) => r.job_dir);
+      for (const dir of doomedDirs) expect(existsSync(join(dir, JobLayout.env))).toBe(true);
+      const user = runUserName(doomedState!.run_uid, 0);
+      if (root) expect(await lookupUser(user)).not.toBeNull();
+      const namespaces = doomedRecords.flatMap((r) => (r.netns ? [r.netns] : []));
+      const leases = doomedRecords.map((r) => join(stateDir, 'leases', r.ip));
+      for (const lease of leases) expect(existsSync(lease)).toBe(true);
 
-    // Terminated in Temporal: the workflow never gets to its teardown.
-    const started = Date.now();
-    await client.workflow.getHandle(doomed.workflowId).terminate('test: terminated from outside Troupe');
-    expect((await doomed.describe()).status.name).toBe('TERMINATED');
+      // Terminated in Temporal: the workflow never gets to its teardown.
+      const started = Date.now();
+      await client.workflow.getHandle(doomed.workflowId).terminate('test: terminated from outside Troupe');
+      expect((await doomed.describe()).status.name).toBe('TERMINATED');
 
-    await waitFor('the reaper to tear the terminated run down', async () => {
-      for (const pid of doomedPids) if (await alive(pid)) return false;
-      if (doomedDirs.some((dir) => existsSync(join(dir, JobLayout.env)))) return false;
-      if (root && (await lookupUser(user)) !== null) return false;
-      if (mine(doomedState!.run_uid).length > 0) return false;
-      if (leases.some((lease) => existsSync(lease))) return false;
-      return namespaces.every((ns) => !existsSync(`/run/netns/${ns}`));
-    }, 60_000);
-    const tookMs = Date.now() - started;
-    expect(tookMs).toBeLessThan(60_000);
-    const line = new RegExp(`reaper: run run/doomed-${tag} \\(submission 0\\) had closed \\(TERMINATED\\) without its teardown; released 2 nodes on the local fleet`);
-    await waitFor("the reaper's line in the worker's output", async () => line.test(output), 10_000);
-    // What a run's end keeps: the logs.
-    for (const dir of doomedDirs) expect(readdirSync(dir).sort()).toEqual([JobLayout.exitCode, JobLayout.log, JobLayout.started]);
+      await waitFor('the reaper to tear the terminated run down', async () => {
+        for (const pid of doomedPids) if (await alive(pid)) return false;
+        if (doomedDirs.some((dir) => existsSync(join(dir, JobLayout.env)))) return false;
+        if (root && (await lookupUser(user)) !== null) return false;
+        if (mine(doomedState!.run_uid).length > 0) return false;
+        if (leases.some((lease) => existsSync(lease))) return false;
+        return namespaces.every((ns) => !existsSync(`/run/netns/${ns}`));
+      }, 60_000);
+      const tookMs = Date.now() - started;
+      expect(tookMs).toBeLessThan(60_000);
+      const line = new RegExp(`reaper: run run/doomed-${tag} \\(submission 0\\) had closed \\(TERMINATED\\) without its teardown; released 2 nodes on the local fleet`);
+      await waitFor("the reaper's line in the worker's output", async () => line.test(output), 10_000);
+      // What a run's end keeps: the logs.
+      for (const dir of doomedDirs) expect(readdirSync(dir).sort()).toEqual([JobLayout.exitCode, JobLayout.log, JobLayout.started]);
 
-    // `troupe stop` on it says why the run did not tear itself down, and who did.
-    const stop = await troupeCli(['stop', `doomed-${tag}`, '-y']);
-    expect(stop.stderr).toContain(`Run doomed-${tag} has already ended: TERMINATED.`);
-    expect(stop.stderr).toMatch(/Its workflow was terminated in Temporal, not stopped through Troupe, so it did not tear itself down: every worker's reaper stops its jobs and releases its nodes, users and files within a minute of its end \(it closed \d+s ago\)\./);
+      // `troupe stop` on it says why the run did not tear itself down, and who did.
+      const stop = await troupeCli(['stop', `doomed-${tag}`, '-y']);
+      expect(stop.stderr).toContain(`Run doomed-${tag} has already ended: TERMINATED.`);
+      expect(stop.stderr).toMatch(/Its workflow was terminated in Temporal, not stopped through Troupe, so it did not tear itself down: every worker's reaper stops its jobs and releases its nodes, users and files within a minute of its end \(it closed \d+s ago\)\./);
 
-    // The open run keeps its jobs, files, user and records.
-    expect(mine(keptState!.run_uid)).toHaveLength(2);
-    for (const job of keptState!.jobs) expect(await alive(job.pid!)).toBe(true);
-    if (root) expect(await lookupUser(runUserName(keptState!.run_uid, 0))).not.toBeNull();
-    expect((await kept.state()).status).toBe('RUNNING');
-    await kept.stop();
-    expect((await kept.wait()).status).toBe('TERMINATED');
-    console.log(`reaper: terminated run torn down in ${tookMs} ms`);
+      // The open run keeps its jobs, files, user and records.
+      expect(mine(keptState!.run_uid)).toHaveLength(2);
+      for (const job of keptState!.jobs) expect(await alive(job.pid!)).toBe(true);
+      if (root) expect(await lookupUser(runUserName(keptState!.run_uid, 0))).not.toBeNull();
+      expect((await kept.state()).status).toBe('RUNNING');
+      await kept.stop();
+      expect((await kept.wait()).status).toBe('TERMINATED');
+      console.log(`reaper: terminated run torn down in ${tookMs} ms`);
+    } finally {
+      // A failed check must not leave the open run's jobs behind for the next test.
+      await kept.stop().catch(() => undefined);
+    }
   }, 180_000);
 });
