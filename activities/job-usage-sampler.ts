@@ -9,7 +9,7 @@ import type { TroupeMetrics } from '../src/metrics/troupe-metrics';
  * so a slow node never delays the exits the run waits for.
  */
 
-/** TROUPE_USAGE_INTERVAL_S: seconds between readings of one job (default 5; 0 turns sampling off). */
+/** TROUPE_USAGE_INTERVAL_S: seconds between readings of one job while the worker serves metrics (default 5; 0 turns sampling off). */
 export function usageIntervalMs(): number {
   const text = process.env.TROUPE_USAGE_INTERVAL_S ?? '5';
   const s = Number(text);
@@ -27,7 +27,8 @@ export interface SampledJob {
 /** Starts sampling; the returned function stops it. `live()` names the jobs still running. */
 export function sampleUsage(target: Backend, backend: string, metrics: TroupeMetrics, live: () => SampledJob[], intervalMs = usageIntervalMs()): () => void {
   const usage = target.usage;
-  if (!usage || intervalMs <= 0) return () => undefined;
+  // Read only what an endpoint serves (metrics.served): each reading is a command on the node.
+  if (!usage || intervalMs <= 0 || !metrics.served) return () => undefined;
   const seen = new Map<string, JobKey>();
   let stopped = false;
   let busy = false;

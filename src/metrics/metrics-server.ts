@@ -77,8 +77,12 @@ export async function startMetricsServer(opts: MetricsServerOptions): Promise<Me
   });
   const { port } = server.address() as AddressInfo;
   const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
+  opts.metrics.served = true;
   return {
     url: `http://${host}:${port}`,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    close: () => {
+      opts.metrics.served = false;
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
   };
 }

@@ -25,6 +25,12 @@ export class TroupeMetrics {
   readonly registry = new Registry();
   /** Samples of the jobs this worker supervises (troupe metrics RUN reads them). */
   readonly usage = new UsageRings();
+  /**
+   * True while an endpoint serves these metrics (troupe worker --metrics). Jobs' usage is sampled
+   * only then: a reading is a command on the node (an SSH fleet's hosts otherwise see none while
+   * their jobs run), so nothing is read that no one can ask for.
+   */
+  served = false;
   readonly runStatusChanges: Counter<'status'>;
   readonly launchSeconds: Histogram<'backend'>;
   readonly jobsSupervised: Gauge<'backend' | 'state'>;
