@@ -1,11 +1,11 @@
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { JobRef } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
 import { runWorkflowId } from '../../workflows/ids';
 import type { RunState } from '../../workflows/run-state';
+import { jobVisibleTempDir } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
 import { testClient } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
@@ -25,7 +25,8 @@ import { groupRequest, jobRef, LocalFleetHarness, makeRun, runJobFiles, waitFor,
 const root = process.getuid?.() === 0;
 const h = new LocalFleetHarness();
 // Open to the run's user: the sibling listens here, the scripts live here.
-const shared = mkdtempSync(join(tmpdir(), 'troupe-race-shared-'));
+// Under /var/tmp: an isolated node has a /tmp of its own.
+const shared = jobVisibleTempDir('troupe-race-shared-');
 chmodSync(shared, 0o1777);
 // Root's, outside the fleet: what a winning race would delete.
 const canary = mkdtempSync(join('/var/tmp', 'troupe-race-canary-'));
