@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery, stopRunSignal } from '../../workflows/messages';
@@ -48,7 +48,18 @@ describe('inter-node SSH and a worker crash', () => {
     const handle = await env.client.workflow.start('RunWorkflow', { taskQueue, workflowId: runWorkflowId(name), args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }] });
     const running = await waitForRunState(handle, (s) => s.jobs.every((j) => j.status === 'RUNNING'));
     const dirs = jobDirsOf(running);
-    expect(sshServersUnder(dirs)).toHaveLength(2);
+    // The master's first login has a session process of its own (sshd re-executes itself per
+    // connection, with the same arguments): count the servers once that login is over.
+    const servers = async (): Promise<number[]> => {
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const found = sshServersUnder(dirs);
+        const loggedIn = existsSync(`${dirs[0]}/log`) && readFileSync(`${dirs[0]}/log`, 'utf8').includes('before: 1');
+        if ((loggedIn && found.length === 2) || Date.now() > deadline) return found;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    expect(await servers()).toHaveLength(2);
 
     await kill9(worker);
     expect(sshServersUnder(dirs)).toHaveLength(2);
