@@ -1,6 +1,8 @@
-import type { Client } from '@temporalio/client';
+import type { Client, WorkflowHandle } from '@temporalio/client';
 import { afterAll, beforeAll } from 'vitest';
 import { TroupeClient } from '../../src/client';
+import type { Plan } from '../../src/plan';
+import { runWorkflowId } from '../../workflows/ids';
 import type { makeLocalFleet } from './local-fleet';
 import { temporalAddress, testClient } from './temporal';
 import { startTroupeWorker } from './troupe-worker';
@@ -10,6 +12,8 @@ export interface LocalTroupe {
   client: Client;
   worker: Awaited<ReturnType<typeof startTroupeWorker>>;
   troupe: TroupeClient;
+  /** Starts RunWorkflow straight on Temporal with `plan` under a name of its own (stop grace 1 s). */
+  startRun(plan: Plan): Promise<WorkflowHandle>;
 }
 
 export interface LocalTroupeOptions {
@@ -27,6 +31,15 @@ export interface LocalTroupeOptions {
  */
 export function useLocalTroupe(fleet: ReturnType<typeof makeLocalFleet>, options: LocalTroupeOptions = {}): LocalTroupe {
   const env = {} as LocalTroupe;
+  let runs = 0;
+  env.startRun = async (plan) => {
+    const name = `${plan.run_name}-${++runs}-${env.worker.taskQueue}`;
+    return await env.client.workflow.start('RunWorkflow', {
+      taskQueue: env.worker.taskQueue,
+      workflowId: runWorkflowId(name),
+      args: [{ plan: { ...plan, run_name: name }, backend: 'local', options: { stop_grace_s: 1 } }],
+    });
+  };
   let closeClient: (() => Promise<void>) | undefined;
   beforeAll(async () => {
     options.setup?.();

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
 import type { Plan, ReadyProbe } from '../../src/plan/plan-schema';
-import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
@@ -22,15 +21,7 @@ function withGroups(plan: Plan, extra: Record<string, Partial<Plan['groups'][num
   return { ...plan, groups: plan.groups.map((g) => ({ ...g, ...(extra[g.name] ?? {}) })) };
 }
 
-let n = 0;
-async function start(plan: Plan) {
-  const name = `${plan.run_name}-${++n}-${env.worker.taskQueue}`;
-  return await env.client.workflow.start('RunWorkflow', {
-    taskQueue: env.worker.taskQueue,
-    workflowId: runWorkflowId(name),
-    args: [{ plan: { ...plan, run_name: name }, backend: 'local', options: { stop_grace_s: 1 } }],
-  });
-}
+const start = (plan: Plan) => env.startRun(plan);
 
 describe('depends_on and ready', () => {
   it('a diamond (a → b, c → d) starts each group after its dependencies are ready', async () => {

@@ -1,7 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import type { Plan } from '../../src/plan/plan-schema';
-import { runWorkflowId } from '../../workflows/ids';
 import { runStateQuery } from '../../workflows/messages';
 import type { RunState } from '../../workflows/run-state';
 import { makeLocalFleet, makeSharedDir } from '../helpers/local-fleet';
@@ -14,15 +13,7 @@ const fleet = makeLocalFleet();
 const shared = makeSharedDir();
 const env = useLocalTroupe(fleet, { cleanup: () => shared.remove() });
 
-let n = 0;
-async function start(plan: Plan) {
-  const name = `${plan.run_name}-${++n}-${env.worker.taskQueue}`;
-  return await env.client.workflow.start('RunWorkflow', {
-    taskQueue: env.worker.taskQueue,
-    workflowId: runWorkflowId(name),
-    args: [{ plan: { ...plan, run_name: name }, backend: 'local', options: { stop_grace_s: 1 } }],
-  });
-}
+const start = (plan: Plan) => env.startRun(plan);
 
 describe('stop_criteria group-done', () => {
   it('ends the run DONE once every node of the named (last) group is done; the others are stopped', async () => {
