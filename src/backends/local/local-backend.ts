@@ -11,6 +11,7 @@ import {
   type ExecResult,
   type HeldRun,
   type Instance,
+  type JobEndWatch,
   type JobFiles,
   type JobProcessState,
   type JobRef,
@@ -54,6 +55,7 @@ import { pathExists, readTextFile, writeFileAtomic, type FileOwner } from './sta
 import { writePeersFile } from './peers-file';
 import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
 import { readLocalJobUsage } from './job-usage';
+import { watchLocalJobEnds } from './job-ends';
 import type { JobUsage } from '../../metrics/job-usage';
 import { mapLimit } from '../../concurrency/map-limit';
 import { Slots } from '../../concurrency/slots';
@@ -451,6 +453,15 @@ export class LocalBackend implements Backend {
     // It may have written its code just after the first look.
     const late = await readExitCode(dir);
     return { state: 'exited', pid, exit_code: late ?? KILLED_EXIT_CODE };
+  }
+
+  /** Ends pushed by the spawn helper (job-ends.ts): a running job costs no check until its wrapper exits. */
+  watchEnds(jobs: JobRef[], pollMs: number, changed: (jobNums: number[]) => void): JobEndWatch {
+    return watchLocalJobEnds(
+      jobs.map((job) => ({ job_num: job.job_num, dir: this.jobDirectory(job) })),
+      pollMs,
+      changed,
+    );
   }
 
   async usage(job: JobRef): Promise<JobUsage | null> {
