@@ -226,11 +226,13 @@ async function startBatch(
     groupNames: input.group_names ?? null,
     sshKeys,
   };
+  // The same book for every job of the batch: serialized once, not once per node.
+  const peers = addresses.peers ? { version: addresses.peers.version, json: JSON.stringify(addresses.peers) } : null;
   const outcomes = await mapLimit(input.jobs, CONCURRENCY, async ({ ref, plan_job }): Promise<JobEvent> => {
     let files: JobFiles;
     try {
       files = renderFilesFor(ctx, ref, plan_job);
-      if (addresses.peers) files = { ...files, peers: { version: addresses.peers.version, json: JSON.stringify(addresses.peers) } };
+      if (peers) files = { ...files, peers };
       // A backend that probes on the node gets the probe with the job; its timeout counts from the first attempt's start.
       if (input.probe && target.readiness) {
         const budget_ms = startedMs + input.probe.timeout_s * 1000 - Date.now();
