@@ -62,16 +62,20 @@ function openFiles(pid: number): number {
   }
 }
 
-/** The floor: `n` sleeps started by one bash, plain or isolated, until all are there; then killed, until none is. */
+/**
+ * The floor: `n` sleeps started by one bash, plain or isolated, until all are there; then killed,
+ * until none is. Isolated, bash stays the namespace's init as isolate.sh does, and `--kill-child`
+ * ends the namespace with its `unshare`.
+ */
 function floor(n: number, isolated: boolean): { startMs: number; stopMs: number } {
   const tag = `troupe-floor-${process.pid}`;
   const node = isolated
-    ? `setsid unshare --mount --pid --uts --ipc --fork bash --noprofile --norc -c "mount -t tmpfs -o size=64k none /tmp && mount -t tmpfs none /dev/shm && mount -t proc proc /proc && exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs bash --noprofile --norc -c 'exec -a ${tag} sleep infinity'"`
+    ? `setsid unshare --mount --pid --uts --ipc --fork --kill-child bash --noprofile --norc -c "mount -t tmpfs -o size=64k none /tmp && mount -t tmpfs none /dev/shm && mount -t proc proc /proc && setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs bash --noprofile --norc -c 'exec -a ${tag} sleep infinity'; exit"`
     : `setsid bash --noprofile --norc -c 'exec -a ${tag} sleep infinity'`;
   const script = [
     `t0=$(date +%s%N); for ((i = 0; i < ${n}; i++)); do ${node} < /dev/null > /dev/null 2>&1 & pids+=($!); done`,
     `until [ "$(pgrep -c -f '^${tag}')" -ge ${n} ]; do sleep 0.02; done; t1=$(date +%s%N)`,
-    `kill "\${pids[@]}" 2>/dev/null; wait 2>/dev/null; until [ "$(pgrep -c -f '^${tag}')" -eq 0 ]; do sleep 0.02; done; t2=$(date +%s%N)`,
+    `kill -KILL "\${pids[@]}" 2>/dev/null; wait 2>/dev/null; until [ "$(pgrep -c -f '^${tag}')" -eq 0 ]; do sleep 0.02; done; t2=$(date +%s%N)`,
     'echo $(((t1 - t0) / 1000000)) $(((t2 - t1) / 1000000))',
   ].join('\n');
   const [startMs, stopMs] = execFileSync('bash', ['--noprofile', '--norc', '-c', script], { encoding: 'utf8' }).trim().split(' ').map(Number);

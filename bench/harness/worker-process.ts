@@ -33,6 +33,7 @@ export async function startWorkerProcess(config: WorkerConfig, opts: WorkerProce
   const pid = child.pid;
   if (pid === undefined) throw new Error('could not start a worker process');
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let lastPeakMiB = Number.NaN;
   await new Promise<void>((resolve, reject) => {
     let out = '';
     child.stdout?.on('data', (chunk: Buffer) => {
@@ -41,11 +42,17 @@ export async function startWorkerProcess(config: WorkerConfig, opts: WorkerProce
     });
     child.once('exit', (code) => reject(new Error(`worker process exited with ${code} before it was ready`)));
   });
-  return {
+  const handle: WorkerProcess = {
     pid,
     peakRssMiB: () => {
-      const match = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-      return match ? Number(match[1]) / 1024 : Number.NaN;
+      // Remembered: the peak of a worker that has ended is its last reading.
+      try {
+        const match = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+        if (match) lastPeakMiB = Number(match[1]) / 1024;
+      } catch {
+        // gone
+      }
+      return lastPeakMiB;
     },
     stop: async () => {
       if (child.exitCode === null) child.kill('SIGTERM');
@@ -54,8 +61,10 @@ export async function startWorkerProcess(config: WorkerConfig, opts: WorkerProce
       clearTimeout(timer);
     },
     kill9: async () => {
+      handle.peakRssMiB();
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       await exited;
     },
   };
+  return handle;
 }
