@@ -16,6 +16,7 @@ import { SecretKeyError } from '../src/secrets/sealed-env';
 import type { RunExecution } from '../src/secrets/seal-binding';
 import { countJobEvents, watchJobMetrics } from './job-metrics';
 import { traceJobStart } from './job-tracing';
+import { pushedEnds, type PushedEnds } from './pushed-ends';
 
 /**
  * A group's jobs handled in batches: one activity waits for all of a group's runners, one starts
@@ -170,10 +171,12 @@ export function createJobBatchActivities(backends: BackendRegistry) {
         const started = await Promise.race([startBatch(target, input, addresses, details.started_ms, run), ctx.cancelled]);
         if (!(await send(started.events))) return;
         const watched = watchJobMetrics(target, input, started.running);
+        const ends = pushedEnds(target, started.running, input.interval_ms);
         try {
-          await supervise(ctx, target, input, started.running, details.started_ms, send, watched.ended);
+          await supervise(ctx, target, input, started.running, details.started_ms, send, watched.ended, ends);
         } finally {
           watched.stop();
+          ends?.close();
         }
       } finally {
         stop();
@@ -223,11 +226,13 @@ async function startBatch(
     groupNames: input.group_names ?? null,
     sshKeys,
   };
+  // The same book for every job of the batch: serialized once, not once per node.
+  const peers = addresses.peers ? { version: addresses.peers.version, json: JSON.stringify(addresses.peers) } : null;
   const outcomes = await mapLimit(input.jobs, CONCURRENCY, async ({ ref, plan_job }): Promise<JobEvent> => {
     let files: JobFiles;
     try {
       files = renderFilesFor(ctx, ref, plan_job);
-      if (addresses.peers) files = { ...files, peers: { version: addresses.peers.version, json: JSON.stringify(addresses.peers) } };
+      if (peers) files = { ...files, peers };
       // A backend that probes on the node gets the probe with the job; its timeout counts from the first attempt's start.
       if (input.probe && target.readiness) {
         const budget_ms = startedMs + input.probe.timeout_s * 1000 - Date.now();
@@ -267,7 +272,7 @@ interface Supervised {
 }
 
 /**
- * Checks every running job each interval and probes the unready ones, until every job has ended.
+ * Checks every running job each interval (with pushed ends: the ones the backend names) and probes the unready ones, until every job has ended.
  * A backend with `readiness()` (SSH) probes on the node itself from the job's start: it is asked
  * for the outcome each interval instead, which costs no command until the node pushes one.
  */
@@ -280,6 +285,8 @@ async function supervise(
   send: (events: JobEvent[]) => Promise<boolean>,
   /** A job no longer supervised (it ended, or its host was lost). */
   ended: (jobNum: number) => void = () => undefined,
+  /** The backend's pushed ends: only the jobs it names are checked after the first round. */
+  ends: PushedEnds | null = null,
 ): Promise<void> {
   const probe = input.probe;
   const readyDeadline = probe ? startedMs + probe.timeout_s * 1000 : Infinity;
@@ -353,7 +360,7 @@ async function supervise(
     for (const job of live.values()) {
       if (job.awaitingReady && !job.probing && job.nextProbeMs <= now) runProbe(job);
     }
-    const jobs = [...live.values()];
+    const jobs = ends ? ends.pick([...live.values()], (job) => job.unreachableSince !== null) : [...live.values()];
     const states = await Promise.race([
       mapLimit(jobs, CONCURRENCY, async (job) => {
         try {
@@ -405,7 +412,7 @@ async function supervise(
       pending = [];
     }
     if (live.size === 0) break;
-    await ctx.sleep(input.interval_ms);
+    await (ends ? ends.pause(ctx, input.interval_ms, live) : ctx.sleep(input.interval_ms));
   }
   if (probeEvents.length > 0 || pending.length > 0) await send([...pending, ...probeEvents]);
 }

@@ -1,33 +1,58 @@
 /**
  * Real nodes on the local fleet (loopback addresses, isolation as the machine allows: on as root),
- * each a `sleep infinity` in 3 groups, beside a floor: a shell script that starts and kills the
- * same number of `sleep`s. Per size: submit → all RUNNING, stop → torn down (the run closed), the
- * worker's CPU seconds and peak RSS, its peak open file descriptors (sampled every 50 ms), and the
- * run workflow's history events and bytes. The worker runs in its own process.
+ * each a `sleep infinity` in 3 groups, beside two floors: a shell script that starts the same
+ * number of `sleep`s and kills them, plain (a session each) and isolated as Troupe isolates a node
+ * (`unshare` of mount, pid, UTS and IPC namespaces, a private /tmp, /dev/shm and /proc, `setpriv` to
+ * an unprivileged user). Per case: submit → last node provisioned → all RUNNING, stop → torn down
+ * (the run closed), the worker's CPU seconds and peak RSS, its peak open descriptors (sampled every
+ * 50 ms), holding cost (worker CPU per running job per second, over 10 s), the histories of the run
+ * and its groups (events and bytes), and what was left on the machine after the run (processes,
+ * leases, instance records, the run's user). The load average is printed beside every figure.
  *
- *   npx tsx bench/scale-real.ts              100, 300 and 1000 nodes
- *   npx tsx bench/scale-real.ts 1000         chosen sizes
+ *   npx tsx bench/scale-real.ts                     every case: 100, 300, 1000, 4096, 1000:nofile, 1000:kill
+ *   npx tsx bench/scale-real.ts 1000 1000:kill      chosen cases
  *
- * Prints figures. Asserts nothing. The isolated floor (unshare + setpriv per node) is not measured.
+ * `N:nofile`: the worker under `ulimit -n 1024`. `N:kill`: the worker is killed (kill -9) in the
+ * middle of the teardown (jobs that ignore SIGTERM, so the teardown waits out their grace) and a
+ * new one finishes it; "torn down" then counts from the stop to the run's close across both.
+ * Prints figures. Asserts nothing.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { withAllJobs } from '../src/client/run-jobs';
-import { runWorkflowId } from '../workflows/ids';
+import { runUserName } from '../src/backends/local/run-user';
+import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import { runJobsQuery, runStateQuery, stopRunSignal } from '../workflows/messages';
 import type { RunState } from '../workflows/run-state';
-import { cpuSeconds } from './harness/cpu';
+import { leftovers } from '../test/helpers/leftovers';
+import { cpuSeconds, loadAverage } from './harness/cpu';
 import { workflowCost } from './harness/history';
 import { spreadPlan } from './harness/plans';
 import { bytes, fmt } from './harness/stats';
 import { startBenchTemporal } from './harness/temporal-env';
-import { startWorkerProcess } from './harness/worker-process';
+import { startWorkerProcess, type WorkerProcess } from './harness/worker-process';
+import type { WorkerConfig } from './harness/worker-config';
 
-const sizes = process.argv.slice(2).map(Number).filter((n) => Number.isInteger(n) && n > 0);
-const SIZES = sizes.length > 0 ? sizes : [100, 300, 1000];
+interface Case {
+  nodes: number;
+  variant: 'plain' | 'nofile' | 'kill';
+}
+const FILE_LIMIT = 1024;
+/** The `kill` case's grace: the worker is killed this far into it. */
+const KILL_GRACE_S = 4;
+const KILL_AFTER_MS = 1_500;
+
+function parseCase(arg: string): Case {
+  const [n, variant = 'plain'] = arg.split(':');
+  const nodes = Number(n);
+  if (!Number.isInteger(nodes) || nodes < 3 || !['plain', 'nofile', 'kill'].includes(variant)) throw new Error(`bench/scale-real.ts: "${arg}" is not N, N:nofile or N:kill (N ≥ 3)`);
+  return { nodes, variant: variant as Case['variant'] };
+}
+const args = process.argv.slice(2);
+const CASES = (args.length > 0 ? args : ['100', '300', '1000', '4096', '1000:nofile', '1000:kill']).map(parseCase);
 
 function openFiles(pid: number): number {
   try {
@@ -37,83 +62,141 @@ function openFiles(pid: number): number {
   }
 }
 
-/** The floor: `n` sleeps in sessions of their own started by one bash, then killed; ms for each. */
-function floor(n: number): { startMs: number; stopMs: number } {
+/**
+ * The floor: `n` sleeps started by one bash, plain or isolated, until all are there; then killed,
+ * until none is. Isolated, bash stays the namespace's init as isolate.sh does, and `--kill-child`
+ * ends the namespace with its `unshare`.
+ */
+function floor(n: number, isolated: boolean): { startMs: number; stopMs: number } {
+  const tag = `troupe-floor-${process.pid}`;
+  const node = isolated
+    ? `setsid unshare --mount --pid --uts --ipc --fork --kill-child bash --noprofile --norc -c "mount -t tmpfs -o size=64k none /tmp && mount -t tmpfs none /dev/shm && mount -t proc proc /proc && setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs bash --noprofile --norc -c 'exec -a ${tag} sleep infinity'; exit"`
+    : `setsid bash --noprofile --norc -c 'exec -a ${tag} sleep infinity'`;
   const script = [
-    `t0=$(date +%s%N); for ((i = 0; i < ${n}; i++)); do setsid sleep infinity < /dev/null > /dev/null 2>&1 & pids+=($!); done; t1=$(date +%s%N)`,
-    'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; t2=$(date +%s%N)',
+    `t0=$(date +%s%N); for ((i = 0; i < ${n}; i++)); do ${node} < /dev/null > /dev/null 2>&1 & pids+=($!); done`,
+    `until [ "$(pgrep -c -f '^${tag}')" -ge ${n} ]; do sleep 0.02; done; t1=$(date +%s%N)`,
+    `kill -KILL "\${pids[@]}" 2>/dev/null; wait 2>/dev/null; until [ "$(pgrep -c -f '^${tag}')" -eq 0 ]; do sleep 0.02; done; t2=$(date +%s%N)`,
     'echo $(((t1 - t0) / 1000000)) $(((t2 - t1) / 1000000))',
   ].join('\n');
-  const [startMs, stopMs] = execFileSync('bash', ['-c', script], { encoding: 'utf8' }).trim().split(' ').map(Number);
+  const [startMs, stopMs] = execFileSync('bash', ['--noprofile', '--norc', '-c', script], { encoding: 'utf8' }).trim().split(' ').map(Number);
   return { startMs: startMs ?? Number.NaN, stopMs: stopMs ?? Number.NaN };
 }
+
+function hasRunUser(runUid: string): boolean {
+  const user = runUserName(runUid, 0);
+  return readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .some((line) => line.startsWith(`${user}:`));
+}
+
+const at = (ms: number) => `${fmt(ms / 1000, 1)} s`;
+const withLoad = (text: string, load: number) => `${text} (${fmt(load, 1)})`;
 
 const env = await startBenchTemporal('scale-real');
 const rows: string[][] = [];
 try {
-  for (const n of SIZES) {
+  for (const c of CASES) {
+    const { nodes: n } = c;
     const stateDir = mkdtempSync(join(tmpdir(), 'troupe-bench-scale-real-'));
     const taskQueue = `scale-real-${n}-${Date.now()}`;
-    const worker = await startWorkerProcess({
+    const config: WorkerConfig = {
       address: env.address,
       task_queue: taskQueue,
       bundle_path: env.bundlePath,
+      // Past the default /22 (1,022 nodes): a /18 of loopback addresses.
       backend: { kind: 'local', state_dir: stateDir, network: 'loopback', ...(n > 1022 ? { subnet: '127.216.0.0/18' } : {}) },
-    });
+    };
+    const workerOpts = c.variant === 'plain' ? {} : { fileLimit: FILE_LIMIT };
+    let worker: WorkerProcess = await startWorkerProcess(config, workerOpts);
+    const workers = [worker];
     let peakFds = 0;
     const sampler = setInterval(() => {
       peakFds = Math.max(peakFds, openFiles(worker.pid));
     }, 50);
     try {
-      const runName = `scale-real-${n}`;
+      const runName = `scale-real-${n}-${c.variant}`;
+      const commands = c.variant === 'kill' ? ["trap '' TERM; while :; do sleep 1; done"] : ['sleep infinity'];
       const cpu0 = cpuSeconds(worker.pid);
+      const load0 = loadAverage();
       const submitted = Date.now();
       const handle = await env.client.workflow.start('RunWorkflow', {
         taskQueue,
         workflowId: runWorkflowId(runName),
-        args: [{ plan: spreadPlan(runName, n, 3, ['sleep infinity']), backend: 'local', options: { stop_grace_s: 1 } }],
+        args: [{ plan: spreadPlan(runName, n, 3, commands), backend: 'local', options: { stop_grace_s: c.variant === 'kill' ? KILL_GRACE_S : 1 } }],
       });
+      const allJobs = async () => await withAllJobs(await handle.query(runStateQuery), (offset, limit) => handle.query(runJobsQuery, { offset, limit }));
+      let state: RunState;
       for (;;) {
-        const state = await withAllJobs(await handle.query(runStateQuery), (offset, limit) => handle.query(runJobsQuery, { offset, limit }));
+        state = await allJobs();
         if (state.jobs.length === n && state.jobs.every((j) => j.status === 'RUNNING')) break;
         if (['FAILED', 'TERMINATED', 'DONE'].includes(state.status)) throw new Error(`${n} nodes: the run ended ${state.status}: ${state.message ?? ''}`);
         await sleep(250);
       }
       const running = Date.now() - submitted;
+      const provisioned = Math.max(...state.jobs.map((j) => Date.parse(j.provisioned_at ?? ''))) - submitted;
       const cpuRunning = cpuSeconds(worker.pid) - cpu0;
+      const loadRunning = loadAverage();
       // Holding the jobs: worker CPU per job per second over 10 s.
       const cpuHold0 = cpuSeconds(worker.pid);
       await sleep(10_000);
       const holdMsPerJobSecond = ((cpuSeconds(worker.pid) - cpuHold0) * 1000) / n / 10;
+      const loadHold = loadAverage();
       const stopping = Date.now();
       await handle.signal(stopRunSignal, { abort: false });
-      const final = (await handle.result()) as RunState;
+      if (c.variant === 'kill') {
+        await sleep(KILL_AFTER_MS);
+        await worker.kill9();
+        worker = await startWorkerProcess(config, workerOpts);
+        workers.push(worker);
+      }
+      await handle.result();
       const down = Date.now() - stopping;
-      const cost = await workflowCost(env.client, runWorkflowId(runName));
-      const f = floor(n);
+      const loadDown = loadAverage();
+      const final = await allJobs();
+      const left = leftovers(final, stateDir);
+      const runId = runWorkflowId(runName);
+      const costs = await Promise.all([runId, ...['g0', 'g1', 'g2'].map((g) => nodeGroupWorkflowId(runId, g, 0))].map((id) => workflowCost(env.client, id).catch(() => null)));
+      const [run, ...groups] = costs;
+      const groupEvents = groups.reduce((sum, g) => sum + (g?.events ?? 0), 0);
+      const groupBytes = groups.reduce((sum, g) => sum + (g?.bytes ?? 0), 0);
+      const plainFloor = floor(n, false);
+      const isolatedFloor = floor(n, true);
       rows.push([
-        String(n),
-        `${fmt(running / 1000, 1)} s`,
-        `${fmt(down / 1000, 1)} s`,
-        `${fmt(f.startMs / 1000, 2)} s / ${fmt(f.stopMs / 1000, 2)} s`,
+        `${n}${c.variant === 'plain' ? '' : c.variant === 'nofile' ? `, ulimit -n ${FILE_LIMIT}` : ', worker killed mid-teardown'}`,
+        withLoad(`${at(provisioned)} / ${at(running)}`, loadRunning),
+        withLoad(at(down), loadDown),
+        `${at(plainFloor.startMs)} / ${at(plainFloor.stopMs)}`,
+        `${at(isolatedFloor.startMs)} / ${at(isolatedFloor.stopMs)}`,
         `${fmt(cpuRunning, 1)} s`,
-        fmt(holdMsPerJobSecond, 3),
-        `${fmt(worker.peakRssMiB())} MiB`,
+        withLoad(`${fmt(holdMsPerJobSecond, 3)}`, loadHold),
+        `${fmt(Math.max(...workers.map((w) => w.peakRssMiB()).filter(Number.isFinite)))} MiB`,
         String(peakFds),
-        `${cost.events} / ${bytes(cost.bytes)}`,
-        final.status,
+        `${run?.events ?? '?'} / ${bytes(run?.bytes ?? 0)}; groups ${groupEvents} / ${bytes(groupBytes)}`,
+        `${final.status}; left: ${left.processes} processes, ${left.leases} leases, ${left.instances} instances, run user ${hasRunUser(final.run_uid) ? 'KEPT' : 'removed'}`,
       ]);
-      console.log(rows.at(-1)?.join('  '));
+      console.log(`(load average at submit ${fmt(load0, 1)}) ${rows.at(-1)?.join('  ')}`);
     } finally {
       clearInterval(sampler);
-      await worker.stop();
+      for (const w of workers) await w.stop();
       rmSync(stateDir, { recursive: true, force: true });
     }
   }
 } finally {
   await env.close();
 }
-const header = ['nodes', 'submit → all RUNNING', 'stop → torn down', 'floor start / kill', 'worker CPU to RUNNING', 'hold: worker CPU ms/job/s', 'worker peak RSS', 'worker peak fds', 'run history events / bytes', 'status'];
-console.log(`\nLocal fleet, loopback, real processes (isolation ${process.getuid?.() === 0 ? 'on' : 'off'}):`);
+const header = [
+  'nodes',
+  'submit → provisioned / all RUNNING (load)',
+  'stop → torn down (load)',
+  'floor plain: start / kill',
+  'floor isolated: start / kill',
+  'worker CPU to RUNNING',
+  'holding: worker CPU ms/job/s (load)',
+  'worker peak RSS',
+  'worker peak fds',
+  'history events / bytes: run; groups',
+  'end',
+];
+console.log(`\nLocal fleet, loopback, real processes (isolation ${process.getuid?.() === 0 ? 'on' : 'off'}), ${new Date().toISOString()}:`);
 console.log(`| ${header.join(' | ')} |\n|${header.map(() => '---').join('|')}|`);
 for (const r of rows) console.log(`| ${r.join(' | ')} |`);

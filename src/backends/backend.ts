@@ -155,6 +155,14 @@ export interface Backend {
    */
   readiness?(job: JobRef): Promise<ReadinessState>;
   /**
+   * Optional: the ends of running jobs pushed instead of polled. From the call on, `changed` names
+   * a job (at least once) whenever it may have ended, also when it had ended before the call (while
+   * no worker ran, say): a caller that checked a job with jobState() after the call need not check it
+   * again until it is named. A job the backend cannot watch now is named every `pollMs` instead.
+   * Without it, every running job is checked with jobState() every interval.
+   */
+  watchEnds?(jobs: JobRef[], pollMs: number, changed: (jobNums: number[]) => void): JobEndWatch;
+  /**
    * Optional: the submissions this backend still holds anything for (processes, machines, users,
    * files), with the workflow id of their run. The worker's reaper releases (releaseRun) those whose
    * run has closed without its teardown (terminated, timed out, reset away).
@@ -166,6 +174,12 @@ export interface Backend {
    * Figures only: nothing the job prints.
    */
   usage?(job: JobRef): Promise<JobUsage | null>;
+}
+
+/** What watchEnds() returns. */
+export interface JobEndWatch {
+  /** No more names: what it holds for the watch (descriptors, requests to its helper) is let go. */
+  close(): void;
 }
 
 export interface ExecResult {

@@ -6,7 +6,7 @@ import { interpolateCommand } from './interpolation';
 import { renderJobEnv } from './job-env';
 import { JobLayout } from './job-layout';
 import { renderLaunchScript } from './launch-script';
-import { hostEntries, isAddressLiteral, nodeHostName, renderNodeHosts, type NodeIdentity } from './node-hosts';
+import { hostEntries, isAddressLiteral, nodeHostName, renderNodeHosts, type HostEntry, type NodeIdentity } from './node-hosts';
 
 export interface JobFilesInput {
   run: Pick<Plan, 'run_name' | 'nodes_num' | 'env' | 'image' | 'working_dir'>;
@@ -61,9 +61,21 @@ function nodeIdentity(input: JobFilesInput): NodeIdentity | null {
   const at = cluster.ranks ? cluster.ranks.indexOf(job.job_num) : job.job_num;
   const ip = cluster.job_ips[at];
   if (!ip || !isAddressLiteral(ip)) return null;
-  const names = input.groupNames ?? input.addresses.map((_, g) => String(g));
   const self = { ip, name: nodeHostName(job.node_group_name, job.node_group_index, job.node_group_job_index) };
-  return renderNodeHosts(self, hostEntries(names, input.addresses));
+  return renderNodeHosts(self, entriesOf(input));
+}
+
+/** The run's host entries, once per address book (every job of a batch renders from the same `addresses`). */
+const entriesCache = new WeakMap<JobFilesInput['addresses'], { names: string; entries: HostEntry[] }>();
+
+function entriesOf(input: JobFilesInput): HostEntry[] {
+  const names = input.groupNames ?? input.addresses.map((_, g) => String(g));
+  const key = names.join('\n');
+  const known = entriesCache.get(input.addresses);
+  if (known?.names === key) return known.entries;
+  const entries = hostEntries(names, input.addresses);
+  entriesCache.set(input.addresses, { names: key, entries });
+  return entries;
 }
 
 /** `dir/name` without Node's path module: this module stays importable from workflow code. */

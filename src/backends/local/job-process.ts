@@ -213,6 +213,7 @@ class JobStops {
           const procs = await scanProcesses({
             markerNames: new Set(active.map((r) => markerName(r.target))),
             netns: active.some((r) => r.target.netnsInode !== null),
+            knownLeaders: active.flatMap((r) => (r.target.leader ? [r.target.leader] : [])),
           });
           index = indexProcesses(procs);
         } catch (err) {

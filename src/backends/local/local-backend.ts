@@ -11,6 +11,7 @@ import {
   type ExecResult,
   type HeldRun,
   type Instance,
+  type JobEndWatch,
   type JobFiles,
   type JobProcessState,
   type JobRef,
@@ -54,6 +55,8 @@ import { pathExists, readTextFile, writeFileAtomic, type FileOwner } from './sta
 import { writePeersFile } from './peers-file';
 import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
 import { readLocalJobUsage } from './job-usage';
+import { FolderWatch } from './folder-watch';
+import { watchLocalJobEnds } from './job-ends';
 import type { JobUsage } from '../../metrics/job-usage';
 import { mapLimit } from '../../concurrency/map-limit';
 import { Slots } from '../../concurrency/slots';
@@ -119,6 +122,8 @@ export const JOB_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin
 /** Every process of a job inherits `TROUPE_INSTANCE_ID=<id>`: stopping finds the ones that left its group. */
 const MARKER_NAME = 'TROUPE_INSTANCE_ID';
 const CLAIM_WAIT_MS = 10_000;
+/** Longest pause between two looks at a starting job's files when no change wakes the wait (a wrapper that died, no inotify). */
+const FOLDER_LOOK_MS = 50;
 /**
  * Jobs a per-job step of a whole batch (a release, a group's networks) works on at once: each
  * holds a file or a command open, and a thousand at once ran the worker out of descriptors.
@@ -402,28 +407,29 @@ export class LocalBackend implements Backend {
       exitCode = code;
     });
     const deadline = Date.now() + CLAIM_WAIT_MS;
-    // The wrapper records its pid 5–10 ms after the spawn: looked for every ms at first, then every
-    // few ms, then every 20 ms.
-    const started = Date.now();
-    let pause = 1;
-    for (;;) {
-      const claim = await readClaim(dir);
-      if (claim.kind === 'started') {
-        if (this.isolation) await this.waitForNamespaces(dir, claim.leader);
-        if (await pathExists(join(dir, SshLayout.dir, SshLayout.run))) await waitForSshServer(dir, claim.leader, CLAIM_WAIT_MS);
-        return { pid: claim.leader.pid };
+    // What the wrapper writes (its claim and pid, then isolate.sh's ns_init, then the node's SSH
+    // server its pid file) is waited for by inotify on those folders: looked at when they change.
+    const folders = new FolderWatch([dir, join(dir, L.started), join(dir, SshLayout.dir, SshLayout.state)]);
+    try {
+      for (;;) {
+        const claim = await readClaim(dir);
+        if (claim.kind === 'started') {
+          if (this.isolation) await this.waitForNamespaces(dir, claim.leader, folders);
+          if (await pathExists(join(dir, SshLayout.dir, SshLayout.run))) await waitForSshServer(dir, claim.leader, CLAIM_WAIT_MS, folders);
+          return { pid: claim.leader.pid };
+        }
+        if (claim.kind === 'stopped') {
+          throw new SubmissionClosedError(`${job.job_name} was stopped before it started; it will not start any more`);
+        }
+        // Our wrapper ended without anyone claiming: it could not start (its log says why).
+        if (claim.kind === 'none' && exitCode !== null) {
+          throw new Error(`${job.job_name}: the job wrapper exited with ${exitCode} before starting; see ${join(dir, L.wrapperLog)}`);
+        }
+        if (Date.now() > deadline) throw new Error(`${job.job_name}: no process recorded in ${dir} after ${CLAIM_WAIT_MS / 1000}s`);
+        await folders.changed(FOLDER_LOOK_MS);
       }
-      if (claim.kind === 'stopped') {
-        throw new SubmissionClosedError(`${job.job_name} was stopped before it started; it will not start any more`);
-      }
-      // Our wrapper ended without anyone claiming: it could not start (its log says why).
-      if (claim.kind === 'none' && exitCode !== null) {
-        throw new Error(`${job.job_name}: the job wrapper exited with ${exitCode} before starting; see ${join(dir, L.wrapperLog)}`);
-      }
-      if (Date.now() > deadline) throw new Error(`${job.job_name}: no process recorded in ${dir} after ${CLAIM_WAIT_MS / 1000}s`);
-      await sleep(pause);
-      const waited = Date.now() - started;
-      pause = waited < 50 ? 1 : waited < 200 ? 4 : 20;
+    } finally {
+      folders.close();
     }
   }
 
@@ -432,11 +438,11 @@ export class LocalBackend implements Backend {
    * after its wrapper's pid): until then it is not RUNNING. A job that ended first (it could not
    * be isolated: its log says why) is left to the watch, which reports its exit.
    */
-  private async waitForNamespaces(dir: string, leader: ProcessIdentity): Promise<void> {
+  private async waitForNamespaces(dir: string, leader: ProcessIdentity, folders: FolderWatch): Promise<void> {
     const deadline = Date.now() + CLAIM_WAIT_MS;
     while (!(await pathExists(join(dir, L.started, L.nsInit))) && Date.now() < deadline) {
       if (!(await isAlive(leader))) return;
-      await sleep(2);
+      await folders.changed(FOLDER_LOOK_MS);
     }
   }
 
@@ -451,6 +457,15 @@ export class LocalBackend implements Backend {
     // It may have written its code just after the first look.
     const late = await readExitCode(dir);
     return { state: 'exited', pid, exit_code: late ?? KILLED_EXIT_CODE };
+  }
+
+  /** Ends pushed by the spawn helper (job-ends.ts): a running job costs no check until its wrapper exits. */
+  watchEnds(jobs: JobRef[], pollMs: number, changed: (jobNums: number[]) => void): JobEndWatch {
+    return watchLocalJobEnds(
+      jobs.map((job) => ({ job_num: job.job_num, dir: this.jobDirectory(job) })),
+      pollMs,
+      changed,
+    );
   }
 
   async usage(job: JobRef): Promise<JobUsage | null> {

@@ -1,7 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { NodeSshKeys } from '../backend';
 import { renderNodeSsh, SshLayout } from '../../runner/inter-node-ssh';
 import { JobLayout as L } from '../../runner/job-layout';
@@ -9,6 +8,7 @@ import { isAlive, type ProcessIdentity } from './proc';
 import type { RunUser } from './run-user';
 import { pathExists, writeFileAtomic } from './state-files';
 import { setDirectoryOwner } from './job-dir-safety';
+import type { FolderWatch } from './folder-watch';
 
 /**
  * Inter-node SSH on the local fleet (src/runner/inter-node-ssh.ts says what it is): each node's
@@ -65,14 +65,14 @@ export async function writeNodeSsh(jobDir: string, ip: string, keys: NodeSshKeys
  * Waits until the node's SSH server listens (its pid file), so a job is RUNNING only with its
  * server up: with `startup_order: workers-first` the master's `mpirun` finds every peer's. A job
  * that ended first (its server could not start: its log says why), or runs without a server (no
- * sshd on this machine: its log says so), is not waited for.
+ * sshd on this machine: its log says so), is not waited for. `folders` watches its `ssh/state/`.
  */
-export async function waitForSshServer(jobDir: string, leader: ProcessIdentity, timeoutMs: number): Promise<void> {
+export async function waitForSshServer(jobDir: string, leader: ProcessIdentity, timeoutMs: number, folders: FolderWatch): Promise<void> {
   const state = join(jobDir, SshLayout.dir, SshLayout.state);
   const settled = async () => (await pathExists(join(state, SshLayout.pidFile))) || (await pathExists(join(state, SshLayout.off)));
   const deadline = Date.now() + timeoutMs;
   while (!(await settled()) && Date.now() < deadline) {
     if (!(await isAlive(leader))) return;
-    await sleep(5);
+    await folders.changed(50);
   }
 }

@@ -81,6 +81,12 @@ export interface ScanOptions {
   markerNames: ReadonlySet<string>;
   /** Read each process's network namespace too. */
   netns: boolean;
+  /**
+   * Leaders whose session and process group are found by those alone: while a leader is alive
+   * (same pid and start time), the environments of its session's processes are not read (their
+   * `markers` are empty). A thousand jobs' processes then cost one read each per scan, not two.
+   */
+  knownLeaders?: readonly ProcessIdentity[];
 }
 
 /**
@@ -88,15 +94,20 @@ export interface ScanOptions {
  * of files open: what stopping a whole run's jobs needs, instead of one full pass over /proc per job.
  */
 export async function scanProcesses(opts: ScanOptions): Promise<ScannedProcess[]> {
-  const scanned = await mapLimit(await listPids(), PROC_READS_IN_FLIGHT, async (pid): Promise<ScannedProcess | null> => {
+  const stats = await mapLimit(await listPids(), PROC_READS_IN_FLIGHT, async (pid): Promise<ProcStat | null> => {
     if (pid === 1 || pid === process.pid) return null;
     const stat = await readProcStat(pid);
-    if (!stat || stat.state === 'Z') return null;
-    const markers = opts.markerNames.size > 0 ? await environEntries(pid, opts.markerNames) : [];
-    const netnsInode = opts.netns ? await netnsInodeOf(pid) : null;
+    return stat && stat.state !== 'Z' ? stat : null;
+  });
+  const live = stats.filter((p): p is ProcStat => p !== null);
+  const byPid = new Map(live.map((p) => [p.pid, p]));
+  const leaders = new Set((opts.knownLeaders ?? []).filter((l) => byPid.get(l.pid)?.starttime === l.starttime).map((l) => l.pid));
+  return await mapLimit(live, PROC_READS_IN_FLIGHT, async (stat): Promise<ScannedProcess> => {
+    const known = leaders.has(stat.session) || leaders.has(stat.pgrp);
+    const markers = opts.markerNames.size > 0 && !known ? await environEntries(stat.pid, opts.markerNames) : [];
+    const netnsInode = opts.netns ? await netnsInodeOf(stat.pid) : null;
     return { ...stat, markers, netnsInode };
   });
-  return scanned.filter((p): p is ScannedProcess => p !== null);
 }
 
 /** The entries of the process's environment whose names are in `names`. */

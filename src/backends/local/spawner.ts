@@ -34,9 +34,26 @@ export interface Detached {
   exited: Promise<number | null>;
 }
 
+/**
+ * A process's end, pushed by the helper (its child's exit, or a pidfd for any other process):
+ * `ended` resolves with `ended` once the process is gone (at once when it is gone already), or with
+ * `unwatched` when the helper cannot watch it (not up yet, gone, no perl, out of descriptors).
+ */
+export interface EndWatch {
+  ended: Promise<'ended' | 'unwatched'>;
+  /** Nothing more is wanted about it: the helper lets it go. */
+  cancel(): void;
+}
+
 const HELPER = fileURLToPath(new URL('./spawn-helper.mjs', import.meta.url));
 
-type Reply = { id: number; code: number; stdout: string; stderr: string } | { id: number; pid: number } | { id: number; exited: number } | { id: number; error: string };
+type Reply =
+  | { id: number; code: number; stdout: string; stderr: string }
+  | { id: number; pid: number }
+  | { id: number; exited: number }
+  | { id: number; error: string }
+  | { id: number; ended: true }
+  | { id: number; unwatched: string };
 
 interface Pending {
   /** What a reply means for the request: answered, only its end is awaited (a detached process), or neither yet. */
@@ -52,6 +69,8 @@ class SpawnHelper {
   private ready = false;
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
+  /** Requests of `pending` that hold this process alive (counted: a thousand watched jobs would make a scan per message costly). */
+  private holders = 0;
   /** Set when the helper cannot be started here: everything is started directly from then on. */
   private disabled = process.env.TROUPE_SPAWN_HELPER === '0';
 
@@ -79,13 +98,17 @@ class SpawnHelper {
         const reply = message as Reply;
         const pending = this.pending.get(reply.id);
         const state = pending?.onReply(reply);
-        if (pending && state !== 'waiting') pending.holding = false;
+        if (pending?.holding && state !== 'waiting') {
+          pending.holding = false;
+          this.holders -= 1;
+        }
         if (state === 'done') this.pending.delete(reply.id);
       }
       this.holdWhileWaiting();
     });
-    child.once('error', () => {
-      this.disabled = true;
+    // Also emitted when a message cannot reach a helper that just died: only one that never came up disables it.
+    child.on('error', () => {
+      if (!this.ready && this.child === child) this.disabled = true;
       this.lost(child);
     });
     child.once('exit', () => {
@@ -104,6 +127,7 @@ class SpawnHelper {
     this.ready = false;
     const lost = [...this.pending.values()];
     this.pending.clear();
+    this.holders = 0;
     for (const p of lost) p.onLost();
   }
 
@@ -111,19 +135,57 @@ class SpawnHelper {
   private holdWhileWaiting(): void {
     const channel = this.child?.channel;
     if (!channel) return;
-    if ([...this.pending.values()].some((p) => p.holding)) channel.ref();
+    if (this.holders > 0) channel.ref();
     else channel.unref();
   }
 
-  private request(child: ChildProcess, body: Record<string, unknown>, pending: Omit<Pending, 'holding'>): void {
+  private request(child: ChildProcess, body: Record<string, unknown>, pending: Omit<Pending, 'holding'>, holding = true): number {
     const id = this.nextId++;
-    this.pending.set(id, { ...pending, holding: true });
+    this.pending.set(id, { ...pending, holding });
+    if (holding) this.holders += 1;
     this.holdWhileWaiting();
+    this.post(child, { id, ...body });
+    return id;
+  }
+
+  private post(child: ChildProcess, message: Record<string, unknown>): void {
     try {
-      child.send({ id, ...body });
+      child.send(message);
     } catch {
       // The channel closed under us: the helper's exit follows, and with it onLost.
     }
+  }
+
+  /**
+   * Watches the end of the process `pid` that started at `starttime` (field 22 of its stat). A
+   * watch never keeps this process alive; while the helper is not up, it is `unwatched` at once.
+   */
+  watchEnd(pid: number, starttime: number): EndWatch {
+    const child = this.helper();
+    if (!child) return { ended: Promise.resolve('unwatched'), cancel: () => undefined };
+    let id = 0;
+    const ended = new Promise<'ended' | 'unwatched'>((resolve) => {
+      id = this.request(
+        child,
+        { kind: 'watch', pid, starttime },
+        {
+          onReply: (reply) => {
+            if ('ended' in reply) resolve('ended');
+            else if ('unwatched' in reply) resolve('unwatched');
+            else return 'waiting';
+            return 'done';
+          },
+          onLost: () => resolve('unwatched'),
+        },
+        false,
+      );
+    });
+    return {
+      ended,
+      cancel: () => {
+        if (this.pending.delete(id) && this.child === child) this.post(child, { kind: 'unwatch', id });
+      },
+    };
   }
 
   /** Runs a command to its end, standard input closed, and returns its exit code and output. */
