@@ -16,7 +16,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: 'unit',
-          include: ['test/unit/**/*.test.ts'],
+          include: ['test/unit/**/*.test.ts', 'src/run-core/**/*.test.ts'],
           fileParallelism: true,
           maxWorkers: 2,
           sequence: { groupOrder: 0 },

@@ -1,43 +1,36 @@
 import { upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
-import type { RetryEvent, RetryPolicy } from '../src/plan/plan-schema';
+import type { RunEvent } from '../src/run-core/events';
+import { newRunCore, type RunCore } from '../src/run-core/state';
 import type { AddressBook, RunInput } from './messages';
-import { initialState } from './job-transitions';
 import type { RunState, RunStatus } from './run-state';
 import { isLivePlan, newLiveRun, type LiveRun } from './run-live';
 import type { Submission } from './submission';
 import { metricsOfRun } from './run-metrics';
 
-export type { Ending, Outcome } from './outcome';
+export type { Ending, Outcome } from '../src/run-core/ending';
 
 /**
- * One run as plain data: its state (what queries answer) and what its handlers learnt. The run's
- * steps read and change it; the handlers (run-handlers.ts) only record into it.
+ * One run: its core state (src/run-core: what the policies decide over, the state queries answer
+ * in it), the events its handlers queued for the loop, and what the shell keeps to act on it.
+ * Only the loop (run-loop.ts) replaces `core`; the handlers (run-handlers.ts) only queue events.
  */
 export interface Run {
   input: RunInput;
-  state: RunState;
-  retry: RetryPolicy | null;
-  /** Epoch ms when `retry.duration` runs out (null: no retry). */
-  retryDeadlineMs: number | null;
-  stopRequest: { abort: boolean } | null;
+  core: RunCore;
+  /** The run's state as queries answer it: `core.run`. */
+  readonly state: RunState;
+  /** Events queued by the handlers, oldest first, for the loop. */
+  inbox: RunEvent[];
   /** The backend provisions a group's batch in one call. */
   groupProvisioning: boolean;
-  /** Bumped on every job event: what the main loop waits on. */
+  /** Bumped when a step outside the core changes the jobs: the loop looks again. */
   version: number;
-  /** The retry event each failed job counts as (exits with an error count as `error`). */
-  failureEvents: Map<number, RetryEvent | null>;
-  /** The submission whose outcome is decided: what its jobs do from then on is teardown's. */
-  eventsClosedFor: number | null;
-  /** Groups that another group waits for: one of their jobs ending before it is ready fails the run. */
-  dependedOn: Set<number>;
   /** Healing, resizing and live peers (null: the run uses none of them). */
   live: LiveRun | null;
   /** The submission under way (its group children), for the handlers that act on it. */
   submissionNow: Submission | null;
   /** The address book as the submission's first jobs got it (what `runAddressBook` answers in a run that is not live). */
   announced: AddressBook | null;
-  /** The next back-off before a resubmission (doubles each time). */
-  backoffS: number;
   /** Executions before this one (continue-as-new): part of the group children's ids. */
   generation: number;
   /** This execution is handing its groups over to the next, or taking them over from the one before: resizes wait. */
@@ -49,25 +42,30 @@ export interface Run {
 }
 
 export function newRun(input: RunInput): Run {
-  const retry = input.options.retry === undefined ? input.plan.retry : input.options.retry;
+  const info = workflowInfo();
+  const core = newRunCore({
+    plan: input.plan,
+    identity: { run_id: info.workflowId, run_uid: info.firstExecutionRunId, backend: input.backend },
+    limits: { address_deadline_s: input.options.address_deadline_s, provision_attempt_timeout_s: input.options.provision_attempt_timeout_s },
+    retry: input.options.retry === undefined ? input.plan.retry : input.options.retry,
+    backoff_s: input.options.retry_backoff_s,
+    now: Date.now(),
+  });
   return {
     input,
-    state: initialState(input),
-    retry,
-    retryDeadlineMs: retry ? Date.now() + retry.duration_s * 1000 : null,
-    stopRequest: null,
+    core,
+    get state() {
+      return this.core.run;
+    },
+    inbox: [],
     groupProvisioning: false,
     version: 0,
-    failureEvents: new Map(),
-    eventsClosedFor: null,
-    dependedOn: new Set(input.plan.groups.flatMap((g) => g.depends_on ?? [])),
     live: isLivePlan(input.plan) ? newLiveRun(input.plan) : null,
     submissionNow: null,
     announced: null,
-    backoffS: input.options.retry_backoff_s,
     generation: 0,
     handingOver: false,
-    historyAtStart: workflowInfo().historyLength,
+    historyAtStart: info.historyLength,
     tooLargeToHandOver: false,
   };
 }
@@ -76,4 +74,9 @@ export function setStatus(run: Run, status: RunStatus): void {
   if (run.state.status !== status) metricsOfRun.runStatus(status);
   run.state.status = status;
   if (run.input.search_attributes) upsertSearchAttributes({ TroupeRunStatus: [status] });
+}
+
+/** A stop was asked: the core has it, or it waits in the inbox for the loop. */
+export function stopAsked(run: Run): boolean {
+  return run.core.stop_request !== null || run.inbox.some((event) => event.kind === 'stop');
 }

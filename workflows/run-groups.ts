@@ -7,7 +7,7 @@ import {
   type ChildWorkflowHandle,
 } from '@temporalio/workflow';
 import { rootMessage } from './failures';
-import { isJobFinished } from './job-transitions';
+import { isJobFinished } from '../src/run-core/jobs';
 import { jobPlanOf } from './run-live';
 import { nodeGroupWorkflowId } from './ids';
 import { NodeGroupWorkflow, type NodeGroupInput } from './node-group-workflow';
@@ -20,26 +20,24 @@ export type { Submission } from './submission';
  * A child per group, in a scope the submission's end cancels. `adopted` (an execution that took
  * over from the one before): the children take up the jobs that run, without provisioning.
  */
-export async function startGroups(run: Run, adopted?: { signalled: Set<number>; runningSinceMs: number | null }): Promise<Submission> {
+export async function startGroups(run: Run, adopted?: { signalled: Set<number> }): Promise<Submission> {
   const scope = new CancellationScope();
   const children = await scope.run(() => Promise.all(run.input.plan.groups.map((group) => startGroup(run, group.index, adopted !== undefined))));
   const submission: Submission = {
     scope,
     children,
     childResults: [],
-    childFailure: null,
     signalled: adopted?.signalled ?? new Set(),
     delivered: null,
-    runningSinceMs: adopted?.runningSinceMs ?? null,
     launchRecorded: adopted !== undefined,
-    startUp: null,
   };
   run.submissionNow = submission;
   // An execution that took over from the one before has its groups back.
   run.handingOver = false;
+  const number = run.state.submission;
   submission.childResults = children.map((child, i) =>
     child.result().catch((err: unknown) => {
-      if (!isCancellation(err)) submission.childFailure ??= `group ${run.input.plan.groups[i]?.name}: ${rootMessage(err)}`;
+      if (!isCancellation(err)) run.inbox.push({ kind: 'group-failed', submission: number, message: `group ${run.input.plan.groups[i]?.name}: ${rootMessage(err)}` });
     }),
   );
   return submission;
@@ -77,8 +75,8 @@ function startGroup(run: Run, index: number, adopt: boolean): Promise<ChildWorkf
     group_sizes: plan.groups.map((g) => g.nodes),
     group_names: plan.groups.map((g) => g.name),
     options: input.options,
-    retry: run.retry,
-    retry_deadline_ms: run.retryDeadlineMs,
+    retry: run.core.retry,
+    retry_deadline_ms: run.core.retry_deadline_ms,
     unlocked: index === 0,
     live: run.live !== null,
     adopt: adopt ? runningJobsOf(run, index) : null,

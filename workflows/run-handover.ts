@@ -1,7 +1,9 @@
 import { allHandlersFinished, condition, continueAsNew, log, workflowInfo } from '@temporalio/workflow';
-import { activeJobs, isJobFinished } from './job-transitions';
+import { activeJobs, isJobFinished } from '../src/run-core/jobs';
+import { newSubmissionCore } from '../src/run-core/state';
 import type { CarriedRun, RunInput, RunInputArg } from './messages';
-import { newRun, setStatus, type Run } from './run-context';
+import { newRun, setStatus, stopAsked, type Run } from './run-context';
+import { takeEvents } from './run-events';
 import { peersSettled } from './run-peers';
 import type { RunState } from './run-state';
 import type { Submission } from './submission';
@@ -23,7 +25,7 @@ const CARRIED_MAX_BYTES = 1_500_000;
 /** Long enough, and nothing under way that a hand-over would have to carry. */
 export function handoverDue(run: Run, submission: Submission): boolean {
   const { live, state } = run;
-  if (!live || state.status !== 'RUNNING' || run.stopRequest || run.tooLargeToHandOver) return false;
+  if (!live || state.status !== 'RUNNING' || stopAsked(run) || run.tooLargeToHandOver) return false;
   const { historyLength, continueAsNewSuggested } = workflowInfo();
   if (historyLength < run.historyAtStart + HISTORY_MARGIN) return false;
   if (!continueAsNewSuggested && historyLength < run.input.options.continue_as_new_after_events) return false;
@@ -47,6 +49,7 @@ function isQuiet(run: Run, submission: Submission): boolean {
   });
   return (
     settledJobs &&
+    run.inbox.length === 0 &&
     submission.delivered === null &&
     live.attemptsToStart.size === 0 &&
     live.restartingGroups.size === 0 &&
@@ -64,17 +67,20 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
   const { live } = run;
   if (!live) throw new Error('only a live run hands over');
   await condition(allHandlersFinished);
+  // What arrived meanwhile is in the state the next execution starts from; it judges it on its first pass.
+  takeEvents(run);
+  const { core } = run;
   const carried: CarriedRun = {
-    state: run.state,
+    state: core.run,
     generation: run.generation + 1,
-    retry_deadline_ms: run.retryDeadlineMs,
-    backoff_s: run.backoffS,
-    stop_request: run.stopRequest,
+    retry_deadline_ms: core.retry_deadline_ms,
+    backoff_s: core.backoff_s,
+    stop_request: core.stop_request,
     group_provisioning: run.groupProvisioning,
-    failure_events: [...run.failureEvents],
+    failure_events: Object.entries(core.failure_events).map(([jobNum, event]) => [Number(jobNum), event]),
     announced: run.announced,
     signalled: [...submission.signalled],
-    running_since_ms: submission.runningSinceMs,
+    running_since_ms: core.submission.running_since_ms,
     live: {
       restart_times: live.restartTimes,
       added_plans: [...live.addedPlans.values()],
@@ -92,15 +98,20 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
 }
 
 /** The run as the execution before this one left it; what its adopted submission starts from. */
-export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; signalled: Set<number>; runningSinceMs: number | null } {
+export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; signalled: Set<number> } {
   const run = newRun({ ...input, carried: undefined });
-  run.state = carried.state;
+  run.core = {
+    ...run.core,
+    run: carried.state,
+    retry_deadline_ms: carried.retry_deadline_ms,
+    backoff_s: carried.backoff_s,
+    stop_request: carried.stop_request,
+    failure_events: Object.fromEntries(carried.failure_events),
+    // The submission goes on where it was: its jobs run, started in order.
+    submission: newSubmissionCore('started', carried.running_since_ms),
+  };
   run.generation = carried.generation;
-  run.retryDeadlineMs = carried.retry_deadline_ms;
-  run.backoffS = carried.backoff_s;
-  run.stopRequest = carried.stop_request;
   run.groupProvisioning = carried.group_provisioning;
-  run.failureEvents = new Map(carried.failure_events);
   run.announced = carried.announced;
   // Until its children have taken the jobs up (startGroups), resizes are asked again.
   run.handingOver = true;
@@ -118,5 +129,5 @@ export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; sig
   }
   // The search attributes travel with the run; its status is set again all the same.
   setStatus(run, run.state.status);
-  return { run, signalled: new Set(carried.signalled), runningSinceMs: carried.running_since_ms };
+  return { run, signalled: new Set(carried.signalled) };
 }

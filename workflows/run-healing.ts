@@ -1,13 +1,14 @@
-import { activeJobs, describeJob, groupMembers, nextAttempt } from './job-transitions';
+import { activeJobs, describeJob, groupMembers, nextAttempt } from '../src/run-core/jobs';
 import { newAttemptsSignal, startAttemptsSignal } from './messages';
 import { teardownActivities } from './node-group-activities';
-import type { Outcome, Run } from './run-context';
+import type { Failure } from '../src/run-core/ending';
+import type { Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import { dependentsOf, jobPlanOf, type LiveRun } from './run-live';
 import { bookToStartWith } from './run-peers';
 import type { JobState } from './run-state';
 import type { Submission } from './submission';
-import { dependencyWaits, isJobReady, startsInGroupOrder, usesDependencies } from './startup-order';
+import { dependencyWaits, isJobReady, startsInGroupOrder, usesDependencies } from '../src/run-core/startup-order';
 import { metricsOfRun } from './run-metrics';
 
 /**
@@ -40,8 +41,9 @@ export function replaceJobs(run: Run, submission: Submission, live: LiveRun, job
   for (const [g, members] of byGroup) {
     const old = members.flatMap((job) => jobRefOf(run, job) ?? []);
     for (const job of members) {
-      nextAttempt(job, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: ended }, restart);
-      run.failureEvents.delete(job.job_num);
+      nextAttempt(job, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: ended }, restart, new Date().toISOString());
+      const { [job.job_num]: _forgotten, ...failureEvents } = run.core.failure_events;
+      run.core = { ...run.core, failure_events: failureEvents };
       live.attemptsToStart.set(job.job_num, job.attempt);
       // The first start-up pass must never start the rank's first plan on top of this attempt.
       submission.signalled.add(job.job_num);
@@ -63,7 +65,7 @@ function markRestarting(run: Run, live: LiveRun, group: number): void {
 }
 
 /** The failed job's group restarts it (or all its nodes) within its budget; null when that is not its policy. */
-function heal(run: Run, submission: Submission, live: LiveRun, job: JobState, nowMs: number): Outcome | null {
+function heal(run: Run, submission: Submission, live: LiveRun, job: JobState, nowMs: number): Failure | null {
   const group = run.input.plan.groups[job.group_index];
   const policy = group?.on_failure;
   if (!group || !policy || policy.action === 'fail-run') return null;
@@ -71,7 +73,7 @@ function heal(run: Run, submission: Submission, live: LiveRun, job: JobState, no
   const recent = policy.within_s === null ? times : times.filter((t) => nowMs - t < (policy.within_s ?? 0) * 1000);
   if (recent.length >= policy.max_restarts) {
     const window = policy.within_s === null ? '' : ` within ${formatSeconds(policy.within_s)}`;
-    const retryEvent = run.failureEvents.get(job.job_num) ?? 'error';
+    const retryEvent = run.core.failure_events[job.job_num] ?? 'error';
     return {
       kind: 'failed',
       job_num: job.job_num,
@@ -93,7 +95,7 @@ function heal(run: Run, submission: Submission, live: LiveRun, job: JobState, no
  * Failed nodes of groups that heal are replaced; a node added by a resize under way that fails is
  * taken out again (the resize fails). Returns the run's outcome when a budget ran out.
  */
-export function healFailures(run: Run, submission: Submission): Outcome | null {
+export function healFailures(run: Run, submission: Submission): Failure | null {
   const { live } = run;
   if (!live) return null;
   release(run, live.unwanted.splice(0), 0);

@@ -1,12 +1,12 @@
 import { rootMessage } from './failures';
-import { activeJobs, addressBookOf, isJobFinished } from './job-transitions';
+import { activeJobs, addressBookOf, isJobFinished } from '../src/run-core/jobs';
 import { teardownActivities } from './node-group-activities';
 import type { AddressBook, PeersBook } from './messages';
 import type { Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import type { LiveRun } from './run-live';
 import type { JobState } from './run-state';
-import { isJobReady } from './startup-order';
+import { isJobReady } from '../src/run-core/startup-order';
 
 /**
  * The run's live address book (every node's peers.json): made from the run's state, its version

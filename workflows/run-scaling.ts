@@ -3,17 +3,17 @@ import type { TroupeActivities } from '../activities/types';
 import type { JobRef } from '../src/backends/backend';
 import type { GroupPlan } from '../src/plan/plan-schema';
 import { FailureType } from './failure-types';
-import { endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from './job-transitions';
+import { endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from '../src/run-core/jobs';
+import { isJobReady } from '../src/run-core/startup-order';
 import { teardownActivities } from './node-group-activities';
 import { HANDING_OVER, newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResult } from './messages';
-import type { Run } from './run-context';
+import { stopAsked, type Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import { jobPlanOf, newRankPlan, type LiveRun } from './run-live';
 import { restartOver } from './run-healing';
 import { peersSettled } from './run-peers';
 import type { JobState } from './run-state';
 import type { Submission } from './submission';
-import { isJobReady } from './startup-order';
 import { metricsOfRun } from './run-metrics';
 
 /**
@@ -57,7 +57,7 @@ function validate(run: Run, name: string, nodes: number): void {
   if (!Number.isInteger(nodes) || nodes < range.min || nodes > range.max) {
     throw new Error(`group ${name} takes ${range.min}..${range.max} nodes (its nodes range), not ${nodes}`);
   }
-  if (run.handingOver && !run.stopRequest) {
+  if (run.handingOver && !stopAsked(run)) {
     // The client tries again (RunHandle.scaleGroup): the next execution (or this one, once its groups are back) takes it.
     throw ApplicationFailure.retryable(`run ${run.input.plan.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
   }
@@ -69,8 +69,8 @@ function validate(run: Run, name: string, nodes: number): void {
 /** Why the run cannot take a resize of the group now, or null (no hand-over starts while a resize is under way). */
 function runRefusal(run: Run, group: GroupPlan): string | null {
   const { state } = run;
-  if (state.status !== 'RUNNING' || run.stopRequest || !run.live || !run.submissionNow) {
-    return `run ${run.input.plan.run_name} is ${run.stopRequest ? 'stopping' : state.status}: a group is resized while the run is RUNNING`;
+  if (state.status !== 'RUNNING' || stopAsked(run) || !run.live || !run.submissionNow) {
+    return `run ${run.input.plan.run_name} is ${stopAsked(run) ? 'stopping' : state.status}: a group is resized while the run is RUNNING`;
   }
   // Over once every node is READY again, as the state shows it, even before the loop has told its dependents.
   if (run.live.restartingGroups.has(group.index) && !restartOver(run, run.live, group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
@@ -134,7 +134,7 @@ async function grow(run: Run, live: LiveRun, submission: Submission, group: Grou
     const reused = state.jobs.find((job) => job.removed && job.group_index === group.index);
     if (reused) {
       reused.removed = false;
-      nextAttempt(reused, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: null }, false);
+      nextAttempt(reused, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: null }, false, new Date().toISOString());
       jobs.push(reused);
       continue;
     }
@@ -183,7 +183,7 @@ async function shrink(run: Run, group: GroupPlan, members: JobState[], count: nu
     if (ref) refs.push(ref);
     job.removed = true;
     run.live?.attemptsToStart.delete(job.job_num);
-    if (!isJobFinished(job)) endJob(job, 'TERMINATED', 'TERMINATED_BY_SERVER', `removed: ${reason}`);
+    if (!isJobFinished(job)) endJob(job, 'TERMINATED', 'TERMINATED_BY_SERVER', `removed: ${reason}`, new Date().toISOString());
   }
   run.version += 1;
   if (refs.length > 0) {

@@ -1,13 +1,8 @@
-import { condition } from '@temporalio/workflow';
 import { addressesReadySignal, mayStartSignal, unlockGroupSignal, type AddressBook } from './messages';
-import { setStatus, type Outcome, type Run } from './run-context';
-import { endedEarly, maxDurationExceeded, stopCriteriaMet } from './run-outcomes';
+import type { Run } from './run-context';
 import type { Submission } from './run-groups';
-import { handoverDue } from './run-handover';
-import { recordLaunch } from './run-metrics';
-import { healFailures, restartDependents, startNewAttempts } from './run-healing';
-import { bookToStartWith, currentPeers, noteBookSent, publishPeers } from './run-peers';
-import { dependencyWaits, jobsAllowedToStart, usesDependencies } from './startup-order';
+import { bookToStartWith, currentPeers, noteBookSent } from './run-peers';
+import { jobsAllowedToStart } from '../src/run-core/startup-order';
 
 /**
  * Up to this much in all (the book's size times the groups), the book goes to the groups with
@@ -22,7 +17,7 @@ export function unlockOtherGroups(submission: Submission): Promise<unknown> {
 
 /**
  * One signal per group: the book is ready (in it when small, else to read from this run), and
- * which of the group's jobs may start now. Awaited with the next signals, in the startup loop.
+ * which of the group's jobs may start now. Awaited with the next signals, in the run's loop.
  */
 export function announceAddresses(run: Run, submission: Submission, addresses: AddressBook): void {
   const { state } = run;
@@ -40,52 +35,8 @@ export function announceAddresses(run: Run, submission: Submission, addresses: A
   );
 }
 
-/** Start-up in the order asked, then watch until the stop criteria hold (or something ends the run). */
-export async function startInOrderAndWatch(run: Run, submission: Submission): Promise<Outcome> {
-  const { plan } = run.input;
-  const { state } = run;
-  for (;;) {
-    // Events that arrive while signals are being delivered wake the loop again: a job that started
-    // and ended meanwhile must not leave the next ones unstarted.
-    const seen = run.version;
-    if (usesDependencies(plan)) {
-      dependencyWaits(plan, state.jobs).forEach((waiting, g) => {
-        const group = state.groups[g];
-        if (group) group.waiting_for = waiting;
-      });
-    }
-    await letAllowedJobsStart(run, submission);
-    if (run.live) {
-      // Healing and live peers: failed nodes replaced (or the budget's end), new attempts let start, books sent.
-      const exhausted = healFailures(run, submission);
-      if (exhausted) return exhausted;
-      restartDependents(run, submission);
-      await startNewAttempts(run, submission);
-      publishPeers(run);
-    }
-    if (submission.runningSinceMs === null && state.jobs.some((job) => job.running_at !== null)) {
-      submission.runningSinceMs = Date.now();
-      setStatus(run, 'RUNNING');
-    }
-    if (!submission.launchRecorded && state.jobs.every((job) => job.removed || job.running_at !== null)) {
-      submission.launchRecorded = true;
-      recordLaunch({ generation: run.generation, submission: state.submission, backend: run.input.backend });
-    }
-    const outcome = endedEarly(run, submission) ?? stopCriteriaMet(run);
-    if (outcome) return outcome;
-    const maxDurationLeft =
-      plan.max_duration_s !== null && submission.runningSinceMs !== null ? submission.runningSinceMs + plan.max_duration_s * 1000 - Date.now() : null;
-    if (maxDurationLeft !== null && maxDurationLeft <= 0) return maxDurationExceeded(run);
-    if (handoverDue(run, submission)) return { kind: 'handover' };
-    await condition(
-      () => run.version !== seen || endedEarly(run, submission) !== null || handoverDue(run, submission),
-      maxDurationLeft !== null ? Math.max(1, maxDurationLeft) : undefined,
-    );
-  }
-}
-
 /** `mayStart` to each group for its jobs that the start-up order now allows. */
-async function letAllowedJobsStart(run: Run, submission: Submission): Promise<void> {
+export async function letAllowedJobsStart(run: Run, submission: Submission): Promise<void> {
   const { state } = run;
   const allowed = jobsAllowedToStart(run.input.plan, state.jobs).filter((n) => !submission.signalled.has(n));
   if (allowed.length > 0) {

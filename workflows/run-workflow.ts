@@ -5,22 +5,21 @@ import {
   condition,
   isCancellation,
   proxyLocalActivities,
-  sleep,
 } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities/types';
-import { addressBookOf, resubmitJobs } from './job-transitions';
+import { decideAfterTeardown, resubmit } from '../src/run-core/outcome';
 import type { RunInput, RunInputArg } from './messages';
-import { newRun, setStatus, type Outcome, type Run } from './run-context';
+import { newRun, setStatus, stopAsked, type Ending, type Outcome, type Run } from './run-context';
+import { takeEvents } from './run-events';
 import { newLiveRun } from './run-live';
+import { driveSubmission } from './run-loop';
 import { clearPeersProblem } from './run-peers';
 import { setRunHandlers } from './run-handlers';
 import { setScaleHandler } from './run-scaling';
 import { startGroups, type Submission } from './run-groups';
 import { handOver, resumeRun } from './run-handover';
 import { checkCarried } from './run-identity';
-import { addressDeadlineMs, addressesTimedOut, endedEarly, mayRetry } from './run-outcomes';
 import { answerOf, type RunState } from './run-state';
-import { announceAddresses, startInOrderAndWatch, unlockOtherGroups } from './run-startup';
 import { finish, teardown } from './run-teardown';
 
 /** A local activity: answered by the worker that runs the workflow task, without a round trip. */
@@ -33,8 +32,8 @@ const { describeBackend } = proxyLocalActivities<TroupeActivities>({
  * One run of a task over heterogeneous node groups: a child per group, the staged unlock, the
  * address book, start-up in the order the task asks, watching, and a teardown that always runs.
  * Resubmits the whole run while `retry` allows; a run that heals or resizes continues as new when
- * its history grows long (run-handover.ts). The steps live beside it (run-*.ts); the handlers
- * only record into the run's state (run-handlers.ts).
+ * its history grows long (run-handover.ts). Its decisions are the core's (src/run-core); one loop
+ * feeds them events and carries out their effects (run-loop.ts); the handlers only queue events.
  */
 export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   const input = await parseInput(arg);
@@ -47,71 +46,42 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
     if (!resumed && run.input.plan.groups.some((g) => g.nodes > 1)) {
       run.groupProvisioning = (await describeBackend({ backend: run.input.backend })).group_provisioning;
     }
-    let next: Promise<Submission> = resumed ? startGroups(run, resumed) : startSubmission(run);
+    let submission = resumed ? await startGroups(run, resumed) : await startSubmission(run);
     for (;;) {
-      const submission = await next;
       const outcome = await runSubmission(run, submission);
       if (outcome.kind === 'handover') return await handOver(run, submission);
       await CancellationScope.nonCancellable(() => teardown(run, outcome));
-      if (!mayRetry(run, outcome)) {
-        finish(run, outcome);
-        break;
-      }
-      await sleep(run.backoffS * 1000);
-      run.backoffS = Math.min(run.backoffS * 2, 300);
-      resubmitJobs(run.state, run.input);
-      run.failureEvents.clear();
-      run.live = run.live ? newLiveRun(run.input.plan) : null;
-      run.announced = null;
-      next = startSubmission(run);
+      const next = await afterTeardown(run, outcome);
+      if (next === 'finished') break;
+      submission = await startSubmission(run);
     }
   } catch (err) {
     if (!isCancellation(err)) throw err;
     // Cancelled from outside (the Web UI, `temporal workflow cancel`): an abort that still tears down.
     await CancellationScope.nonCancellable(async () => {
-      await teardown(run, { kind: 'stopped', abort: true });
-      finish(run, { kind: 'stopped', abort: true });
+      const aborted: Ending = { kind: 'stopped', abort: true };
+      await teardown(run, aborted);
+      await afterTeardown(run, aborted);
     });
   }
   await condition(allHandlersFinished);
   return answerOf(run.state);
 }
 
-/** A new submission: its group children, the staged unlock, the address book, start-up in order. */
+/** A new submission: its group children; the run's loop takes it from the staged unlock on. */
 async function startSubmission(run: Run): Promise<Submission> {
   setStatus(run, 'PROVISIONING');
-  const submission = await startGroups(run);
-  submission.startUp = startUp(run, submission);
-  return submission;
-}
-
-/** The staged unlock and the address book; null once every job may start. */
-async function startUp(run: Run, submission: Submission): Promise<Outcome | null> {
-  const ended = () => endedEarly(run, submission);
-  // Staged unlock: job 0's attempt (group 0's batch with group provisioning) comes first.
-  await condition(() => ended() !== null || run.state.jobs[0]?.instance != null);
-  const early = ended();
-  if (early) return early;
-  await unlockOtherGroups(submission);
-
-  // Addresses: every job must have one before anything starts, within a deadline.
-  const haveAll = await condition(() => ended() !== null || run.state.jobs.every((job) => job.instance !== null), addressDeadlineMs(run));
-  const afterAddresses = ended();
-  if (afterAddresses) return afterAddresses;
-  const book = addressBookOf(run.state);
-  if (!haveAll || !book) return addressesTimedOut(run);
-  announceAddresses(run, submission, book);
-  return null;
+  return startGroups(run);
 }
 
 /**
- * One submission (or, after a hand-over, the rest of it): start-up in order and watching, then its
- * children ended. A hand-over leaves the jobs running and their events still counting.
+ * One submission (or, after a hand-over, the rest of it) through the run's loop, then its children
+ * ended. A hand-over leaves the jobs running and their events still counting.
  */
 async function runSubmission(run: Run, submission: Submission): Promise<Outcome> {
   let outcome: Outcome | null = null;
   try {
-    outcome = (await submission.startUp) ?? (await startInOrderAndWatch(run, submission));
+    outcome = await driveSubmission(run, submission);
     return outcome;
   } finally {
     if (outcome?.kind === 'handover') {
@@ -119,13 +89,39 @@ async function runSubmission(run: Run, submission: Submission): Promise<Outcome>
     } else {
       run.state.status = 'TERMINATING';
       clearPeersProblem(run);
-      // Batch activities report to the run directly and learn of the cancellation late: the
-      // exits that teardown itself causes must not count as the jobs' own.
-      run.eventsClosedFor = run.state.submission;
     }
     submission.scope.cancel();
     await Promise.all(submission.childResults);
   }
+}
+
+/**
+ * What the core decides once a submission is torn down: the run ends (its final status), or it
+ * is submitted again after the back-off — unless a stop comes during the back-off.
+ */
+async function afterTeardown(run: Run, ending: Ending): Promise<'finished' | 'resubmit'> {
+  const decision = decideAfterTeardown(run.core, ending, Date.now());
+  run.core = decision.state;
+  for (const effect of decision.effects) {
+    if (effect.kind === 'finish') {
+      finish(run, effect);
+      return 'finished';
+    }
+    if (effect.kind === 'resubmit') {
+      await condition(() => stopAsked(run), effect.after_s * 1000);
+      takeEvents(run);
+      const stop = run.core.stop_request;
+      if (stop) {
+        const stopped = decideAfterTeardown(run.core, { kind: 'stopped', abort: stop.abort }, Date.now());
+        for (const end of stopped.effects) if (end.kind === 'finish') finish(run, end);
+        return 'finished';
+      }
+    }
+  }
+  run.core = resubmit(run.core, Date.now());
+  run.live = run.live ? newLiveRun(run.input.plan) : null;
+  run.announced = null;
+  return 'resubmit';
 }
 
 /**

@@ -1,6 +1,5 @@
 import type { CancellationScope, ChildWorkflowHandle } from '@temporalio/workflow';
 import type { NodeGroupWorkflow } from './node-group-workflow';
-import type { Outcome } from './outcome';
 
 /** One submission's group children, started together and cancelled together. */
 export interface Submission {
@@ -8,16 +7,11 @@ export interface Submission {
   children: ChildWorkflowHandle<typeof NodeGroupWorkflow>[];
   /** Settle when each child has ended (a cancelled child's end is not a failure). */
   childResults: Promise<void>[];
-  /** The first child that failed on its own, as the run's message. */
-  childFailure: string | null;
   /** Jobs already told they may start. */
   signalled: Set<number>;
   /** Signals sent but not yet awaited. */
   delivered: Promise<unknown> | null;
-  runningSinceMs: number | null;
   /** The launch (every job RUNNING) is counted, or was before this execution took over. */
   launchRecorded: boolean;
-  /** The staged unlock and the address book (null: nothing to wait for, every job may start). */
-  startUp: Promise<Outcome | null> | null;
 }
 

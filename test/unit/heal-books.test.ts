@@ -3,8 +3,8 @@ import { viewOfBook } from '../../activities/jobs';
 import { buildClusterInfo } from '../../src/runner/cluster-info';
 import { renderHostfile } from '../../src/runner/hostfile';
 import { renderJobEnv } from '../../src/runner/job-env';
-import { freshJob } from '../../workflows/job-transitions';
-import { quorumOf, startsInGroupOrder } from '../../workflows/startup-order';
+import { freshJob } from '../../src/run-core/jobs';
+import { quorumOf, startsInGroupOrder } from '../../src/run-core/startup-order';
 import { makePlan } from '../helpers/plans';
 
 /** The address book after resizes (ranks appended after every group, ranks removed), the quorum of `ready: {min}`, and the start-up order inside a restarted group. */

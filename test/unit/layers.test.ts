@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,6 +33,13 @@ const RULES: Rule[] = [
   { from: 'src/secrets/', never: ['src/devserver/', 'src/cli/', 'src/worker/'] },
   { from: 'src/codec/', never: ['src/devserver/', 'src/cli/', 'src/worker/'] },
   { from: 'activities/', never: ['src/client/', 'src/cli/', 'src/worker/', 'src/devserver/'] },
+  // The run's core: plain decisions below the workflows. Of workflows/ it sees only the run's contract
+  // types (its state and messages' schemas), until they move to a contract module of their own.
+  {
+    from: 'src/run-core/',
+    never: ['workflows/', 'activities/', 'src/client/', 'src/cli/', 'src/worker/', 'src/devserver/'],
+    except: ['workflows/run-state.ts', 'workflows/run-state-schema.ts', 'workflows/message-schemas.ts'],
+  },
   // Workflows see activities only through their types (activities/types.ts, for proxyActivities).
   { from: 'workflows/', never: ['activities/', 'src/client/', 'src/cli/', 'src/worker/', 'src/devserver/'], except: ['activities/types.ts'] },
 ];
@@ -56,16 +63,26 @@ describe('layers', () => {
     expect(layerViolations(root, ['src', 'workflows', 'activities'], RULES)).toEqual([]);
   });
 
+  it('the run core imports no Temporal package: it decides, the workflow shell acts', () => {
+    const temporal = tsFiles(join(root, 'src/run-core')).filter((file) => /from '@temporalio\//.test(readFileSync(file, 'utf8')));
+    expect(temporal.map((file) => relative(root, file))).toEqual([]);
+  });
+
   it('finds an upward import, a type-only one too (the check itself)', () => {
     const dir = mkdtempSync(join(tmpdir(), 'troupe-layers-'));
     try {
-      for (const sub of ['src/runner', 'src/backends/ssh', 'src/devserver', 'workflows']) mkdirSync(join(dir, sub), { recursive: true });
+      for (const sub of ['src/runner', 'src/backends/ssh', 'src/devserver', 'src/run-core', 'workflows']) mkdirSync(join(dir, sub), { recursive: true });
+      writeFileSync(join(dir, 'src', 'run-core', 'p.ts'), "import type { W } from '../../workflows/w';\nexport type P = W;\n");
       writeFileSync(join(dir, 'workflows', 'w.ts'), 'export type W = 1;\n');
       writeFileSync(join(dir, 'src', 'devserver', 'd.ts'), 'export const d = 1;\n');
       writeFileSync(join(dir, 'src', 'runner', 'r.ts'), "export const r = 1;\n");
       writeFileSync(join(dir, 'src', 'backends', 'ssh', 'b.ts'), "import type { W } from '../../../workflows/w';\nimport { r } from '../../runner/r';\nexport const b: W = r;\n");
       writeFileSync(join(dir, 'src', 'runner', 'bad.ts'), "export { d } from '../devserver/d';\n");
-      expect(layerViolations(dir, ['src', 'workflows'], RULES)).toEqual(['src/backends/ssh/b.ts -> workflows/w.ts', 'src/runner/bad.ts -> src/devserver/d.ts']);
+      expect(layerViolations(dir, ['src', 'workflows'], RULES)).toEqual([
+        'src/backends/ssh/b.ts -> workflows/w.ts',
+        'src/run-core/p.ts -> workflows/w.ts',
+        'src/runner/bad.ts -> src/devserver/d.ts',
+      ]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -1,29 +1,11 @@
-import { workflowInfo } from '@temporalio/workflow';
-import type { AddressBook, JobEvent, RunInput } from './messages';
-import type { JobState, JobTerminationReason, RunState } from './run-state';
+import type { JobPlan } from '../plan/plan-schema';
+import type { AddressBook, JobEvent } from '../../workflows/message-schemas';
+import type { JobState, JobTerminationReason, RunState } from '../../workflows/run-state';
 
-/** How a run's jobs move through their statuses: pure changes of the run's state. */
-
-export function initialState(input: RunInput): RunState {
-  const now = new Date().toISOString();
-  const info = workflowInfo();
-  return {
-    run_name: input.plan.run_name,
-    run_id: info.workflowId,
-    run_uid: info.firstExecutionRunId,
-    backend: input.backend,
-    status: 'SUBMITTED',
-    termination_reason: null,
-    message: null,
-    submission: 0,
-    submitted_at: now,
-    finished_at: null,
-    groups: input.plan.groups.map((g) => ({ index: g.index, name: g.name, nodes: g.nodes, waiting_for: null, nodes_range: g.nodes_range ?? null, restarts: 0 })),
-    jobs: input.plan.jobs.map((job) => freshJob(job.job_num, job.job_name, job.node_group_index, job.node_group_name, job.node_group_job_index, now)),
-    jobs_paged: false,
-    peers_version: 0,
-  };
-}
+/**
+ * How a run's jobs move through their statuses: changes of the run's state, made only by the run's
+ * loop (workflows/run-loop.ts) and the policies it applies. `now` (ISO) comes in; nothing here reads a clock.
+ */
 
 export function freshJob(job_num: number, job_name: string, group_index: number, group_name: string, group_job_index: number, now: string): JobState {
   return {
@@ -34,6 +16,11 @@ export function freshJob(job_num: number, job_name: string, group_index: number,
   };
 }
 
+/** A submission's jobs as the plan makes them, each fresh. */
+export function freshJobsOf(jobs: readonly JobPlan[], now: string): JobState[] {
+  return jobs.map((job) => freshJob(job.job_num, job.job_name, job.node_group_index, job.node_group_name, job.node_group_job_index, now));
+}
+
 /** How many earlier attempts of one node the run's state keeps. */
 const ATTEMPTS_KEPT = 10;
 
@@ -42,13 +29,18 @@ const ATTEMPTS_KEPT = 10;
  * says, if it had not ended yet), and the rank starts again, provisioning. A restart counts in
  * `restarts`; a rank reused by a resize does not.
  */
-export function nextAttempt(job: JobState, ended: { status: JobState['status']; reason: JobTerminationReason; message: string | null }, restart: boolean): void {
-  if (!isJobFinished(job)) endJob(job, ended.status, ended.reason, ended.message);
+export function nextAttempt(
+  job: JobState,
+  ended: { status: JobState['status']; reason: JobTerminationReason; message: string | null },
+  restart: boolean,
+  now: string,
+): void {
+  if (!isJobFinished(job)) endJob(job, ended.status, ended.reason, ended.message, now);
   const previous = {
     attempt: job.attempt, instance: job.instance, status: job.status, termination_reason: job.termination_reason,
     message: job.message, exit_code: job.exit_code, running_at: job.running_at, finished_at: job.finished_at,
   };
-  const fresh = freshJob(job.job_num, job.job_name, job.group_index, job.group_name, job.group_job_index, new Date().toISOString());
+  const fresh = freshJob(job.job_num, job.job_name, job.group_index, job.group_name, job.group_job_index, now);
   Object.assign(job, fresh, {
     attempt: job.attempt + 1,
     restarts: job.restarts + (restart ? 1 : 0),
@@ -67,29 +59,27 @@ export function groupMembers(jobs: readonly JobState[], groupIndex: number): Job
 }
 
 /** The next submission: every job of the task fresh again, groups at their first size (ranks added by resizes are gone). */
-export function resubmitJobs(state: RunState, input: RunInput): void {
-  const now = new Date().toISOString();
+export function resubmitJobs(state: RunState, plan: { jobs: JobPlan[]; groups: Array<{ index: number; nodes: number }> }, now: string): void {
   state.submission += 1;
-  state.jobs = input.plan.jobs.map((job) => freshJob(job.job_num, job.job_name, job.node_group_index, job.node_group_name, job.node_group_job_index, now));
-  state.groups = state.groups.map((group) => ({ ...group, nodes: input.plan.groups[group.index]?.nodes ?? group.nodes }));
+  state.jobs = freshJobsOf(plan.jobs, now);
+  state.groups = state.groups.map((group) => ({ ...group, nodes: plan.groups[group.index]?.nodes ?? group.nodes }));
 }
 
 export function isJobFinished(job: JobState): boolean {
   return ['TERMINATED', 'ABORTED', 'FAILED', 'DONE'].includes(job.status);
 }
 
-export function endJob(job: JobState, status: JobState['status'], reason: JobTerminationReason, message: string | null): void {
+export function endJob(job: JobState, status: JobState['status'], reason: JobTerminationReason, message: string | null, now: string): void {
   job.status = status;
   job.termination_reason = reason;
   job.message = message;
-  job.finished_at = new Date().toISOString();
+  job.finished_at = now;
 }
 
 /** Applies the event to its job; false when it is not the job's (another attempt's, or the job has ended). */
-export function applyJobEvent(state: RunState, event: JobEvent): boolean {
+export function applyJobEvent(state: RunState, event: JobEvent, now: string): boolean {
   const job = state.jobs[event.job_num];
   if (!job || isJobFinished(job) || (event.attempt ?? 0) !== job.attempt) return false;
-  const now = new Date().toISOString();
   switch (event.kind) {
     case 'provisioned':
       job.instance = event.instance;
@@ -110,11 +100,11 @@ export function applyJobEvent(state: RunState, event: JobEvent): boolean {
       break;
     case 'exited':
       job.exit_code = event.exit_code;
-      if (event.exit_code === 0) endJob(job, 'DONE', 'DONE_BY_RUNNER', null);
-      else endJob(job, 'FAILED', 'CONTAINER_EXITED_WITH_ERROR', `exited with code ${event.exit_code}`);
+      if (event.exit_code === 0) endJob(job, 'DONE', 'DONE_BY_RUNNER', null, now);
+      else endJob(job, 'FAILED', 'CONTAINER_EXITED_WITH_ERROR', `exited with code ${event.exit_code}`, now);
       break;
     case 'failed':
-      endJob(job, 'FAILED', event.reason, event.message);
+      endJob(job, 'FAILED', event.reason, event.message, now);
       break;
   }
   return true;

@@ -1,6 +1,6 @@
-import type { Plan } from '../src/plan/plan-schema';
-import { groupMembers } from './job-transitions';
-import type { JobState } from './run-state';
+import type { Plan } from '../plan/plan-schema';
+import type { JobState } from '../../workflows/run-state';
+import { groupMembers } from './jobs';
 
 /** Running, or already past running (a job that started and ended counts as started). */
 function hasStarted(job: JobState): boolean {

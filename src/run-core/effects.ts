@@ -1,0 +1,24 @@
+import type { Instance } from '../backends/backend';
+import type { RunStatus, RunTerminationReason } from '../../workflows/run-state';
+import type { Ending } from './ending';
+
+/**
+ * What a policy asks the world for; the run's loop carries each one out (activities, signals,
+ * search attributes, metrics) in the order given. A policy never does any of it itself.
+ */
+export type Effect =
+  | { kind: 'set-status'; status: RunStatus }
+  /** The submission is over: stop its children and tear its jobs down. */
+  | { kind: 'end-submission'; ending: Ending }
+  /** A machine provisioned for an attempt replaced or removed meanwhile: give it back. */
+  | { kind: 'give-back'; job_num: number; attempt: number; instance: Instance }
+  /** After teardown: submit the whole run again, after this back-off. */
+  | { kind: 'resubmit'; after_s: number }
+  /** After teardown: the run's final status, reason and message. */
+  | { kind: 'finish'; status: RunStatus; reason: RunTerminationReason; message: string | null };
+
+/** A policy's answer: the next core state and what to carry out. */
+export interface Decision<S> {
+  state: S;
+  effects: Effect[];
+}

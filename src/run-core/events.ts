@@ -1,0 +1,24 @@
+import type { JobEvent } from '../../workflows/message-schemas';
+import type { Failure } from './ending';
+
+/**
+ * What the run's loop feeds its policies, in the order it happened. The handlers of the run's
+ * messages turn each message into one of these and queue it; they change nothing themselves.
+ * Events about one submission name it: one that arrives for another (a late child, a late
+ * batch) is not that submission's.
+ */
+export type RunEvent =
+  /** What a group child reports of its jobs. */
+  | { kind: 'jobs'; submission: number; events: JobEvent[] }
+  /** A user asks the run to stop (`abort`: without grace). */
+  | { kind: 'stop'; abort: boolean }
+  /** A group child ended on its own (failed, terminated). */
+  | { kind: 'group-failed'; submission: number; message: string }
+  /** The run unlocked the groups after job 0's attempt: addresses are due from now. */
+  | { kind: 'unlocked' }
+  /** Every job has its address and the book went out: start-up in order from now. */
+  | { kind: 'announced' }
+  /** A policy not yet in the core (healing's budget) ended the submission. */
+  | { kind: 'failed'; failure: Failure }
+  /** Look again: time passed, or a step outside the core changed the jobs. */
+  | { kind: 'tick' };

@@ -1,0 +1,45 @@
+import type { Effect } from '../src/run-core/effects';
+import type { RunEvent } from '../src/run-core/events';
+import { decideOutcome } from '../src/run-core/outcome';
+import { setStatus, type Run } from './run-context';
+import { jobRefOf } from './run-job-refs';
+
+/**
+ * How events reach the run's core and its effects the world: the run's loop (run-loop.ts) and its
+ * hand-over (run-handover.ts) take events only through these.
+ */
+
+/** The events queued so far, oldest first, each through the run's core and its effects carried out. */
+export function takeEvents(run: Run): void {
+  for (const event of run.inbox.splice(0)) feed(run, event);
+}
+
+/** One event through the run's core. */
+export function feed(run: Run, event: RunEvent): void {
+  const { state, effects } = decideOutcome(run.core, event, Date.now());
+  run.core = state;
+  effects.forEach((effect) => apply(run, effect));
+}
+
+function apply(run: Run, effect: Effect): void {
+  switch (effect.kind) {
+    case 'set-status':
+      setStatus(run, effect.status);
+      break;
+    case 'give-back': {
+      const job = run.state.jobs[effect.job_num];
+      const ref = job && jobRefOf(run, job, { attempt: effect.attempt, instance: effect.instance });
+      // Given back by the live run's next pass (a run that is not live never replaces an attempt).
+      if (ref && run.live) run.live.unwanted.push(ref);
+      break;
+    }
+    case 'end-submission':
+      // The submission's end is read from the core by the loop; teardown carries it out.
+      break;
+    case 'resubmit':
+    case 'finish':
+      // Decided after teardown, and carried out by the run's story (run-workflow.ts).
+      break;
+  }
+}
+
