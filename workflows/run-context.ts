@@ -3,7 +3,7 @@ import type { RunEvent } from '../src/run-core/events';
 import { newRunCore, type RunCore } from '../src/run-core/state';
 import type { AddressBook, RunInput } from './messages';
 import type { RunState, RunStatus } from './run-state';
-import { isLivePlan, newLiveRun, type LiveRun } from './run-live';
+import { newLiveRun, type LiveRun } from './run-live';
 import type { Submission } from './submission';
 import { metricsOfRun } from './run-metrics';
 
@@ -60,7 +60,7 @@ export function newRun(input: RunInput): Run {
     inbox: [],
     groupProvisioning: false,
     version: 0,
-    live: isLivePlan(input.plan) ? newLiveRun(input.plan) : null,
+    live: core.live ? newLiveRun() : null,
     submissionNow: null,
     announced: null,
     generation: 0,

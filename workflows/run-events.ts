@@ -1,7 +1,8 @@
 import type { Effect } from '../src/run-core/effects';
 import type { RunEvent } from '../src/run-core/events';
-import { decideOutcome } from '../src/run-core/outcome';
+import { decideRun } from '../src/run-core/decide';
 import { setStatus, type Run } from './run-context';
+import { askNewAttempts } from './run-attempts';
 import { jobRefOf } from './run-job-refs';
 
 /**
@@ -16,7 +17,7 @@ export function takeEvents(run: Run): void {
 
 /** One event through the run's core. */
 export function feed(run: Run, event: RunEvent): void {
-  const { state, effects } = decideOutcome(run.core, event, Date.now());
+  const { state, effects } = decideRun(run.core, event, Date.now());
   run.core = state;
   effects.forEach((effect) => apply(run, effect));
 }
@@ -29,10 +30,13 @@ function apply(run: Run, effect: Effect): void {
     case 'give-back': {
       const job = run.state.jobs[effect.job_num];
       const ref = job && jobRefOf(run, job, { attempt: effect.attempt, instance: effect.instance });
-      // Given back by the live run's next pass (a run that is not live never replaces an attempt).
+      // Given back by the loop's next pass, or by the next execution (a run that is not live never replaces an attempt).
       if (ref && run.live) run.live.unwanted.push(ref);
       break;
     }
+    case 'new-attempts':
+      if (run.submissionNow) askNewAttempts(run, run.submissionNow, effect);
+      break;
     case 'end-submission':
       // The submission's end is read from the core by the loop; teardown carries it out.
       break;

@@ -1,5 +1,6 @@
 import { allHandlersFinished, condition, continueAsNew, log, workflowInfo } from '@temporalio/workflow';
 import { activeJobs, isJobFinished } from '../src/run-core/jobs';
+import { isLiveSettled } from '../src/run-core/live';
 import { newSubmissionCore } from '../src/run-core/state';
 import type { CarriedRun, RunInput, RunInputArg } from './messages';
 import { newRun, setStatus, stopAsked, type Run } from './run-context';
@@ -51,11 +52,8 @@ function isQuiet(run: Run, submission: Submission): boolean {
     settledJobs &&
     run.inbox.length === 0 &&
     submission.delivered === null &&
-    live.attemptsToStart.size === 0 &&
-    live.restartingGroups.size === 0 &&
-    live.dependentsToRestart.size === 0 &&
+    (run.core.live === null || isLiveSettled(run.core.live)) &&
     live.resizing.size === 0 &&
-    live.addedByResize.size === 0 &&
     live.unwanted.length === 0 &&
     peersSettled(run) &&
     allHandlersFinished()
@@ -82,7 +80,7 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
     signalled: [...submission.signalled],
     running_since_ms: core.submission.running_since_ms,
     live: {
-      restart_times: live.restartTimes,
+      restart_times: core.live?.restart_times ?? [],
       added_plans: [...live.addedPlans.values()],
       unwanted: live.unwanted,
       peers: {
@@ -109,6 +107,7 @@ export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; sig
     failure_events: Object.fromEntries(carried.failure_events),
     // The submission goes on where it was: its jobs run, started in order.
     submission: newSubmissionCore('started', carried.running_since_ms),
+    live: run.core.live ? { ...run.core.live, restart_times: carried.live.restart_times } : null,
   };
   run.generation = carried.generation;
   run.groupProvisioning = carried.group_provisioning;
@@ -117,7 +116,6 @@ export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; sig
   run.handingOver = true;
   const { live } = run;
   if (live) {
-    live.restartTimes = carried.live.restart_times;
     live.addedPlans = new Map(carried.live.added_plans.map((plan) => [plan.job_num, plan]));
     live.unwanted = carried.live.unwanted;
     const { book, sent, seen, problem } = carried.live.peers;

@@ -4,22 +4,12 @@ import type { PeersBook } from './messages';
 import type { JobState } from './run-state';
 
 /**
- * What a run keeps to heal and resize its groups while it goes on, and to keep every node's
- * address book (peers.json) current. Plain data, changed only by the run's steps.
+ * What the workflow shell keeps for a live run beside its core (src/run-core/live.ts): resizes
+ * under way, the plans of ranks resizes added, machines to give back, and the live address book.
  */
 export interface LiveRun {
-  /** Per group: when each of its restarts began (workflow time, ms): the `on_failure` budget. */
-  restartTimes: number[][];
-  /** New attempts provisioned or provisioning, not yet let start: rank → attempt. */
-  attemptsToStart: Map<number, number>;
-  /** Groups with a restart under way: back once every node of theirs is READY again. */
-  restartingGroups: Set<number>;
-  /** Groups to restart (`on_dependency_restart: restart`) once the group they depend on is back. */
-  dependentsToRestart: Set<number>;
   /** Groups being resized (one resize at a time per group). */
   resizing: Set<number>;
-  /** Ranks added by a resize that have not run yet: a failure of theirs undoes the addition. */
-  addedByResize: Set<number>;
   /** Plans of the ranks added by resizes (the task's plan has the first ranks only). */
   addedPlans: Map<number, JobPlan>;
   /** Machines provisioned for attempts replaced or removed meanwhile: to give back. */
@@ -41,19 +31,9 @@ export interface LivePeers {
   problem: string | null;
 }
 
-/** A run heals, resizes or keeps live peers when any group asks for it (Troupe's extensions). */
-export function isLivePlan(plan: Plan): boolean {
-  return plan.groups.some((g) => (g.on_failure && g.on_failure.action !== 'fail-run') || g.nodes_range || g.on_peers_change || g.ready_min);
-}
-
-export function newLiveRun(plan: Plan): LiveRun {
+export function newLiveRun(): LiveRun {
   return {
-    restartTimes: plan.groups.map(() => []),
-    attemptsToStart: new Map(),
-    restartingGroups: new Set(),
-    dependentsToRestart: new Set(),
     resizing: new Set(),
-    addedByResize: new Set(),
     addedPlans: new Map(),
     unwanted: [],
     peers: { book: null, key: '', sent: new Map(), seen: new Map(), publishing: false, problem: null },
@@ -80,9 +60,4 @@ export function newRankPlan(runName: string, group: GroupPlan, jobNum: number, g
     commands: [...group.commands],
     ports: group.ports.map((p) => ({ ...p })),
   };
-}
-
-/** Groups that list `index` in their depends_on. */
-export function dependentsOf(plan: Plan, index: number): GroupPlan[] {
-  return plan.groups.filter((g) => (g.depends_on ?? []).includes(index));
 }

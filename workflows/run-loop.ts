@@ -6,7 +6,7 @@ import type { Outcome, Run } from './run-context';
 import { feed, takeEvents } from './run-events';
 import type { Submission } from './run-groups';
 import { handoverDue } from './run-handover';
-import { healFailures, restartDependents, startNewAttempts } from './run-healing';
+import { releaseUnwanted, startNewAttempts } from './run-attempts';
 import { recordLaunch } from './run-metrics';
 import { publishPeers } from './run-peers';
 import { announceAddresses, letAllowedJobsStart, unlockOtherGroups } from './run-startup';
@@ -15,7 +15,7 @@ import { announceAddresses, letAllowedJobsStart, unlockOtherGroups } from './run
  * The one loop of a submission. Each pass: the events the handlers queued go to the run's core
  * (src/run-core), which alone decides the state and how the submission ends; their effects are
  * carried out here; then the start-up steps of the submission's phase — the staged unlock, the
- * address book, start-up in order — and the live run's healing and peers. It waits for the next
+ * address book, start-up in order — and the live run's new attempts and peers. It waits for the next
  * event, a step's change, or the core's next deadline. Returns how the submission ended, or that
  * the run hands over to its next execution.
  */
@@ -23,12 +23,9 @@ export async function driveSubmission(run: Run, submission: Submission): Promise
   for (;;) {
     const seen = run.version;
     takeEvents(run);
-    if (run.live && run.core.submission.phase === 'started') {
-      // Healing first: a node it replaces has not failed the run (its budget's end has).
-      const exhausted = healFailures(run, submission);
-      if (exhausted) feed(run, { kind: 'failed', failure: exhausted });
-    }
+    // The core looks again: healing replaces failed nodes, then the outcome judges the submission.
     feed(run, { kind: 'tick' });
+    releaseUnwanted(run);
     const { ending, phase } = run.core.submission;
     if (ending) return ending;
     if (phase === 'unlocking') {
@@ -58,7 +55,7 @@ export async function driveSubmission(run: Run, submission: Submission): Promise
   }
 }
 
-/** Start-up in the order asked, and a live run's restarts of dependents, new attempts and peers. */
+/** Start-up in the order asked, and a live run's new attempts and peers. */
 async function startInOrder(run: Run, submission: Submission): Promise<void> {
   const { plan } = run.input;
   const { state } = run;
@@ -70,7 +67,6 @@ async function startInOrder(run: Run, submission: Submission): Promise<void> {
   }
   await letAllowedJobsStart(run, submission);
   if (run.live) {
-    restartDependents(run, submission);
     await startNewAttempts(run, submission);
     publishPeers(run);
   }

@@ -3,14 +3,15 @@ import type { TroupeActivities } from '../activities/types';
 import type { JobRef } from '../src/backends/backend';
 import type { GroupPlan } from '../src/plan/plan-schema';
 import { FailureType } from './failure-types';
+import { restartOver } from '../src/run-core/healing';
 import { endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from '../src/run-core/jobs';
+import { withAddedByResize, withAttemptsToStart, withoutAttemptsToStart } from '../src/run-core/live';
 import { isJobReady } from '../src/run-core/startup-order';
 import { teardownActivities } from './node-group-activities';
 import { HANDING_OVER, newAttemptsSignal, scaleGroupUpdate, type ScaleGroupResult } from './messages';
 import { stopAsked, type Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import { jobPlanOf, newRankPlan, type LiveRun } from './run-live';
-import { restartOver } from './run-healing';
 import { peersSettled } from './run-peers';
 import type { JobState } from './run-state';
 import type { Submission } from './submission';
@@ -73,7 +74,7 @@ function runRefusal(run: Run, group: GroupPlan): string | null {
     return `run ${run.input.plan.run_name} is ${stopAsked(run) ? 'stopping' : state.status}: a group is resized while the run is RUNNING`;
   }
   // Over once every node is READY again, as the state shows it, even before the loop has told its dependents.
-  if (run.live.restartingGroups.has(group.index) && !restartOver(run, run.live, group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
+  if (run.core.live?.groups[group.index]?.restarting && !restartOver(run.core, group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
   return null;
 }
 
@@ -146,12 +147,9 @@ async function grow(run: Run, live: LiveRun, submission: Submission, group: Grou
     state.jobs.push(job);
     jobs.push(job);
   }
-  for (const job of jobs) {
-    live.addedByResize.add(job.job_num);
-    live.attemptsToStart.set(job.job_num, job.attempt);
-    // The start-up order's first pass must not also tell the group about them.
-    submission.signalled.add(job.job_num);
-  }
+  run.core = withAttemptsToStart(withAddedByResize(run.core, jobs.map((job) => job.job_num), true), jobs);
+  // The start-up order's first pass must not also tell the group about them.
+  for (const job of jobs) submission.signalled.add(job.job_num);
   const plans = jobs.map((job) => jobPlanOf(run.input.plan, live, job));
   await submission.children[group.index]?.signal(newAttemptsSignal, { jobs: plans, release: [] });
   run.version += 1;
@@ -159,7 +157,7 @@ async function grow(run: Run, live: LiveRun, submission: Submission, group: Grou
   await condition(
     () => run.state.status !== 'RUNNING' || jobs.some((job) => job.removed || isJobFinished(job)) || jobs.every((job) => job.running_at !== null && isJobReady(plan, job)),
   );
-  for (const job of jobs) live.addedByResize.delete(job.job_num);
+  run.core = withAddedByResize(run.core, jobs.map((job) => job.job_num), false);
   const failed = jobs.find((job) => job.removed || isJobFinished(job));
   if (run.state.status !== 'RUNNING') throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before ${group.name} grew`, 'ScaleFailed');
   if (failed) {
@@ -182,7 +180,7 @@ async function shrink(run: Run, group: GroupPlan, members: JobState[], count: nu
     const ref = jobRefOf(run, job);
     if (ref) refs.push(ref);
     job.removed = true;
-    run.live?.attemptsToStart.delete(job.job_num);
+    run.core = withoutAttemptsToStart(run.core, [job.job_num]);
     if (!isJobFinished(job)) endJob(job, 'TERMINATED', 'TERMINATED_BY_SERVER', `removed: ${reason}`, new Date().toISOString());
   }
   run.version += 1;

@@ -119,7 +119,7 @@ async function afterTeardown(run: Run, ending: Ending): Promise<'finished' | 're
     }
   }
   run.core = resubmit(run.core, Date.now());
-  run.live = run.live ? newLiveRun(run.input.plan) : null;
+  run.live = run.live ? newLiveRun() : null;
   run.announced = null;
   return 'resubmit';
 }

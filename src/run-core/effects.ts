@@ -10,7 +10,18 @@ export type Effect =
   | { kind: 'set-status'; status: RunStatus }
   /** The submission is over: stop its children and tear its jobs down. */
   | { kind: 'end-submission'; ending: Ending }
-  /** A machine provisioned for an attempt replaced or removed meanwhile: give it back. */
+  /**
+   * New machines for these ranks of `group`, each at its new attempt; `release`: the attempts they
+   * replace, given back once the new ones are provisioned. `restart`: after a failure (counted).
+   */
+  | {
+      kind: 'new-attempts';
+      group: number;
+      jobs: Array<{ job_num: number; attempt: number }>;
+      release: Array<{ job_num: number; attempt: number; instance: Instance }>;
+      restart: boolean;
+    }
+  /** A machine provisioned for an attempt replaced or removed meanwhile, or of a rank taken out: give it back. */
   | { kind: 'give-back'; job_num: number; attempt: number; instance: Instance }
   /** After teardown: submit the whole run again, after this back-off. */
   | { kind: 'resubmit'; after_s: number }

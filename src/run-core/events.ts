@@ -1,5 +1,4 @@
 import type { JobEvent } from '../../workflows/message-schemas';
-import type { Failure } from './ending';
 
 /**
  * What the run's loop feeds its policies, in the order it happened. The handlers of the run's
@@ -18,7 +17,5 @@ export type RunEvent =
   | { kind: 'unlocked' }
   /** Every job has its address and the book went out: start-up in order from now. */
   | { kind: 'announced' }
-  /** A policy not yet in the core (healing's budget) ended the submission. */
-  | { kind: 'failed'; failure: Failure }
   /** Look again: time passed, or a step outside the core changed the jobs. */
   | { kind: 'tick' };

@@ -3,58 +3,16 @@ import { describe, expect, it } from 'vitest';
 import type { Plan } from '../plan/plan-schema';
 import type { JobEvent } from '../../workflows/message-schemas';
 import { makePlan } from '../../test/helpers/plans';
-import type { Effect } from './effects';
+import { coreOf, endingOf, exited, instance, jobs, pass, provisioned, running, started, T0 } from '../../test/helpers/run-core';
 import type { Ending } from './ending';
 import type { RunEvent } from './events';
 import { decideAfterTeardown, decideOutcome, nextDeadline, resubmit, teardownOf } from './outcome';
-import { newRunCore, type RunCore } from './state';
 
 /**
  * The outcome policy over sequences of events, no server: what ends a submission and how, the
  * deadlines, and what comes after teardown. Each case feeds events as the run's loop does: the
  * events of a pass, then a `tick`.
  */
-
-const T0 = Date.parse('2026-12-06T00:00:00Z');
-const instance = (n: number) => ({ instance_id: `i-${n}`, host: 'local', internal_ip: `10.0.0.${n + 1}`, gpus: 0, details: {} });
-
-function coreOf(plan: Plan, opts: { retry?: RunCore['retry']; address_deadline_s?: number } = {}): RunCore {
-  return newRunCore({
-    plan,
-    identity: { run_id: `run/${plan.run_name}`, run_uid: 'uid-1', backend: 'local' },
-    limits: { address_deadline_s: opts.address_deadline_s ?? 600, provision_attempt_timeout_s: 60 },
-    retry: opts.retry ?? null,
-    backoff_s: 5,
-    now: T0,
-  });
-}
-
-/** Feeds events at `now`, as one pass of the loop (a tick last); the effects in order. */
-function pass(core: RunCore, events: RunEvent[], now: number): { core: RunCore; effects: Effect[] } {
-  const effects: Effect[] = [];
-  let state = core;
-  for (const event of [...events, { kind: 'tick' } as const]) {
-    const d = decideOutcome(state, event, now);
-    state = d.state;
-    effects.push(...d.effects);
-  }
-  return { core: state, effects };
-}
-
-const jobs = (core: RunCore, events: JobEvent[]): RunEvent => ({ kind: 'jobs', submission: core.run.submission, events });
-const provisioned = (n: number, attempt = 0): JobEvent => ({ kind: 'provisioned', job_num: n, attempt, instance: instance(n) });
-const running = (n: number): JobEvent => ({ kind: 'running', job_num: n, pid: 100 + n });
-const exited = (n: number, code: number): JobEvent => ({ kind: 'exited', job_num: n, exit_code: code });
-
-/** A submission through unlock and announcement with every job provisioned and running. */
-function started(plan: Plan, opts?: Parameters<typeof coreOf>[1]): RunCore {
-  let core = coreOf(plan, opts);
-  const all = plan.jobs.map((j) => j.job_num);
-  core = pass(core, [jobs(core, all.map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000).core;
-  return pass(core, [jobs(core, all.map(running))], T0 + 2000).core;
-}
-
-const endingOf = (effects: Effect[]): Ending | undefined => effects.flatMap((e) => (e.kind === 'end-submission' ? [e.ending] : []))[0];
 
 const pd = makePlan('pd', [{ name: 'router', nodes: 1 }, { name: 'prefill', nodes: 2 }, { name: 'decode', nodes: 1 }]);
 

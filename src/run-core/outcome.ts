@@ -5,6 +5,7 @@ import type { Ending, Failure } from './ending';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, applyJobEvent, describeJob, endJob, isJobFinished, resubmitJobs } from './jobs';
+import { newLiveCore } from './live';
 import { BACKOFF_MAX_S, newSubmissionCore, type RunCore } from './state';
 import { isJobReady } from './startup-order';
 
@@ -30,8 +31,6 @@ export function decideOutcome(core: RunCore, event: RunEvent, now: number): Deci
       return { state: { ...core, submission: { ...core.submission, phase: 'addressing', addresses_due_ms: now + addressDeadlineMs(core, now) } }, effects };
     case 'announced':
       return { state: { ...core, submission: { ...core.submission, phase: 'started', addresses_due_ms: null } }, effects };
-    case 'failed':
-      return core.submission.ending ? { state: core, effects } : end(core, event.failure, effects);
     case 'tick':
       return judge(core, now, effects);
   }
@@ -109,7 +108,7 @@ function finishOf(core: RunCore, ending: Ending, retriedOut: boolean): Effect {
 /** The next submission: every job of the task fresh again, groups at their first size, nothing of the last one's failures. */
 export function resubmit(core: RunCore, now: number): RunCore {
   resubmitJobs(core.run, core.plan, new Date(now).toISOString());
-  return { ...core, failure_events: {}, submission: newSubmissionCore() };
+  return { ...core, failure_events: {}, submission: newSubmissionCore(), live: core.live ? newLiveCore(core.plan) : null };
 }
 
 function end(core: RunCore, ending: Ending, effects: Effect[]): Decision<RunCore> {

@@ -2,6 +2,7 @@ import type { Plan, RetryEvent, RetryPolicy } from '../plan/plan-schema';
 import type { RunState } from '../../workflows/run-state';
 import type { Ending } from './ending';
 import { freshJobsOf } from './jobs';
+import { isLivePlan, newLiveCore, type LiveCore } from './live';
 
 /**
  * The run's core state: plain, serialisable data that its policies decide over. Only the run's loop
@@ -28,6 +29,8 @@ export interface RunCore {
   /** The retry event each failed job counts as, by job_num (exits with an error count as `error`). */
   failure_events: Record<number, RetryEvent | null>;
   submission: SubmissionCore;
+  /** Healing and resizing (null: the run uses none of Troupe's live extensions). */
+  live: LiveCore | null;
 }
 
 /**
@@ -95,5 +98,6 @@ export function newRunCore(args: {
     stop_request: null,
     failure_events: {},
     submission: newSubmissionCore(),
+    live: isLivePlan(plan) ? newLiveCore(plan) : null,
   };
 }

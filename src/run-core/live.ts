@@ -1,0 +1,88 @@
+import type { GroupPlan, Plan } from '../plan/plan-schema';
+
+/**
+ * What a live run (one that heals, resizes or keeps live peers: Troupe's extensions) keeps in its
+ * core: the restart budgets, each group's restart phase, the new attempts not yet let start, and
+ * the ranks a resize under way added. Changed only through the functions here, each returning a
+ * new core.
+ */
+export interface LiveCore {
+  /** Per group: when each of its restarts began (epoch ms): the `on_failure` budget. */
+  restart_times: number[][];
+  /** Per group: where it is in a restart. */
+  groups: GroupRestart[];
+  /** New attempts provisioned or provisioning, not yet let start: job_num → attempt. */
+  attempts_to_start: Record<number, number>;
+  /** Ranks added by a resize under way that have not run yet: a failure of theirs undoes the addition. */
+  added_by_resize: number[];
+}
+
+export interface GroupRestart {
+  /** Its nodes are being replaced: over once every one of them is READY again on its new attempt. */
+  restarting: boolean;
+  /** `on_dependency_restart: restart`: its running nodes restart once the groups it depends on are back. */
+  restart_after_dependencies: boolean;
+}
+
+/** A run heals, resizes or keeps live peers when any group asks for it. */
+export function isLivePlan(plan: Plan): boolean {
+  return plan.groups.some((g) => (g.on_failure && g.on_failure.action !== 'fail-run') || g.nodes_range || g.on_peers_change || g.ready_min);
+}
+
+export function newLiveCore(plan: Plan): LiveCore {
+  return {
+    restart_times: plan.groups.map(() => []),
+    groups: plan.groups.map(() => ({ restarting: false, restart_after_dependencies: false })),
+    attempts_to_start: {},
+    added_by_resize: [],
+  };
+}
+
+/** Groups that list `index` in their depends_on. */
+export function dependentsOf(plan: Plan, index: number): GroupPlan[] {
+  return plan.groups.filter((g) => (g.depends_on ?? []).includes(index));
+}
+
+/** Nothing of a restart or resize under way: what a hand-over needs. */
+export function isLiveSettled(live: LiveCore): boolean {
+  return (
+    Object.keys(live.attempts_to_start).length === 0 &&
+    live.added_by_resize.length === 0 &&
+    live.groups.every((g) => !g.restarting && !g.restart_after_dependencies)
+  );
+}
+
+/** A core with live state (src/run-core/state.ts's RunCore). */
+interface HasLive {
+  live: LiveCore | null;
+}
+
+function withLive<C extends HasLive>(core: C, change: (live: LiveCore) => LiveCore): C {
+  return core.live ? { ...core, live: change(core.live) } : core;
+}
+
+/** These attempts wait to be let start. */
+export function withAttemptsToStart<C extends HasLive>(core: C, jobs: ReadonlyArray<{ job_num: number; attempt: number }>): C {
+  return withLive(core, (live) => ({
+    ...live,
+    attempts_to_start: { ...live.attempts_to_start, ...Object.fromEntries(jobs.map((j) => [j.job_num, j.attempt])) },
+  }));
+}
+
+/** These ranks no longer wait to be let start (started, replaced, or removed). */
+export function withoutAttemptsToStart<C extends HasLive>(core: C, jobNums: readonly number[]): C {
+  if (!core.live || !jobNums.some((n) => n in (core.live?.attempts_to_start ?? {}))) return core;
+  return withLive(core, (live) => {
+    const left = { ...live.attempts_to_start };
+    for (const n of jobNums) delete left[n];
+    return { ...live, attempts_to_start: left };
+  });
+}
+
+/** Ranks a resize adds (`added`) or whose addition is over, either way (`added: false`). */
+export function withAddedByResize<C extends HasLive>(core: C, jobNums: readonly number[], added: boolean): C {
+  return withLive(core, (live) => ({
+    ...live,
+    added_by_resize: added ? [...new Set([...live.added_by_resize, ...jobNums])] : live.added_by_resize.filter((n) => !jobNums.includes(n)),
+  }));
+}

@@ -1,0 +1,52 @@
+import type { Plan } from '../../src/plan/plan-schema';
+import { decideRun } from '../../src/run-core/decide';
+import type { Effect } from '../../src/run-core/effects';
+import type { Ending } from '../../src/run-core/ending';
+import type { RunEvent } from '../../src/run-core/events';
+import { newRunCore, type RunCore } from '../../src/run-core/state';
+import type { JobEvent } from '../../workflows/message-schemas';
+
+/** Fixtures for the run core's event-sequence tests: a core, passes of the loop, job events. */
+
+export const T0 = Date.parse('2026-12-06T00:00:00Z');
+
+export const instance = (n: number, attempt = 0) => ({ instance_id: `i-${n}-${attempt}`, host: 'local', internal_ip: `10.0.${attempt}.${n + 1}`, gpus: 0, details: {} });
+
+export function coreOf(plan: Plan, opts: { retry?: RunCore['retry']; address_deadline_s?: number } = {}): RunCore {
+  return newRunCore({
+    plan,
+    identity: { run_id: `run/${plan.run_name}`, run_uid: 'uid-1', backend: 'local' },
+    limits: { address_deadline_s: opts.address_deadline_s ?? 600, provision_attempt_timeout_s: 60 },
+    retry: opts.retry ?? null,
+    backoff_s: 5,
+    now: T0,
+  });
+}
+
+/** Feeds events at `now` through every policy, as one pass of the run's loop does (a tick last); the effects in order. */
+export function pass(core: RunCore, events: RunEvent[], now: number): { core: RunCore; effects: Effect[] } {
+  const effects: Effect[] = [];
+  let state = core;
+  for (const event of [...events, { kind: 'tick' } as const]) {
+    const d = decideRun(state, event, now);
+    state = d.state;
+    effects.push(...d.effects);
+  }
+  return { core: state, effects };
+}
+
+export const jobs = (core: RunCore, events: JobEvent[]): RunEvent => ({ kind: 'jobs', submission: core.run.submission, events });
+export const provisioned = (n: number, attempt = 0): JobEvent => ({ kind: 'provisioned', job_num: n, attempt, instance: instance(n, attempt) });
+export const running = (n: number, attempt = 0): JobEvent => ({ kind: 'running', job_num: n, attempt, pid: 100 + n });
+export const ready = (n: number, attempt = 0): JobEvent => ({ kind: 'ready', job_num: n, attempt });
+export const exited = (n: number, code: number, attempt = 0): JobEvent => ({ kind: 'exited', job_num: n, attempt, exit_code: code });
+
+/** A submission through unlock and announcement with every job provisioned and running. */
+export function started(plan: Plan, opts?: Parameters<typeof coreOf>[1]): RunCore {
+  let core = coreOf(plan, opts);
+  const all = plan.jobs.map((j) => j.job_num);
+  core = pass(core, [jobs(core, all.map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000).core;
+  return pass(core, [jobs(core, all.map((n) => running(n)))], T0 + 2000).core;
+}
+
+export const endingOf = (effects: Effect[]): Ending | undefined => effects.flatMap((e) => (e.kind === 'end-submission' ? [e.ending] : []))[0];
