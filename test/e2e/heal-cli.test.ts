@@ -1,9 +1,8 @@
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { RunState } from '../../workflows/run-state';
+import { filesNamedNow, readFileNow } from '../helpers/live-dir';
 import { makeLocalFleet } from '../helpers/local-fleet';
 import { useLocalTroupe } from '../helpers/local-troupe';
 import { temporalAddress } from '../helpers/temporal';
@@ -47,8 +46,8 @@ const upAndReady = (s: RunState) => s.status === 'RUNNING' && s.jobs.filter((j) 
 
 /** The lines the router's hook appended to its $HOME/peers-changes.log (its job's work/ directory). */
 function hookLines(): string[] {
-  const found = readdirSync(fleet.stateDir, { recursive: true, encoding: 'utf8' }).filter((p) => p.endsWith('peers-changes.log'));
-  return found.flatMap((p) => readFileSync(join(fleet.stateDir, p), 'utf8').split('\n').filter(Boolean));
+  // Read while the run lives: a replaced node's folder may go between the walk and the read.
+  return filesNamedNow(fleet.stateDir, 'peers-changes.log').flatMap((p) => (readFileNow(p) ?? '').split('\n').filter(Boolean));
 }
 
 afterAll(async () => {

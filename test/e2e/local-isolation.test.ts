@@ -9,6 +9,7 @@ import { jobVisibleTempDir } from '../helpers/local-fleet';
 import { lookupUser } from '../../src/backends/local/run-user';
 import { TroupeClient, type RunHandle } from '../../src/client';
 import { JobLayout } from '../../src/runner/job-layout';
+import { filesNamedNow } from '../helpers/live-dir';
 import { testClient, temporalAddress, uniqueTaskQueue } from '../helpers/temporal';
 import { startWorkerProcess } from '../helpers/worker-process-control';
 import { waitFor } from './local-fixtures';
@@ -70,12 +71,6 @@ function task(name: string, commands: string): string {
   return ['type: task', `name: ${name}`, 'env:', `  - VICTIM_TOKEN=token-${canary}`, 'commands:', '  - |', indented, ''].join('\n');
 }
 
-/** Every file named `name` under `dir`. */
-function findFiles(dir: string, name: string): string[] {
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((p) => p.split('/').pop() === name).map((p) => join(dir, p));
-}
-
 async function logOf(run: RunHandle): Promise<string> {
   return (await run.readLog(0)).data;
 }
@@ -106,7 +101,7 @@ describe.skipIf(!root)('local fleet isolation (as root)', () => {
     expect(existsSync(keyFile)).toBe(true);
     expect(existsSync(codecKeyFile)).toBe(true);
 
-    const victimEnv = findFiles(join(stateDir, 'runs'), JobLayout.env);
+    const victimEnv = filesNamedNow(join(stateDir, 'runs'), JobLayout.env);
     expect(victimEnv).toHaveLength(1);
     const victimDir = join(victimEnv[0]!, '..');
     const victimWrapper = Number(readFileSync(join(victimDir, JobLayout.started, JobLayout.pid), 'utf8').split(' ')[0]);
@@ -159,10 +154,10 @@ describe.skipIf(!root)('local fleet isolation (as root)', () => {
 
     // Nothing secret at rest: the env files are gone, the logs stay; the runs' users are gone.
     await waitFor('teardown to remove the env files and users', async () => {
-      if (findFiles(join(stateDir, 'runs'), JobLayout.env).length > 0) return false;
+      if (filesNamedNow(join(stateDir, 'runs'), JobLayout.env).length > 0) return false;
       return (await lookupUser(victimUser![1]!)) === null && (await lookupUser(attackerUser![1]!)) === null;
     }, 30_000);
-    const logs = findFiles(join(stateDir, 'runs'), JobLayout.log);
+    const logs = filesNamedNow(join(stateDir, 'runs'), JobLayout.log);
     expect(logs).toHaveLength(2);
     for (const log of logs) expect(readdirSync(join(log, '..')).sort()).toEqual([JobLayout.exitCode, JobLayout.log, JobLayout.started]);
   });

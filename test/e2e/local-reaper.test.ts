@@ -1,6 +1,6 @@
 import { execFile, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,6 +10,7 @@ import { LocalInstanceRecordSchema } from '../../src/backends/local/instance-sto
 import { lookupUser, runUserName } from '../../src/backends/local/run-user';
 import { TroupeClient } from '../../src/client';
 import { JobLayout } from '../../src/runner/job-layout';
+import { filesNamedNow, readNow } from '../helpers/live-dir';
 import { testClient, temporalAddress, uniqueTaskQueue } from '../helpers/temporal';
 import { startWorkerProcess } from '../helpers/worker-process-control';
 import { alive, waitFor } from './local-fixtures';
@@ -59,18 +60,9 @@ function troupeCli(args: string[]): Promise<{ stdout: string; stderr: string }> 
   });
 }
 
-/** Every file named `name` under `dir`. */
-function findFiles(dir: string, name: string): string[] {
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((p) => p.split('/').pop() === name).map((p) => join(dir, p));
-}
-
 function records(): Array<ReturnType<typeof LocalInstanceRecordSchema.parse>> {
-  const dir = join(stateDir, 'instances');
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir)
-    .filter((n) => n.endsWith('.json'))
-    .map((n) => LocalInstanceRecordSchema.parse(JSON.parse(readFileSync(join(dir, n), 'utf8'))));
+  // The reaper removes records while we read them: a record gone by its read is skipped.
+  return readNow(join(stateDir, 'instances'), (n) => n.endsWith('.json')).map(({ text }) => LocalInstanceRecordSchema.parse(JSON.parse(text)));
 }
 
 describe('the reaper (local fleet)', () => {

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from './hosts/command';
-import { BRIDGE, createTestHosts, type TestHosts } from './hosts';
+import { createTestHosts, type TestHosts } from './hosts';
 
 /** The harness itself, checked with OpenSSH's own client: what the SSH backend tests stand on. */
 
@@ -94,11 +94,32 @@ describe('test hosts harness', () => {
     await expect(ssh(hosts, 'mi300', 'true')).rejects.toThrow();
   });
 
-  it('destroy removes every namespace, link and the bridge', async () => {
+  it('a second harness at once (another checkout, another test file) gets a network of its own', async () => {
+    const other = await createTestHosts([{ name: 'cpu' }, { name: 'hidden', behindJump: 'cpu' }]);
+    try {
+      expect(other.network.bridge).not.toBe(hosts.network.bridge);
+      expect(other.network.subnet).not.toBe(hosts.network.subnet);
+      const addresses = (h: TestHosts) => Object.values(h.hosts).map((x) => x.address);
+      expect(addresses(other).filter((a) => addresses(hosts).includes(a))).toEqual([]);
+      // Each run's client reaches its own hosts, whose keys its known_hosts holds (no HOST KEY CHANGED).
+      expect(await ssh(other, 'cpu', 'hostname -I')).toContain(other.host('cpu').address);
+      expect(await ssh(hosts, 'cpu', 'hostname -I')).toContain(hosts.host('cpu').address);
+      const viaJump = ['-o', `ProxyCommand=ssh -i ${other.clientKeyPath} -o UserKnownHostsFile=${other.knownHostsFile} -o BatchMode=yes -W %h:%p root@${other.host('cpu').address}`];
+      expect(await ssh(other, 'hidden', 'hostname -I', viaJump)).toContain(other.host('hidden').address);
+    } finally {
+      await other.destroy();
+    }
+  });
+
+  it('destroy removes every namespace, link, the bridge and its route', async () => {
+    const { bridge, links, subnet } = hosts.network;
+    expect(links.length).toBeGreaterThan(0);
     await hosts.destroy();
     const left = existsSync('/run/netns') ? readdirSync('/run/netns') : [];
     for (const ns of namespaces) expect(left).not.toContain(ns);
-    expect((await run('ip', ['-br', 'link'])).split('\n').filter((l) => /^tr[hjn]/.test(l) || l.startsWith(BRIDGE))).toEqual([]);
-    expect(await run('ip', ['route', 'show', 'type', 'unreachable'])).not.toContain('10.214.');
+    const linkNames = (await run('ip', ['-br', 'link'])).split('\n').map((l) => l.split(/[\s@]/)[0]);
+    expect(linkNames.filter((l) => l === bridge || links.includes(l ?? ''))).toEqual([]);
+    const routes = (await run('ip', ['route', 'show', 'type', 'unreachable'])).split('\n').map((l) => l.split(' ')[1] ?? '');
+    expect(routes.filter((r) => r.startsWith(`${subnet.slice(0, -'/24'.length)}/`))).toEqual([]);
   });
 });

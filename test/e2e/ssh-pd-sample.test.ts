@@ -75,8 +75,10 @@ describe('the PD sample on an SSH fleet of three hosts', () => {
     expect(result.code, `${result.stderr}\n${result.stdout}`).toBe(0);
     expect(result.stderr).toContain(`Placement on fleet ${fleet}`);
     expect(result.stderr).toMatch(new RegExp(`0\\s+router/0\\s+root@${cpu.address.replaceAll('.', '\\.')}\\s`));
-    expect(result.stderr).toMatch(/1\s+prefill\/0\s+root@10\.214\.0\.\d+\s+10\.214\.0\.\d+\s+1×L40S/);
-    expect(result.stderr).toMatch(/2\s+decode\/0\s+root@10\.214\.0\.\d+\s+10\.214\.0\.\d+\s+1×L40S/);
+    // Either L40S host may take either group; both are on the run's own /24.
+    const l40s = `(?:${['l40s-a', 'l40s-b'].map((h) => env.hosts.host(h).address.replaceAll('.', '\\.')).join('|')})`;
+    expect(result.stderr).toMatch(new RegExp(`1\\s+prefill/0\\s+root@${l40s}\\s+${l40s}\\s+1×L40S`));
+    expect(result.stderr).toMatch(new RegExp(`2\\s+decode/0\\s+root@${l40s}\\s+${l40s}\\s+1×L40S`));
 
     const state = await env.troupe.run(run).state();
     expect(state.status).toBe('DONE');

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { expect } from 'vitest';
 import { stringify } from 'yaml';
 import { JobLayout } from '../../src/runner/job-layout';
+import { filesUnderNow, readFileNow } from './live-dir';
 import type { RunState } from '../../workflows/run-state';
 
 /** Checks shared by the inter-node SSH tests: the SSH servers of a run's nodes, and what is left after it. */
@@ -52,19 +53,9 @@ export function sshServersUnder(dirs: readonly string[]): number[] {
 
 /** Files under `dir` (recursively) whose text holds a private key. */
 export function privateKeysUnder(dir: string): string[] {
-  if (!existsSync(dir)) return [];
-  const found: string[] = [];
-  const walk = (d: string) => {
-    for (const name of readdirSync(d)) {
-      const path = join(d, name);
-      const st = statSync(path, { throwIfNoEntry: false });
-      if (!st) continue;
-      if (st.isDirectory()) walk(path);
-      else if (st.isFile() && st.size < 1_000_000 && readFileSync(path, 'utf8').includes('PRIVATE KEY')) found.push(path);
-    }
-  };
-  walk(dir);
-  return found;
+  return filesUnderNow(dir)
+    .map((p) => join(dir, p))
+    .filter((path) => (statSync(path, { throwIfNoEntry: false })?.size ?? 0) < 1_000_000 && (readFileNow(path) ?? '').includes('PRIVATE KEY'));
 }
 
 /**

@@ -1,2 +1,2 @@
-export { createTestHosts, BRIDGE, BRIDGE_ADDRESS } from './test-hosts';
-export type { JobProcess, TestHost, TestHostSpec, TestHosts } from './test-hosts';
+export { createTestHosts } from './test-hosts';
+export type { JobProcess, TestHost, TestHostSpec, TestHosts, TestNetwork } from './test-hosts';

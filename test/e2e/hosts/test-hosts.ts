@@ -4,9 +4,11 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { SshTarget } from '../../../src/backends/ssh/target';
 import { CONTROL_SHELL_COMMAND } from '../../../src/backends/ssh/control-shell';
 import { WATCHER_READY_MARK } from '../../../src/backends/ssh/job-watch';
+import { listNow, readFileNow } from '../../helpers/live-dir';
 import { run, runSync } from './command';
 import { fakeDocker } from './fake-docker';
 import { fakeAmdSmi, fakeNvidiaSmi, fakeRocmSmi, type FakeGpus } from './fake-gpu-tools';
@@ -59,8 +61,23 @@ export interface JobProcess {
   command: string;
 }
 
+/** The network of one harness, its own on this machine (see claimNetwork). */
+export interface TestNetwork {
+  /** The bridge in the root namespace that hosts not behind a jump are on. */
+  bridge: string;
+  /** The bridge's address, the root namespace's side of `subnet`. */
+  gateway: string;
+  /** The hosts' /24, e.g. `10.214.38.0/24`. */
+  subnet: string;
+  /** Where the jump hosts' private subnets are, routed nowhere from the root namespace. */
+  hiddenSubnet: string;
+  /** Root-namespace ends of the hosts' veth pairs. */
+  links: readonly string[];
+}
+
 export interface TestHosts {
   hosts: Record<string, TestHost>;
+  network: TestNetwork;
   host(name: string): TestHost;
   /** Private key that every host accepts for root (mode 600). */
   clientKeyPath: string;
@@ -87,12 +104,15 @@ export interface TestHosts {
   destroy(): Promise<void>;
 }
 
-export const BRIDGE = 'trpssh0';
-export const BRIDGE_ADDRESS = '10.214.0.1';
-/** Everything the harness addresses; only the bridge's /24 is routed in the root namespace. */
-const HARNESS_RANGE = '10.214.0.0/16';
 const NETNS_PREFIX = 'trph-';
+/** Bridges of harnesses, `trps<k>` (see claimNetwork); the owner's pid is in the bridge's alias. */
+const BRIDGE_PREFIX = 'trps';
+/** Pairs of /24s a harness may claim: k in 1..PAIRS (10.214.0.0/24 is older checkouts' fixed subnet). */
+const PAIRS = 127;
+/** A jump host's private bridge, inside its namespace; the j-th jump host of a harness gets the j-th /27 of hiddenSubnet. */
 const JUMP_BRIDGE = 'trpjb0';
+/** The checkout this file is in: with the pid, what makes a harness's first choice of network its own. */
+const CHECKOUT = fileURLToPath(new URL('../../..', import.meta.url));
 
 interface HostState extends TestHost {
   skipBashrc: boolean;
@@ -103,7 +123,7 @@ interface HostState extends TestHost {
 }
 
 const live = new Set<HarnessInstance>();
-let nextSubnet = 100;
+let harnessesMade = 0;
 let exitHooked = false;
 
 interface HarnessInstance {
@@ -137,16 +157,74 @@ function killNamespaceSync(ns: string): void {
   runSync('ip', ['netns', 'del', ns]);
 }
 
-function removeBridgeIfUnusedSync(): void {
-  if (listNamespaces().length > 0) return;
-  runSync('ip', ['route', 'del', 'unreachable', HARNESS_RANGE]);
-  runSync('ip', ['link', 'del', BRIDGE]);
+interface ClaimedNetwork {
+  k: number;
+  bridge: string;
+  gateway: string;
+  subnet: string;
+  hiddenSubnet: string;
+  /** Both /24s: unreachable from the root namespace but for the bridge's own /24, which is more specific. */
+  range: string;
 }
 
-/** Namespaces left by a test process that died without cleaning up (SIGKILL, OOM). */
+function networkOf(k: number): ClaimedNetwork {
+  return {
+    k,
+    bridge: `${BRIDGE_PREFIX}${k}`,
+    gateway: `10.214.${2 * k}.1`,
+    subnet: `10.214.${2 * k}.0/24`,
+    hiddenSubnet: `10.214.${2 * k + 1}.0/24`,
+    range: `10.214.${2 * k}.0/23`,
+  };
+}
+
+function releaseNetworkSync(net: ClaimedNetwork): void {
+  runSync('ip', ['link', 'del', net.bridge]);
+  runSync('ip', ['route', 'del', 'unreachable', net.range]);
+}
+
+/**
+ * Claims a network no other harness on this machine uses (two checkouts, or two test files, at
+ * once): with one shared subnet their hosts had the same addresses, and one run's ssh reached the
+ * other's sshd ("HOST KEY CHANGED"). Creating the bridge `trps<k>` is the claim: the kernel lets
+ * one process create a name. k is first picked from a hash of the checkout and the pid, as the
+ * local fleet picks its subnet from its state directory, then the next free one.
+ */
+async function claimNetwork(): Promise<ClaimedNetwork> {
+  const seed = `${CHECKOUT}\0${process.pid}\0${harnessesMade++}`;
+  const first = createHash('sha256').update(seed).digest().readUInt32BE(0) % PAIRS;
+  for (let i = 0; i < PAIRS; i++) {
+    const net = networkOf(1 + ((first + i) % PAIRS));
+    try {
+      await run('ip', ['link', 'add', net.bridge, 'type', 'bridge']);
+    } catch (err) {
+      if (/File exists/.test((err as Error).message)) continue;
+      throw err;
+    }
+    try {
+      await run('ip', ['link', 'set', net.bridge, 'alias', `${NETNS_PREFIX}${process.pid}`]);
+      await run('ip', ['addr', 'add', `${net.gateway}/24`, 'dev', net.bridge]);
+      await run('ip', ['link', 'set', net.bridge, 'up']);
+      // Hidden hosts' addresses must not leave the machine by its default route: refused at once instead.
+      await run('ip', ['route', 'replace', 'unreachable', net.range]);
+    } catch (err) {
+      releaseNetworkSync(net);
+      throw err;
+    }
+    return net;
+  }
+  throw new Error(`test hosts: all ${PAIRS} networks 10.214.2..255.0/24 are taken (bridges ${BRIDGE_PREFIX}1..${PAIRS})`);
+}
+
+/** Namespaces and networks left by a test process that died without cleaning up (SIGKILL, OOM). */
 function sweepStaleSync(): void {
   for (const ns of listNamespaces()) if (!namespaceOwnerAlive(ns)) killNamespaceSync(ns);
-  removeBridgeIfUnusedSync();
+  for (const name of listNow('/sys/class/net')) {
+    const k = Number(name.slice(BRIDGE_PREFIX.length));
+    if (!name.startsWith(BRIDGE_PREFIX) || !Number.isInteger(k) || k < 1 || k > PAIRS) continue;
+    const owner = (readFileNow(`/sys/class/net/${name}/ifalias`) ?? '').trim();
+    if (owner.startsWith(NETNS_PREFIX) && !namespaceOwnerAlive(owner)) releaseNetworkSync(networkOf(k));
+  }
 }
 
 function hookProcessExit(): void {
@@ -162,19 +240,6 @@ function hookProcessExit(): void {
       process.kill(process.pid, signal);
     });
   }
-}
-
-async function ensureBridge(): Promise<void> {
-  const exists = (await run('ip', ['-br', 'link', 'show', BRIDGE], { allowFailure: true })).trim() !== '';
-  if (!exists) {
-    await run('ip', ['link', 'add', BRIDGE, 'type', 'bridge']);
-    await run('ip', ['addr', 'add', `${BRIDGE_ADDRESS}/24`, 'dev', BRIDGE]);
-    await run('ip', ['link', 'set', BRIDGE, 'up']);
-  }
-  // Hosts behind a jump live in other 10.214.x.0/24 subnets that only their jump host routes;
-  // without this the root namespace would send such packets out of the machine's default route.
-  const routes = await run('ip', ['route', 'show', 'type', 'unreachable', HARNESS_RANGE]);
-  if (!routes.trim()) await run('ip', ['route', 'add', 'unreachable', HARNESS_RANGE]);
 }
 
 function fingerprintOfPublicKey(line: string): string {
@@ -213,8 +278,8 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
   }
   hookProcessExit();
   sweepStaleSync();
-  await ensureBridge();
   await mkdir('/run/sshd', { recursive: true });
+  const net = await claimNetwork();
 
   const root = mkdtempSync(join(tmpdir(), `trph-${process.pid}-`));
   const tag = `${process.pid}-${root.slice(-6)}`;
@@ -222,8 +287,9 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
   const namespaces: string[] = [];
   /** Root-namespace ends of veth pairs: deleted explicitly, as a namespace's own teardown is asynchronous. */
   const rootLinks: string[] = [];
-  /** Per jump host: the subnet (third octet) of its private bridge and the next free address. */
-  const jumpSubnets = new Map<string, { octet: number; next: number }>();
+  /** Per jump host: the first address of its /27 in net.hiddenSubnet and the next free one. */
+  const jumpSubnets = new Map<string, { base: number; next: number }>();
+  const hiddenPrefix = net.hiddenSubnet.slice(0, net.hiddenSubnet.lastIndexOf('.'));
   let nextBridgeHost = 2;
   let destroyed = false;
 
@@ -234,7 +300,7 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       live.delete(instance);
       for (const link of rootLinks) runSync('ip', ['link', 'del', link]);
       for (const ns of namespaces) killNamespaceSync(ns);
-      removeBridgeIfUnusedSync();
+      releaseNetworkSync(net);
       rmSync(root, { recursive: true, force: true });
     },
   };
@@ -316,28 +382,32 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
     namespaces.push(namespace);
     await run('ip', ['-n', namespace, 'link', 'set', 'lo', 'up']);
 
-    // Root-side link names must be unique machine-wide and at most 15 characters.
-    const linkBase = `${process.pid.toString(36)}${root.slice(-3)}${index.toString(36)}`.slice(-10);
+    // Root-side link names must be unique machine-wide and at most 15 characters: the claimed k makes them so.
+    const linkBase = `${net.k}n${index}`;
     let address: string;
+    let prefix = 24;
     if (!spec.behindJump) {
-      address = `10.214.0.${nextBridgeHost++}`;
+      address = `${net.gateway.slice(0, net.gateway.lastIndexOf('.'))}.${nextBridgeHost++}`;
       if (nextBridgeHost > 254) throw new Error('test hosts: out of addresses on the bridge');
       const outside = `trh${linkBase}`;
       await run('ip', ['link', 'add', outside, 'type', 'veth', 'peer', 'name', `trn${linkBase}`]);
       rootLinks.push(outside);
       await run('ip', ['link', 'set', `trn${linkBase}`, 'netns', namespace]);
-      await run('ip', ['link', 'set', outside, 'master', BRIDGE, 'up']);
+      await run('ip', ['link', 'set', outside, 'master', net.bridge, 'up']);
     } else {
       const jump = state(spec.behindJump);
       let subnet = jumpSubnets.get(jump.name);
       if (!subnet) {
-        subnet = { octet: nextSubnet++, next: 2 };
+        if (jumpSubnets.size === 8) throw new Error('test hosts: at most 8 jump hosts');
+        subnet = { base: 32 * jumpSubnets.size, next: 32 * jumpSubnets.size + 2 };
         jumpSubnets.set(jump.name, subnet);
         await run('ip', ['-n', jump.namespace, 'link', 'add', JUMP_BRIDGE, 'type', 'bridge']);
-        await run('ip', ['-n', jump.namespace, 'addr', 'add', `10.214.${subnet.octet}.1/24`, 'dev', JUMP_BRIDGE]);
+        await run('ip', ['-n', jump.namespace, 'addr', 'add', `${hiddenPrefix}.${subnet.base + 1}/27`, 'dev', JUMP_BRIDGE]);
         await run('ip', ['-n', jump.namespace, 'link', 'set', JUMP_BRIDGE, 'up']);
       }
-      address = `10.214.${subnet.octet}.${subnet.next++}`;
+      if (subnet.next > subnet.base + 30) throw new Error(`test hosts: at most 29 hosts behind ${jump.name}`);
+      address = `${hiddenPrefix}.${subnet.next++}`;
+      prefix = 27;
       const outside = `trj${linkBase}`;
       await run('ip', ['link', 'add', outside, 'type', 'veth', 'peer', 'name', `trn${linkBase}`]);
       await run('ip', ['link', 'set', outside, 'netns', jump.namespace]);
@@ -345,7 +415,7 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       await run('ip', ['-n', jump.namespace, 'link', 'set', outside, 'master', JUMP_BRIDGE, 'up']);
     }
     await run('ip', ['-n', namespace, 'link', 'set', `trn${linkBase}`, 'name', 'eth0']);
-    await run('ip', ['-n', namespace, 'addr', 'add', `${address}/24`, 'dev', 'eth0']);
+    await run('ip', ['-n', namespace, 'addr', 'add', `${address}/${prefix}`, 'dev', 'eth0']);
     await run('ip', ['-n', namespace, 'link', 'set', 'eth0', 'up']);
 
     if (spec.gpus && spec.gpus.count > 0) {
@@ -414,6 +484,7 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
 
   const api: TestHosts = {
     hosts: Object.fromEntries(hosts),
+    network: { bridge: net.bridge, gateway: net.gateway, subnet: net.subnet, hiddenSubnet: net.hiddenSubnet, links: rootLinks },
     host: state,
     clientKeyPath,
     knownHostsFile,
