@@ -31,7 +31,7 @@ export const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
  * dstack task fields Troupe does not implement. Each is refused by name: a config that relies on
  * one would otherwise run differently than the user expects.
  */
-const UNSUPPORTED_TASK_FIELDS: Readonly<Record<string, string | true>> = {
+export const UNSUPPORTED_TASK_FIELDS: Readonly<Record<string, string | true>> = {
   user: true,
   privileged: true,
   home_dir: true,
@@ -108,26 +108,31 @@ export function parseDependencyRestart(value: unknown): 'keep' | 'restart' {
 export const NodeGroupInputSchema = closedObject(groupShape, { what: 'a group' });
 export type NodeGroupInput = z.output<typeof NodeGroupInputSchema>;
 
-const taskShape = {
-  type: z.literal('task'),
+/** The fields a task and a service share (dstack's run configuration, and Troupe's `secret_env`). */
+export const runShape = {
   name: textSchema.nullish(),
   image: imageSchema.nullish(),
   env: parsed(parseEnv).optional(),
   commands: textListSchema.optional(),
-  ports: portsSchema.optional(),
   resources: ResourcesInputSchema.optional(),
-  nodes: intAtLeast(1).nullish(),
-  groups: z.array(NodeGroupInputSchema).max(MAX_GROUPS, { message: `at most ${MAX_GROUPS} groups in a task` }).nullish(),
   startup_order: StartupOrderSchema.nullish(),
-  /** dstack's all-done / master-done, or (Troupe's extension) `{group-done: GROUP}`. */
-  stop_criteria: parsed(parseStopCriteria).nullish(),
-  retry: parsed(parseRetry).nullish(),
-  max_duration: parsed(parseOffableDuration).optional(),
   working_dir: textSchema.nullish(),
   /** Fleets the run may use, by name. */
   fleets: z.array(fleetNameSchema).nullish(),
   /** Troupe extension: env vars sealed whatever their names (as `*_TOKEN`, `*_PASSWORD`… are). */
   secret_env: textListSchema.nullish(),
+};
+
+const taskShape = {
+  type: z.literal('task'),
+  ...runShape,
+  ports: portsSchema.optional(),
+  nodes: intAtLeast(1).nullish(),
+  groups: z.array(NodeGroupInputSchema).max(MAX_GROUPS, { message: `at most ${MAX_GROUPS} groups in a task` }).nullish(),
+  /** dstack's all-done / master-done, or (Troupe's extension) `{group-done: GROUP}`. */
+  stop_criteria: parsed(parseStopCriteria).nullish(),
+  retry: parsed(parseRetry).nullish(),
+  max_duration: parsed(parseOffableDuration).optional(),
 };
 
 export const TaskConfigSchema = closedObject(taskShape, {

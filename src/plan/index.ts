@@ -5,3 +5,5 @@ export { loadFleetConfig, type LoadFleetOptions } from '../config/fleet-config';
 export type { FleetConfig, SshHost } from '../config/fleet-schema';
 export { ConfigError } from '../config/errors';
 export * from './plan-schema';
+export { loadServicePlan, serviceSource } from './load-service-plan';
+export * from './service-plan-schema';
