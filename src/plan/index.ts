@@ -1,6 +1,6 @@
 export { loadPlan, type LoadPlanOptions } from './load-plan';
 export { MAX_TOTAL_NODES } from './input-size';
-export { planToJson, PlanJsonSchema, type PlanJson } from './plan-json';
+export { planToJson, PlanJsonSchema, resourcesToJson, type PlanJson } from './plan-json';
 export { loadFleetConfig, type LoadFleetOptions } from '../config/fleet-config';
 export type { FleetConfig, SshHost } from '../config/fleet-schema';
 export { ConfigError } from '../config/errors';
