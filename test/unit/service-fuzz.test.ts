@@ -4,8 +4,7 @@ import { afterAll, beforeAll, describe, it } from 'vitest';
 import { loadServicePlan, ServicePlanSchema } from '../../src/plan';
 import {
   anyValueArb,
-  applyStructural,
-  applyText,
+  configTextArbs,
   durationArb,
   FILE,
   freeTextArb,
@@ -15,8 +14,6 @@ import {
   portArb,
   readyArb,
   resourcesArb,
-  structuralMutationArb,
-  textMutationArb,
   toYaml,
   watchdog,
   yamlStyleArb,
@@ -110,26 +107,14 @@ function plan(text: string): void {
 }
 
 describe('fuzz: service configs into loadServicePlan', () => {
-  it('generated services: a plan or a one-line refusal', () => {
-    fc.assert(fc.property(serviceArb, yamlStyleArb, (config, style) => plan(toYaml(config, style))), fuzzParams(800));
-  });
+  const texts = configTextArbs(serviceArb);
 
-  it('structurally mutated services: a plan or a one-line refusal', () => {
-    fc.assert(
-      fc.property(serviceArb, fc.array(structuralMutationArb, { minLength: 1, maxLength: 4 }), yamlStyleArb, (config, mutations, style) =>
-        plan(toYaml(applyStructural(config, mutations), style)),
-      ),
-      fuzzParams(800),
-    );
-  });
-
-  it('textually mutated services: a plan or a one-line refusal', () => {
-    fc.assert(
-      fc.property(serviceArb, yamlStyleArb, fc.array(textMutationArb, { minLength: 1, maxLength: 5 }), (config, style, mutations) =>
-        plan(applyText(toYaml(config, style), mutations)),
-      ),
-      fuzzParams(800),
-    );
+  it.each([
+    ['generated services', texts.generated],
+    ['structurally mutated services (keys deleted, retyped, swapped, added)', texts.structural],
+    ['textually mutated services (truncated, bytes flipped, YAML syntax inserted)', texts.textual],
+  ])('%s: a plan or a one-line refusal', (_what, arb) => {
+    fc.assert(fc.property(arb, plan), fuzzParams(800));
   });
 
   it('any value in any field: a plan or a one-line refusal', () => {
