@@ -203,7 +203,22 @@ export const ServiceConfigSchema = closedObject(serviceShape, {
     checkGroupPolicies(name, index, group, { count: replicas.min, max: replicas.min === replicas.max ? null : replicas.max, unit: 'replica' }, ctx);
   });
   checkDependencies(service.startup_order ?? null, groups, ctx);
+  checkNoDependencyOnZero(names, groups, ctx);
 });
+
+/** Troupe's rule: a group cannot wait at start for a group that starts with no replica (it would wait for traffic). */
+function checkNoDependencyOnZero(names: readonly string[], groups: readonly ReplicaGroupInput[], ctx: z.RefinementCtx): void {
+  const replicasOf = new Map(groups.map((g, i) => [names[i] ?? String(i), groupReplicas(g)]));
+  groups.forEach((group, index) => {
+    (group.depends_on ?? []).forEach((dep, k) => {
+      const replicas = replicasOf.get(dep);
+      if (replicas?.min !== 0) return;
+      ctx.addIssue(
+        ruleIssue(['groups', index, 'depends_on', k], `group "${dep}" starts with 0 replicas (replicas: 0..${replicas.max}): "${names[index] ?? index}" would wait until it scales up; depend on groups that start with at least 1 replica`),
+      );
+    });
+  });
+}
 
 /** A group's replicas (`count` is dstack's older name, ignored beside `replicas`). */
 export function groupReplicas(group: ReplicaGroupInput): ReplicaCount | undefined {

@@ -229,6 +229,11 @@ describe('service refusals: one line at file:line:col naming the field', () => {
     ['depends_on an unknown group', svc('groups:', '  - {replicas: 1, commands: [a], depends_on: [nope]}'), 'service.yml:4:47: groups[0].depends_on[0]: no group named "nope" (groups: 0)'],
     ['on_peers_change without depends_on', svc('groups:', '  - {replicas: 1, commands: [a], on_peers_change: x}'), 'service.yml:4:34: groups[0].on_peers_change: group "0" has no `depends_on`: on_peers_change runs when the groups it depends on change; add depends_on or remove it'],
     ['a quorum above the replicas at start', svc('groups:', '  - {replicas: 1..3, scaling: {metric: rps, target: 1}, commands: [a], ready: {min: 2}}'), 'service.yml:4:85: groups[0].ready.min: ready.min is 2 but group "0" starts with 1 replica (replicas: 1..3): its dependents would wait for replicas it does not start with; lower it or use a percentage'],
+    [
+      'depends_on a group that scales to zero (Troupe)',
+      svc('groups:', '  - {name: a, replicas: 0..2, scaling: {metric: rps, target: 1}, commands: [a]}', '  - {replicas: 1, commands: [b], depends_on: [a]}'),
+      'service.yml:5:47: groups[1].depends_on[0]: group "a" starts with 0 replicas (replicas: 0..2): "1" would wait until it scales up; depend on groups that start with at least 1 replica',
+    ],
     ['startup_order with depends_on', svc('startup_order: any', 'groups:', '  - {name: a, replicas: 1, commands: [a]}', '  - {replicas: 1, commands: [b], depends_on: [a]}'), 'service.yml:3:1: startup_order: `startup_order` and `depends_on` (groups[1]) cannot be combined: depends_on already orders start-up; remove startup_order'],
   ])('%s', (_what, text, expected) => {
     expect(refusal(text)).toBe(expected);
