@@ -1,3 +1,5 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config/errors';
 import { loadPlan, loadServicePlan, type ServicePlan } from '../../src/plan';
@@ -272,5 +274,13 @@ describe('the task planner and a service config', () => {
     expect(() => loadPlan(svc('commands: [a]'), FILE, { environ: {} })).toThrow(
       'service.yml:1:7: type: this is a service config: `troupe plan` checks services, but Troupe does not run them yet; expected `type: task`',
     );
+  });
+});
+
+describe('examples/services', () => {
+  const dir = fileURLToPath(new URL('../../examples/services/', import.meta.url));
+  it.each(readdirSync(dir).filter((f) => f.endsWith('.yml')))('%s plans', (file) => {
+    const plan = loadServicePlan(readFileSync(`${dir}${file}`, 'utf8'), `examples/services/${file}`, { environ: {} });
+    expect(plan.groups.length).toBeGreaterThan(0);
   });
 });
