@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
-"""Ask the real dstack about every task config in test/vectors/dstack/cases/ and record its answers.
+"""Ask the real dstack about every task config in test/vectors/dstack/cases/ (and every service
+config in test/vectors/dstack/services/) and record its answers.
 
 Run by hand only; CI never runs this (CI must not need dstack). In a scratch virtualenv:
 
     python3 -m venv /tmp/dstack-ref && /tmp/dstack-ref/bin/pip install dstack==0.21.2
     /tmp/dstack-ref/bin/python scripts/dstack-vectors.py write   # (re)writes expected.json
     /tmp/dstack-ref/bin/python scripts/dstack-vectors.py check   # compares, exits 1 on a difference
+
+Services need dstack 0.22.5 (replica groups with a router came after 0.21.2):
+
+    python3 -m venv /tmp/dstack-venv && /tmp/dstack-venv/bin/pip install 'dstack[server]==0.22.5'
+    /tmp/dstack-venv/bin/python scripts/dstack-vectors.py write-services   # services-expected.json
+    /tmp/dstack-venv/bin/python scripts/dstack-vectors.py check-services
 
 Each case goes through the same stages as `dstack apply` followed by the server's planning, with
 dstack's own functions: YAML -> configuration model -> the CLI's env and command interpolation ->
@@ -37,12 +44,13 @@ from typing import Any, Iterator, Optional
 import gpuhunt
 import yaml
 from dstack import version as dstack_version
-from dstack._internal.cli.services.configurators.run import TaskConfigurator
+from dstack._internal.cli.services.configurators.run import ServiceConfigurator, TaskConfigurator
 from dstack._internal.core.errors import ConfigurationError, ServerClientError
-from dstack._internal.core.models.configurations import TaskConfiguration, parse_apply_configuration
+from dstack._internal.core.models.configurations import ServiceConfiguration, TaskConfiguration, parse_apply_configuration
 from dstack._internal.core.models.runs import RunSpec
 from dstack._internal.server.services.docker import ImageConfig
 from dstack._internal.server.services.jobs.configurators import base as job_configurator_base
+from dstack._internal.server.services.jobs.configurators.service import ServiceJobConfigurator
 from dstack._internal.server.services.jobs.configurators.task import TaskJobConfigurator
 from dstack._internal.server.services.runs.spec import validate_run_spec_and_set_defaults
 from pydantic import ValidationError
@@ -51,6 +59,8 @@ ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "test" / "vectors" / "dstack"
 CASES = VECTORS / "cases"
 EXPECTED = VECTORS / "expected.json"
+SERVICE_CASES = VECTORS / "services"
+SERVICE_EXPECTED = VECTORS / "services-expected.json"
 
 # A config without `name` gets a random name from the dstack server; the corpus fixes it.
 RUN_NAME = "corpus-run"
@@ -87,7 +97,7 @@ def loc_to_path(loc: tuple[Any, ...]) -> str:
     """A pydantic error location as a field path: ('task', 'groups', 1, 'name') -> groups[1].name."""
     path = ""
     for part in loc:
-        if part in ("task",) and path == "":
+        if part in ("task", "service") and path == "":
             continue
         if isinstance(part, int):
             path += f"[{part}]"
@@ -154,8 +164,8 @@ def ports_json(ports: list[Any]) -> list[dict[str, Any]]:
     return [{"container_port": p.container_port, "local_port": p.local_port} for p in ports]
 
 
-def ask_dstack(text: str, file: str) -> dict[str, Any]:
-    """The plan and run settings dstack derives from one config; raises Refusal where it refuses."""
+def parse_config(text: str, kind: type) -> Any:
+    """YAML, then dstack's configuration model; the configuration must be of `kind`."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -168,21 +178,21 @@ def ask_dstack(text: str, file: str) -> dict[str, Any]:
         if isinstance(cause, ValidationError) and cause.errors():
             loc = loc_to_path(tuple(cause.errors()[0]["loc"]))
         raise Refusal("parse", cause if isinstance(cause, BaseException) else e, loc)
-    if not isinstance(conf, TaskConfiguration):
-        raise Refusal("parse", TypeError(f"not a task: {conf.type}"))
-    # Commands as written: the plan keeps them uninterpolated.
-    written = [list(g.commands) for g in conf.node_groups]
+    if not isinstance(conf, kind):
+        raise Refusal("parse", TypeError(f"not a {kind.__name__}: {conf.type}"))
+    return conf
 
-    # What `dstack apply` does on the client before it talks to the server.
+
+def submit(conf: Any, configurator: Any, file: str) -> RunSpec:
+    """What `dstack apply` does on the client, then the server's run-spec validation and defaults."""
     parser = argparse.ArgumentParser()
-    TaskConfigurator.register_args(parser)
+    configurator.register_args(parser)
     args = parser.parse_args([])
     with shell_environ(ENVIRON):
         try:
-            TaskConfigurator(api_client=None).apply_args(conf, args)  # type: ignore[arg-type]
+            configurator(api_client=None).apply_args(conf, args)
         except (ConfigurationError, ValueError) as e:
             raise Refusal("client", e)
-
     run_spec = RunSpec(
         run_name=conf.name or RUN_NAME,
         configuration=conf,
@@ -192,6 +202,19 @@ def ask_dstack(text: str, file: str) -> dict[str, Any]:
     user = SimpleNamespace(ssh_public_key="ssh-ed25519 AAAAcorpus corpus")
     try:
         validate_run_spec_and_set_defaults(user, run_spec)  # type: ignore[arg-type]
+    except ServerClientError as e:
+        raise Refusal("server", e)
+    return run_spec
+
+
+def ask_dstack(text: str, file: str) -> dict[str, Any]:
+    """The plan and run settings dstack derives from one config; raises Refusal where it refuses."""
+    conf = parse_config(text, TaskConfiguration)
+    # Commands as written: the plan keeps them uninterpolated.
+    written = [list(g.commands) for g in conf.node_groups]
+
+    run_spec = submit(conf, TaskConfigurator, file)
+    try:
         job_specs = asyncio.run(TaskJobConfigurator(run_spec).get_job_specs(replica_num=0))
     except ServerClientError as e:
         raise Refusal("server", e)
@@ -253,12 +276,14 @@ def escape_for_dstack(text: str) -> str:
     return text.replace("$${{", "$$((")
 
 
-def vector(path: Path) -> dict[str, Any]:
+def vector(path: Path, ask: Any = None, keys: tuple[str, ...] = ("plan", "run")) -> dict[str, Any]:
+    """One case's entry: dstack's verdict, and Troupe's answer (`keys` of dstack's when valid)."""
+    ask = ask or ask_dstack
     text = path.read_text(encoding="utf-8")
     header = read_header(text)
     entry: dict[str, Any] = {"file": path.name}
     try:
-        answer = ask_dstack(text, f"cases/{path.name}")
+        answer = ask(text, f"{path.parent.name}/{path.name}")
         verdict, refusal = "accepted", None
     except Refusal as r:
         answer, verdict, refusal = None, "rejected", r
@@ -273,7 +298,7 @@ def vector(path: Path) -> dict[str, Any]:
         raise SystemExit(f"{path.name}: `troupe: {troupe}` but dstack already agrees; drop the override")
     if (troupe or verdict == "no-check") and not header.get("why"):
         raise SystemExit(f"{path.name}: an override needs `# why:`")
-    if valid and answer is None and "$${{" in text:
+    if valid and answer is None and "$${{" in text and ask is ask_dstack:
         answer = ask_dstack(escape_for_dstack(text), f"cases/{path.name}")
         # The plan keeps the commands as written.
         written = yaml.safe_load(text)
@@ -297,10 +322,10 @@ def vector(path: Path) -> dict[str, Any]:
         fields = [f.strip() for f in header["field"].split("|")]
         entry["field"] = [] if fields == ["-"] else fields
         entry["hint"] = header["hint"]
-        entry["plan"] = None
+        entry[keys[0]] = None
     else:
-        entry["plan"] = answer["plan"]
-        entry["run"] = answer["run"]
+        for key in keys:
+            entry[key] = answer[key]
     if "why" in header:
         entry["why"] = header["why"]
     return entry
@@ -318,7 +343,15 @@ def build() -> dict[str, Any]:
     }
 
 
-def compare(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def compare_services(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return compare(old, new, ("valid", "dstack", "dstack_stage", "dstack_error", "dstack_loc", "service"))
+
+
+def compare(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    keys: tuple[str, ...] = ("valid", "dstack", "dstack_stage", "dstack_error", "dstack_loc", "plan", "run"),
+) -> list[str]:
     problems = []
     old_cases = {c["file"]: c for c in old["cases"]}
     for case in new["cases"]:
@@ -326,7 +359,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if before is None:
             problems.append(f"{case['file']}: not in expected.json")
             continue
-        for key in ("valid", "dstack", "dstack_stage", "dstack_error", "dstack_loc", "plan", "run"):
+        for key in keys:
             if before.get(key) != case.get(key):
                 problems.append(
                     f"{case['file']}: {key} differs\n  recorded: {json.dumps(before.get(key))}\n"
@@ -336,23 +369,119 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return problems
 
 
+def probe_json(p: Any) -> dict[str, Any]:
+    return {
+        "type": p.type,
+        "url": p.url,
+        "method": p.method,
+        "headers": [{"name": h.name, "value": h.value} for h in p.headers],
+        "body": p.body,
+        "timeout_s": int(p.timeout),
+        "interval_s": int(p.interval),
+        "ready_after": p.ready_after,
+        "until_ready": p.until_ready,
+    }
+
+
+def scaling_json(sc: Any) -> Optional[dict[str, Any]]:
+    if sc is None:
+        return None
+    return {
+        "metric": sc.metric,
+        "target": number(sc.target),
+        "window_s": int(sc.window) if sc.window is not None else 60,
+        "scale_up_delay_s": int(sc.scale_up_delay),
+        "scale_down_delay_s": int(sc.scale_down_delay),
+    }
+
+
+def ask_dstack_service(text: str, file: str) -> dict[str, Any]:
+    """The service's settings and replica groups as dstack derives them; raises Refusal where it refuses."""
+    conf = parse_config(text, ServiceConfiguration)
+    try:
+        written = [list(g.commands) for g in conf.replica_groups]
+    except ValidationError as e:
+        # dstack builds the implicit group lazily; a bad one fails there (a server error, not a 400).
+        raise Refusal("server", e)
+
+    run_spec = submit(conf, ServiceConfigurator, file)
+    groups = run_spec.configuration.replica_groups
+    try:
+        specs = [
+            asyncio.run(ServiceJobConfigurator(run_spec, replica_group_name=g.name).get_job_specs(replica_num=0))[0]
+            for g in groups
+        ]
+    except ServerClientError as e:
+        raise Refusal("server", e)
+
+    model = conf.model
+    router = next((i for i, g in enumerate(groups) if g.router is not None), None)
+    return {
+        "service": {
+            "run_name": run_spec.run_name,
+            "port": conf.port.container_port,
+            "auth": conf.auth,
+            "strip_prefix": conf.strip_prefix,
+            "model": {"name": model.name, "prefix": model.prefix} if model is not None else None,
+            "rate_limits": [
+                {
+                    "prefix": r.prefix,
+                    "rps": number(r.rps),
+                    "burst": r.burst,
+                    "key": {"type": "header", "header": r.key.header} if r.key.type == "header" else {"type": "ip_address"},
+                }
+                for r in conf.rate_limits
+            ],
+            "router_group": router,
+            "groups": [
+                {
+                    "index": i,
+                    "name": g.name,
+                    "replicas": {"min": g.replicas.min, "max": g.replicas.max},
+                    "scaling": scaling_json(g.scaling),
+                    "router": g.router.type.value if g.router is not None else None,
+                    "commands": written[i],
+                    "resources": resources_json(specs[i].requirements.resources),
+                    "probes": [probe_json(p) for p in specs[i].probes],
+                }
+                for i, g in enumerate(groups)
+            ],
+        }
+    }
+
+
+def build_services() -> dict[str, Any]:
+    stub_registry()
+    return {
+        "generator": "scripts/dstack-vectors.py",
+        "dstack_version": dstack_version.__version__,
+        "run_name_default": RUN_NAME,
+        "environ": ENVIRON,
+        "cases": [vector(f, ask_dstack_service, ("service",)) for f in sorted(SERVICE_CASES.glob("*.yml"))],
+    }
+
+
 def main() -> int:
     mode = sys.argv[1] if len(sys.argv) > 1 else "check"
-    result = build()
-    if mode == "write":
-        EXPECTED.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    services = mode.endswith("-services")
+    action = mode.removesuffix("-services")
+    if action not in ("write", "check"):
+        print("usage: dstack-vectors.py write|check|write-services|check-services", file=sys.stderr)
+        return 2
+    result = build_services() if services else build()
+    expected = SERVICE_EXPECTED if services else EXPECTED
+    if action == "write":
+        expected.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         valid = sum(1 for c in result["cases"] if c["valid"])
-        print(f"wrote {EXPECTED.relative_to(ROOT)}: {len(result['cases'])} cases, {valid} valid, "
+        print(f"wrote {expected.relative_to(ROOT)}: {len(result['cases'])} cases, {valid} valid, "
               f"{len(result['cases']) - valid} invalid (dstack {result['dstack_version']})")
         return 0
-    if mode == "check":
-        problems = compare(json.loads(EXPECTED.read_text(encoding="utf-8")), result)
-        for p in problems:
-            print(p)
-        print(f"dstack {result['dstack_version']}: {len(problems)} difference(s)")
-        return 1 if problems else 0
-    print("usage: dstack-vectors.py write|check", file=sys.stderr)
-    return 2
+    old = json.loads(expected.read_text(encoding="utf-8"))
+    problems = compare_services(old, result) if services else compare(old, result)
+    for p in problems:
+        print(p)
+    print(f"dstack {result['dstack_version']}: {len(problems)} difference(s){' in services' if services else ''}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -6,13 +6,14 @@ export type Command = (args: string[]) => Promise<number>;
 
 /**
  * An error the user can act on: printed as its message alone (no stack trace).
- * Exit codes: 1 = the config, the run or the service said no; 2 = bad usage of the CLI.
+ * Exit codes: 1 = the config, the run or the service said no; 2 = bad usage of the CLI;
+ * 3 = the config is valid but asks for what Troupe does not do yet (running a service).
  */
 export class CliError extends Error {
   override readonly name = 'CliError';
   constructor(
     message: string,
-    readonly exitCode: 1 | 2 = 1,
+    readonly exitCode: 1 | 2 | 3 = 1,
   ) {
     super(message);
   }

@@ -130,3 +130,12 @@ export function toBool(value: unknown): boolean | undefined {
   }
   return undefined;
 }
+
+/** A finite number as pydantic's lax floats read it: a number, or a decimal string. */
+export function toNumber(value: unknown): number | undefined {
+  if (typeof value === 'number') return Number.isFinite(value) ? value : undefined;
+  if (typeof value === 'string') return parseDecimal(value);
+  return undefined;
+}
+
+export const booleanSchema = scalar('true or false', toBool);

@@ -31,7 +31,7 @@ export const GROUP_NAME = /^[a-z0-9][a-z0-9-]{0,39}$/;
  * dstack task fields Troupe does not implement. Each is refused by name: a config that relies on
  * one would otherwise run differently than the user expects.
  */
-const UNSUPPORTED_TASK_FIELDS: Readonly<Record<string, string | true>> = {
+export const UNSUPPORTED_TASK_FIELDS: Readonly<Record<string, string | true>> = {
   user: true,
   privileged: true,
   home_dir: true,
@@ -67,32 +67,39 @@ const UNSUPPORTED_TASK_FIELDS: Readonly<Record<string, string | true>> = {
 
 const portsSchema = z.array(parsed(parsePort));
 
+/** A group's name, as dstack allows them (node groups and replica groups alike). */
+export const groupNameSchema = textSchema.refine((name) => GROUP_NAME.test(name), {
+  message: 'a group name must match ^[a-z0-9][a-z0-9-]{0,39}$ (lowercase letters, digits and -, at most 40 characters)',
+});
+
+/** Troupe's extensions of a group, the same on a task's node groups and a service's replica groups. */
+export const groupExtensionShape = {
+  /** Names of the groups whose every node must be READY before this one starts. */
+  depends_on: textListSchema.optional(),
+  /** The readiness probe of this group's nodes, and/or the quorum `min`. */
+  ready: parsed(parseReady).optional(),
+  /** What a failed node of this group does to the run. */
+  on_failure: parsed(parseOnFailure).optional(),
+  /** What this group does when a group it depends on restarts. */
+  on_dependency_restart: parsed(parseDependencyRestart).optional(),
+  /** A command run on each node when the addresses of the groups it depends on change. */
+  on_peers_change: textSchema
+    .refine((command) => command.trim() !== '', { message: 'expected a command to run, got an empty string' })
+    .optional(),
+};
+type GroupExtensions = { [K in keyof typeof groupExtensionShape]?: z.output<(typeof groupExtensionShape)[K]> };
+
 const groupShape = {
-  name: textSchema
-    .refine((name) => GROUP_NAME.test(name), {
-      message: 'a group name must match ^[a-z0-9][a-z0-9-]{0,39}$ (lowercase letters, digits and -, at most 40 characters)',
-    })
-    .nullish(),
+  name: groupNameSchema.nullish(),
   /** A count, or (Troupe's extension) a range MIN..MAX that `troupe scale` resizes within. */
   nodes: parsed(parseGroupNodes).optional(),
   resources: ResourcesInputSchema.optional(),
   commands: textListSchema.optional(),
   ports: portsSchema.optional(),
-  /** Troupe's extension: names of the groups whose every node must be READY before this one starts. */
-  depends_on: textListSchema.optional(),
-  /** Troupe's extension: the readiness probe of this group's nodes, and/or the quorum `min`. */
-  ready: parsed(parseReady).optional(),
-  /** Troupe's extension: what a failed node of this group does to the run. */
-  on_failure: parsed(parseOnFailure).optional(),
-  /** Troupe's extension: what this group does when a group it depends on restarts. */
-  on_dependency_restart: parsed(parseDependencyRestart).optional(),
-  /** Troupe's extension: a command run on each node when the addresses of the groups it depends on change. */
-  on_peers_change: textSchema
-    .refine((command) => command.trim() !== '', { message: 'expected a command to run, got an empty string' })
-    .optional(),
+  ...groupExtensionShape,
 };
 
-function parseDependencyRestart(value: unknown): 'keep' | 'restart' {
+export function parseDependencyRestart(value: unknown): 'keep' | 'restart' {
   if (value === 'keep' || value === 'restart') return value;
   throw new ScalarError(`expected keep or restart, got ${describeValue(value)}`);
 }
@@ -101,26 +108,31 @@ function parseDependencyRestart(value: unknown): 'keep' | 'restart' {
 export const NodeGroupInputSchema = closedObject(groupShape, { what: 'a group' });
 export type NodeGroupInput = z.output<typeof NodeGroupInputSchema>;
 
-const taskShape = {
-  type: z.literal('task'),
+/** The fields a task and a service share (dstack's run configuration, and Troupe's `secret_env`). */
+export const runShape = {
   name: textSchema.nullish(),
   image: imageSchema.nullish(),
   env: parsed(parseEnv).optional(),
   commands: textListSchema.optional(),
-  ports: portsSchema.optional(),
   resources: ResourcesInputSchema.optional(),
-  nodes: intAtLeast(1).nullish(),
-  groups: z.array(NodeGroupInputSchema).max(MAX_GROUPS, { message: `at most ${MAX_GROUPS} groups in a task` }).nullish(),
   startup_order: StartupOrderSchema.nullish(),
-  /** dstack's all-done / master-done, or (Troupe's extension) `{group-done: GROUP}`. */
-  stop_criteria: parsed(parseStopCriteria).nullish(),
-  retry: parsed(parseRetry).nullish(),
-  max_duration: parsed(parseOffableDuration).optional(),
   working_dir: textSchema.nullish(),
   /** Fleets the run may use, by name. */
   fleets: z.array(fleetNameSchema).nullish(),
   /** Troupe extension: env vars sealed whatever their names (as `*_TOKEN`, `*_PASSWORD`… are). */
   secret_env: textListSchema.nullish(),
+};
+
+const taskShape = {
+  type: z.literal('task'),
+  ...runShape,
+  ports: portsSchema.optional(),
+  nodes: intAtLeast(1).nullish(),
+  groups: z.array(NodeGroupInputSchema).max(MAX_GROUPS, { message: `at most ${MAX_GROUPS} groups in a task` }).nullish(),
+  /** dstack's all-done / master-done, or (Troupe's extension) `{group-done: GROUP}`. */
+  stop_criteria: parsed(parseStopCriteria).nullish(),
+  retry: parsed(parseRetry).nullish(),
+  max_duration: parsed(parseOffableDuration).optional(),
 };
 
 export const TaskConfigSchema = closedObject(taskShape, {
@@ -154,21 +166,10 @@ export const TaskConfigSchema = closedObject(taskShape, {
   }
   // As dstack: an `image` lets a group go without commands (an empty one is refused by its grammar).
   const taskHasImage = task.image !== null && task.image !== undefined;
-  const firstIndexOf = new Map<string, number>();
+  const names = checkGroupNames(groups, ctx);
   groups.forEach((group, index) => {
-    const name = group.name ?? String(index);
-    const earlier = firstIndexOf.get(name);
-    if (earlier !== undefined) {
-      ctx.addIssue(
-        ruleIssue(
-          group.name ? ['groups', index, 'name'] : ['groups', index],
-          `duplicate group name "${name}" (also groups[${earlier}]): names must be unique; a group without \`name\` is named by its index`,
-        ),
-      );
-    } else {
-      firstIndexOf.set(name, index);
-    }
-    checkGroupPolicies(name, index, group, ctx);
+    const name = names[index] ?? String(index);
+    checkGroupPolicies(name, index, group, startOf(group.nodes, 'node'), ctx);
     if ((group.commands ?? []).length === 0 && !taskHasImage) {
       ctx.addIssue(
         ruleIssue(['groups', index], `group "${name}" has no \`commands\`: give it \`commands\`, or set \`image\` at the task level`),
@@ -197,15 +198,46 @@ function checkStopGroup(
   }
 }
 
+/** Each group's name (its index when it has none); a name used twice is refused where it is repeated. */
+export function checkGroupNames(groups: readonly { name?: string | null }[], ctx: z.RefinementCtx): string[] {
+  const firstIndexOf = new Map<string, number>();
+  return groups.map((group, index) => {
+    const name = group.name ?? String(index);
+    const earlier = firstIndexOf.get(name);
+    if (earlier !== undefined) {
+      ctx.addIssue(
+        ruleIssue(
+          group.name ? ['groups', index, 'name'] : ['groups', index],
+          `duplicate group name "${name}" (also groups[${earlier}]): names must be unique; a group without \`name\` is named by its index`,
+        ),
+      );
+    } else {
+      firstIndexOf.set(name, index);
+    }
+    return name;
+  });
+}
+
+/** How many members (nodes or replicas) a group starts with, and up to how many it may grow. */
+export interface GroupStart {
+  count: number;
+  max: number | null;
+  unit: 'node' | 'replica';
+}
+
+function startOf(nodes: NodeGroupInput['nodes'], unit: 'node'): GroupStart {
+  return { count: nodes?.nodes ?? 1, max: nodes?.range?.max ?? null, unit };
+}
+
 /** Rules between a group's own fields: the quorum fits the group, a dependency policy has dependencies. */
-function checkGroupPolicies(name: string, index: number, group: NodeGroupInput, ctx: z.RefinementCtx): void {
+export function checkGroupPolicies(name: string, index: number, group: GroupExtensions, start: GroupStart, ctx: z.RefinementCtx): void {
   const quorum = group.ready?.min;
-  const nodes = group.nodes?.nodes ?? 1;
-  if (quorum?.kind === 'count' && quorum.value > nodes) {
-    const unit = nodes === 1 ? 'node' : 'nodes';
-    const starts = group.nodes?.range ? `starts with ${nodes} ${unit} (nodes: ${nodes}..${group.nodes.range.max})` : `has ${nodes} ${unit}`;
+  if (quorum?.kind === 'count' && quorum.value > start.count) {
+    const unit = `${start.unit}${start.count === 1 ? '' : 's'}`;
+    const field = `${start.unit}s`;
+    const starts = start.max !== null ? `starts with ${start.count} ${unit} (${field}: ${start.count}..${start.max})` : `has ${start.count} ${unit}`;
     ctx.addIssue(
-      ruleIssue(['groups', index, 'ready', 'min'], `ready.min is ${quorum.value} but group "${name}" ${starts}: its dependents would wait for nodes it does not start with; lower it or use a percentage`),
+      ruleIssue(['groups', index, 'ready', 'min'], `ready.min is ${quorum.value} but group "${name}" ${starts}: its dependents would wait for ${field} it does not start with; lower it or use a percentage`),
     );
   }
   if ((group.depends_on ?? []).length > 0) return;
@@ -222,7 +254,7 @@ function checkGroupPolicies(name: string, index: number, group: NodeGroupInput, 
 }
 
 /** depends_on names exist, are not the group itself, form no cycle, and do not meet startup_order. */
-function checkDependencies(
+export function checkDependencies(
   startupOrder: string | null,
   groups: readonly { name?: string | null; depends_on?: string[] | undefined }[],
   ctx: z.RefinementCtx,

@@ -9,7 +9,7 @@ import { parseWithSchema } from '../config/validate';
 import { ConfigSource } from '../config/yaml-source';
 import { checkConfigType } from '../config/config-type';
 import { looksSecret } from '../config/secret-names';
-import { containsReference, InterpolationError, parseReferences } from '../runner/interpolation';
+import { containsReference, InterpolationError, parseReferences, type ReferenceMember } from '../runner/interpolation';
 import { expandJobs } from './expand';
 import { formatMB, MAX_RUN_INPUT_BYTES, MAX_TOTAL_NODES, runInputBytes, TEMPORAL_PAYLOAD_LIMIT_BYTES } from './input-size';
 import { PlanSchema, RetryEventSchema, type GroupPlan, type Plan, type RetryPolicy } from './plan-schema';
@@ -41,16 +41,8 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
   const task = parseWithSchema(TaskConfigSchema, source);
   const image = task.image ?? null;
 
-  const { env, fromShell } = resolveEnv(source, task, opts);
-  const declaredSecret = new Set(task.secret_env ?? []);
-  (task.secret_env ?? []).forEach((name, i) => {
-    if (!(name in env) && !(task.env ?? []).some((e) => e.key === name)) {
-      throw source.error(['secret_env', i], `${JSON.stringify(name)} is not in \`env\`: secret_env marks variables of the task's env as secret`);
-    }
-  });
-  if (task.working_dir !== null && task.working_dir !== undefined && !task.working_dir.startsWith('/')) {
-    throw source.error(['working_dir'], `working_dir must be an absolute path, got "${task.working_dir}"`);
-  }
+  const { env, secret_env } = planEnv(source, task, opts);
+  checkWorkingDir(source, task);
   const runName = chooseRunName(source, task, opts.runName);
   const retry = retryPolicy(source, task.retry ?? null);
 
@@ -63,10 +55,16 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
   if (nodesMax > MAX_TOTAL_NODES) {
     throw source.error(['groups'], `the groups' nodes ranges reach ${nodesMax} nodes in all; a run has at most ${MAX_TOTAL_NODES}: lower a range's maximum`);
   }
-  checkReferences(source, task, groups);
+  checkReferences(
+    source,
+    task,
+    groups.map((g) => ({ ...g, start: g.nodes, max: g.nodes_range?.max ?? null })),
+    'nodes',
+  );
   checkNoReferencesOutsideCommands(source, task, groups);
-  checkGpuVendors(source, task, groups, image);
-  checkCpuArch(source, task, groups, image);
+  const imaged = groups.map((g) => ({ ...g, image }));
+  checkGpuVendors(source, task, imaged);
+  checkCpuArch(source, task, imaged);
 
   const maxDuration = task.max_duration ?? null;
   const plan = PlanSchema.parse({
@@ -75,7 +73,7 @@ export function loadPlan(text: string, file: string, opts: LoadPlanOptions): Pla
     image,
     working_dir: task.working_dir ?? null,
     env,
-    secret_env: Object.keys(env).filter((name) => fromShell.has(name) || declaredSecret.has(name) || looksSecret(name)),
+    secret_env,
     startup_order: task.startup_order ?? 'any',
     ...planStopCriteria(task.stop_criteria ?? 'all-done', groups),
     retry,
@@ -106,9 +104,14 @@ function planStopCriteria(criteria: StopCriteriaInput, groups: readonly GroupPla
   return { stop_criteria: 'group-done', stop_group: group.index };
 }
 
+/** A task or a service: whether it has `groups:` decides where a group's fields are in the file. */
+interface GroupedConfig {
+  groups?: readonly unknown[] | null | undefined;
+}
+
 /** Where group `index`'s fields are in the file: under `groups[index]`, or at the top without groups. */
-function groupPath(task: TaskConfig, index: number, ...rest: (string | number)[]): FieldPath {
-  return task.groups ? ['groups', index, ...rest] : rest;
+function groupPath(config: GroupedConfig, index: number, ...rest: (string | number)[]): FieldPath {
+  return config.groups ? ['groups', index, ...rest] : rest;
 }
 
 function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
@@ -145,7 +148,30 @@ function planGroups(task: TaskConfig, image: string | null): GroupPlan[] {
   }));
 }
 
-function resolveEnv(source: ConfigSource, task: TaskConfig, opts: LoadPlanOptions): { env: Record<string, string>; fromShell: Set<string> } {
+/** The run's env (bare `KEY` entries read from the shell) and which of its variables are sealed. */
+export function planEnv(
+  source: ConfigSource,
+  config: Pick<TaskConfig, 'env' | 'secret_env'>,
+  opts: LoadPlanOptions,
+  kind: 'task' | 'service' = 'task',
+): { env: Record<string, string>; secret_env: string[] } {
+  const { env, fromShell } = resolveEnv(source, config, opts);
+  const declaredSecret = new Set(config.secret_env ?? []);
+  (config.secret_env ?? []).forEach((name, i) => {
+    if (!(name in env) && !(config.env ?? []).some((e) => e.key === name)) {
+      throw source.error(['secret_env', i], `${JSON.stringify(name)} is not in \`env\`: secret_env marks variables of the ${kind}'s env as secret`);
+    }
+  });
+  return { env, secret_env: Object.keys(env).filter((name) => fromShell.has(name) || declaredSecret.has(name) || looksSecret(name)) };
+}
+
+export function checkWorkingDir(source: ConfigSource, config: Pick<TaskConfig, 'working_dir'>): void {
+  if (config.working_dir !== null && config.working_dir !== undefined && !config.working_dir.startsWith('/')) {
+    throw source.error(['working_dir'], `working_dir must be an absolute path, got "${config.working_dir}"`);
+  }
+}
+
+function resolveEnv(source: ConfigSource, task: Pick<TaskConfig, 'env'>, opts: LoadPlanOptions): { env: Record<string, string>; fromShell: Set<string> } {
   const env: Record<string, string> = {};
   const fromShell = new Set<string>();
   for (const entry of task.env ?? []) {
@@ -181,7 +207,7 @@ function hasReference(text: string): boolean {
   }
 }
 
-function chooseRunName(source: ConfigSource, task: TaskConfig, override: string | undefined): string {
+export function chooseRunName(source: ConfigSource, task: Pick<TaskConfig, 'name'>, override: string | undefined): string {
   const name = override ?? task.name ?? undefined;
   if (name === undefined) return generateRunName();
   if (!RUN_NAME.test(name)) {
@@ -203,13 +229,29 @@ function retryPolicy(source: ConfigSource, retry: RetryInput | null): RetryPolic
   return { on_events: [...new Set(retry.on_events ?? allEvents)], duration_s: duration };
 }
 
-function checkReferences(source: ConfigSource, task: TaskConfig, groups: readonly GroupPlan[]): void {
+/** A group as the commands' address references see it: the members it starts with, and at most. */
+export interface ReferenceTarget {
+  index: number;
+  name: string;
+  commands: readonly string[];
+  /** Members (nodes or replicas) the group starts with: only those have an address when commands are filled in. */
+  start: number;
+  /** The most it may grow to, when that differs from `start`. */
+  max: number | null;
+}
+
+/**
+ * `${{ groups[i].<member>[j].IP_ADDRESS }}` names a group that exists and a member it has at start
+ * (dstack's rule: a service's replicas are counted at their minimum).
+ */
+export function checkReferences(source: ConfigSource, config: GroupedConfig, groups: readonly ReferenceTarget[], member: ReferenceMember): void {
+  const unit = member === 'nodes' ? 'node' : 'replica';
   for (const group of groups) {
     group.commands.forEach((command, k) => {
-      const path = groupPath(task, group.index, 'commands', k);
+      const path = groupPath(config, group.index, 'commands', k);
       let references;
       try {
-        references = parseReferences(command);
+        references = parseReferences(command, member);
       } catch (err) {
         if (err instanceof InterpolationError) {
           const hint = /"secrets\./.test(err.message) ? ' (Troupe has no secrets store)' : '';
@@ -219,24 +261,23 @@ function checkReferences(source: ConfigSource, task: TaskConfig, groups: readonl
       }
       for (const ref of references) {
         const target = groups[ref.group];
-        const name = `groups[${ref.group}].nodes[${ref.node}].IP_ADDRESS`;
+        const name = `groups[${ref.group}].${member}[${ref.node}].IP_ADDRESS`;
         if (!target) {
-          throw source.errorInString(path, ref.start, `reference ${name} is out of range: the task has ${groups.length} group(s), 0..${groups.length - 1}`);
+          throw source.errorInString(path, ref.start, `reference ${name} is out of range: the ${member === 'nodes' ? 'task' : 'service'} has ${groups.length} group(s), 0..${groups.length - 1}`);
         }
-        if (ref.node >= target.nodes && target.nodes_range) {
+        if (ref.node < target.start) continue;
+        const which = `group ${ref.group} ("${target.name}")`;
+        if (target.start === 0) {
+          throw source.errorInString(path, ref.start, `reference ${name} is out of range: ${which} scales to zero (${member}: 0..${target.max ?? 0}), so no ${unit} is guaranteed at start: read the live addresses from $TROUPE_PEERS_FILE`);
+        }
+        if (target.max !== null) {
           throw source.errorInString(
             path,
             ref.start,
-            `reference ${name} is out of range: group ${ref.group} ("${target.name}") starts with ${target.nodes} node(s) (nodes: ${target.nodes}..${target.nodes_range.max}), and only those have an address in commands: use 0..${target.nodes - 1}, or read the live addresses from $TROUPE_PEERS_FILE`,
+            `reference ${name} is out of range: ${which} starts with ${target.start} ${unit}(s) (${member}: ${target.start}..${target.max}), and only those have an address in commands: use 0..${target.start - 1}, or read the live addresses from $TROUPE_PEERS_FILE`,
           );
         }
-        if (ref.node >= target.nodes) {
-          throw source.errorInString(
-            path,
-            ref.start,
-            `reference ${name} is out of range: group ${ref.group} ("${target.name}") has ${target.nodes} node(s), 0..${target.nodes - 1}`,
-          );
-        }
+        throw source.errorInString(path, ref.start, `reference ${name} is out of range: ${which} has ${target.start} ${unit}(s), 0..${target.start - 1}`);
       }
     });
   }
@@ -246,7 +287,11 @@ const ONLY_IN_COMMANDS =
   '`${{ ... }}` is filled in only in `commands`; here it would reach the node as written: use the job\'s environment ($DSTACK_NODES_IPS, $DSTACK_MASTER_NODE_IP…), or $${{ for a literal';
 
 /** `${{ }}` where nothing fills it in (a probe that could never pass, a directory named after it). */
-function checkNoReferencesOutsideCommands(source: ConfigSource, task: TaskConfig, groups: readonly GroupPlan[]): void {
+export function checkNoReferencesOutsideCommands(
+  source: ConfigSource,
+  task: GroupedConfig & Pick<TaskConfig, 'working_dir'>,
+  groups: readonly Pick<GroupPlan, 'index' | 'ready'>[],
+): void {
   if (task.working_dir && hasReference(task.working_dir)) throw source.error(['working_dir'], ONLY_IN_COMMANDS);
   for (const group of groups) {
     if (group.ready?.check.kind === 'command' && hasReference(group.ready.check.command)) {
@@ -256,15 +301,18 @@ function checkNoReferencesOutsideCommands(source: ConfigSource, task: TaskConfig
 }
 
 /** `groups[0, 2]` for a grouped task; the top-level field otherwise. */
-function offendersLabel(task: TaskConfig, indexes: number[], field: string): string {
+function offendersLabel(task: GroupedConfig, indexes: number[], field: string): string {
   return task.groups ? `groups[${indexes.join(', ')}]` : `resources.${field}`;
 }
 
-function checkGpuVendors(source: ConfigSource, task: TaskConfig, groups: readonly GroupPlan[], image: string | null): void {
+/** A group's resources and the image its members run. */
+type ImagedGroup = Pick<GroupPlan, 'index' | 'resources'> & { image: string | null };
+
+export function checkGpuVendors(source: ConfigSource, task: GroupedConfig, groups: readonly ImagedGroup[]): void {
   const vendors = new Set<string>();
   const offenders: number[] = [];
   for (const group of groups) {
-    const needing = vendorsNeedingImage(group.resources, image);
+    const needing = vendorsNeedingImage(group.resources, group.image);
     if (needing.length > 0) {
       offenders.push(group.index);
       for (const v of needing) vendors.add(v);
@@ -279,9 +327,8 @@ function checkGpuVendors(source: ConfigSource, task: TaskConfig, groups: readonl
   );
 }
 
-function checkCpuArch(source: ConfigSource, task: TaskConfig, groups: readonly GroupPlan[], image: string | null): void {
-  if (image !== null) return;
-  const offenders = groups.filter((g) => g.resources.cpu.arch === 'arm').map((g) => g.index);
+export function checkCpuArch(source: ConfigSource, task: GroupedConfig, groups: readonly ImagedGroup[]): void {
+  const offenders = groups.filter((g) => g.image === null && g.resources.cpu.arch === 'arm').map((g) => g.index);
   const first = offenders[0];
   if (first === undefined) return;
   throw source.error(

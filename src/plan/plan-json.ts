@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { RangeSchema } from '../config/resources-schema';
+import { RangeSchema, type Resources } from '../config/resources-schema';
 import { OnFailureSchema, PortMappingSchema, ReadyQuorumSchema, type GroupPlan, type Plan } from './plan-schema';
 
 /**
@@ -50,6 +50,21 @@ export const PlanJsonSchema = z.object({
 });
 export type PlanJson = z.infer<typeof PlanJsonSchema>;
 
+/** A group's resources as the plan's JSON shows them (and dstack's job requirements read). */
+export function resourcesToJson(resources: Resources): PlanJson['groups'][number]['resources'] {
+  return {
+    cpu: { arch: resources.cpu.arch, count: { ...resources.cpu.count } },
+    memory: { ...resources.memory },
+    disk: resources.disk ? { ...resources.disk } : null,
+    gpu: {
+      vendor: resources.gpu.vendor,
+      name: resources.gpu.name ? [...resources.gpu.name] : null,
+      count: { ...resources.gpu.count },
+      memory: resources.gpu.memory ? { ...resources.gpu.memory } : null,
+    },
+  };
+}
+
 export function planToJson(plan: Plan): PlanJson {
   return {
     run_name: plan.run_name,
@@ -58,17 +73,7 @@ export function planToJson(plan: Plan): PlanJson {
       index: g.index,
       name: g.name,
       nodes: g.nodes,
-      resources: {
-        cpu: { arch: g.resources.cpu.arch, count: { ...g.resources.cpu.count } },
-        memory: { ...g.resources.memory },
-        disk: g.resources.disk ? { ...g.resources.disk } : null,
-        gpu: {
-          vendor: g.resources.gpu.vendor,
-          name: g.resources.gpu.name ? [...g.resources.gpu.name] : null,
-          count: { ...g.resources.gpu.count },
-          memory: g.resources.gpu.memory ? { ...g.resources.gpu.memory } : null,
-        },
-      },
+      resources: resourcesToJson(g.resources),
       ...healAndScaleJson(g),
     })),
     jobs: plan.jobs.map((j) => ({

@@ -1,5 +1,6 @@
 /**
- * `${{ groups[i].nodes[j].IP_ADDRESS }}` references in a group's commands. Parsing is pure and shared:
+ * `${{ groups[i].nodes[j].IP_ADDRESS }}` references in a task group's commands (`replicas[j]` in a
+ * service's, as dstack reads them). Parsing is pure and shared:
  * the planner validates references (names, ranges) before anything starts, and the runner replaces
  * them with addresses once every job has one. `$${{` escapes a literal `${{`.
  */
@@ -24,11 +25,17 @@ export class InterpolationError extends Error {
   }
 }
 
-const referenceBody = /^groups\[(\d+)\]\.nodes\[(\d+)\]\.IP_ADDRESS$/;
+/** What a reference indexes in a group: a task's nodes, or a service's replicas. */
+export type ReferenceMember = 'nodes' | 'replicas';
+
+const referenceBodies: Record<ReferenceMember, RegExp> = {
+  nodes: /^groups\[(\d+)\]\.nodes\[(\d+)\]\.IP_ADDRESS$/,
+  replicas: /^groups\[(\d+)\]\.replicas\[(\d+)\]\.IP_ADDRESS$/,
+};
 
 type Segment = { kind: 'text'; text: string } | { kind: 'ref'; ref: AddressReference };
 
-function segments(command: string): Segment[] {
+function segments(command: string, member: ReferenceMember = 'nodes'): Segment[] {
   const out: Segment[] = [];
   let text = '';
   let i = 0;
@@ -46,10 +53,10 @@ function segments(command: string): Segment[] {
     const close = command.indexOf('}}', i + 3);
     if (close === -1) throw new InterpolationError('unclosed "${{": expected "}}"', i);
     const name = command.slice(i + 3, close).trim();
-    const match = referenceBody.exec(name);
+    const match = referenceBodies[member].exec(name);
     if (!match) {
       throw new InterpolationError(
-        `Illegal reference name "${name}": only \${{ groups[i].nodes[j].IP_ADDRESS }} can be used in commands`,
+        `Illegal reference name "${name}": only \${{ groups[i].${member}[j].IP_ADDRESS }} can be used in commands`,
         i,
       );
     }
@@ -63,8 +70,8 @@ function segments(command: string): Segment[] {
 }
 
 /** Every address reference in the command; throws InterpolationError on a malformed one. */
-export function parseReferences(command: string): AddressReference[] {
-  return segments(command).flatMap((s) => (s.kind === 'ref' ? [s.ref] : []));
+export function parseReferences(command: string, member: ReferenceMember = 'nodes'): AddressReference[] {
+  return segments(command, member).flatMap((s) => (s.kind === 'ref' ? [s.ref] : []));
 }
 
 /** True when the text contains `${{` that is not escaped (used to refuse references in `env`). */

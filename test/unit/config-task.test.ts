@@ -30,7 +30,7 @@ describe('type', () => {
       'task.yml:1:7: type: this is a fleet config; `troupe plan` and `troupe apply` take a task config (`type: task`)',
     );
     expect(refusal(yaml('type: service', 'port: 80'))).toBe(
-      "task.yml:1:7: type: Troupe does not support dstack's `type: service`; expected `type: task`",
+      'task.yml:1:7: type: this is a service config: `troupe plan` checks services, but Troupe does not run them yet; expected `type: task`',
     );
     expect(refusal(yaml('type: job'))).toBe('task.yml:1:7: type: expected `type: task`, got a string ("job")');
   });

@@ -3,11 +3,12 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigError } from '../../src/config/errors';
-import { loadPlan, planToJson } from '../../src/plan';
+import { loadPlan, loadServicePlan, planToJson, resourcesToJson, type ServicePlan } from '../../src/plan';
 
 /**
- * Troupe's planner against the answers of the real dstack (test/vectors/dstack/expected.json,
- * written by scripts/dstack-vectors.py, which CI never runs). See test/vectors/dstack/README.md.
+ * Troupe's planner against the answers of the real dstack (test/vectors/dstack/expected.json for
+ * tasks, services-expected.json for services, written by scripts/dstack-vectors.py, which CI never
+ * runs). See test/vectors/dstack/README.md.
  */
 
 const vectorsDir = fileURLToPath(new URL('../vectors/dstack/', import.meta.url));
@@ -106,6 +107,26 @@ function load(file: string) {
   });
 }
 
+/** Refused with one ConfigError line at `path:line:col`, naming one of the case's fields (if any). */
+function expectRefused(load: () => unknown, path: string, c: { field: string[]; hint: string }): void {
+  let thrown: unknown;
+  try {
+    load();
+  } catch (error) {
+    thrown = error;
+  }
+  expect(thrown, `expected a refusal: ${c.hint}`).toBeInstanceOf(ConfigError);
+  const message = (thrown as ConfigError).message;
+  expect(message).toMatch(/^.+:\d+:\d+: /);
+  expect(message.startsWith(`${path}:`)).toBe(true);
+  if (c.field.length > 0) {
+    expect(
+      c.field.some((field) => message.includes(field)),
+      `message should name ${c.field.join(' or ')}: ${message}`,
+    ).toBe(true);
+  }
+}
+
 describe('dstack corpus', () => {
   it('holds at least 50 cases, 15 of them invalid, each with a recorded answer', () => {
     const files = readdirSync(casesDir).filter((f) => f.endsWith('.yml')).sort();
@@ -134,22 +155,120 @@ describe('dstack corpus', () => {
 
   describe.each(invalidCases)('$file (invalid)', (c) => {
     it(`is refused at file:line:col naming ${c.field.join(' or ') || 'its position'}`, () => {
-      let thrown: unknown;
-      try {
-        load(c.file);
-      } catch (error) {
-        thrown = error;
-      }
-      expect(thrown, `expected a refusal: ${c.hint}`).toBeInstanceOf(ConfigError);
-      const message = (thrown as ConfigError).message;
-      expect(message).toMatch(/^.+:\d+:\d+: /);
-      expect(message.startsWith(`${casePath(c.file)}:`)).toBe(true);
-      if (c.field.length > 0) {
-        expect(
-          c.field.some((field) => message.includes(field)),
-          `message should name ${c.field.join(' or ')}: ${message}`,
-        ).toBe(true);
-      }
+      expectRefused(() => load(c.file), casePath(c.file), c);
+    });
+  });
+});
+
+const ProbeJson = z
+  .object({
+    type: z.literal('http'),
+    url: z.string(),
+    method: z.string(),
+    headers: z.array(z.object({ name: z.string(), value: z.string() }).strict()),
+    body: z.string().nullable(),
+    timeout_s: z.number(),
+    interval_s: z.number(),
+    ready_after: z.number(),
+    until_ready: z.boolean(),
+  })
+  .strict();
+const ServiceJson = z
+  .object({
+    run_name: z.string(),
+    port: z.number(),
+    auth: z.boolean(),
+    strip_prefix: z.boolean(),
+    model: z.object({ name: z.string(), prefix: z.string() }).strict().nullable(),
+    rate_limits: z.array(
+      z
+        .object({
+          prefix: z.string(),
+          rps: z.number(),
+          burst: z.number(),
+          key: z.union([z.object({ type: z.literal('ip_address') }).strict(), z.object({ type: z.literal('header'), header: z.string() }).strict()]),
+        })
+        .strict(),
+    ),
+    router_group: z.number().nullable(),
+    groups: z.array(
+      z
+        .object({
+          index: z.number(),
+          name: z.string(),
+          replicas: RangeJson,
+          scaling: z
+            .object({ metric: z.literal('rps'), target: z.number(), window_s: z.number(), scale_up_delay_s: z.number(), scale_down_delay_s: z.number() })
+            .strict()
+            .nullable(),
+          router: z.enum(['smg', 'dynamo']).nullable(),
+          commands: z.array(z.string()),
+          resources: ResourcesJson,
+          probes: z.array(ProbeJson),
+        })
+        .strict(),
+    ),
+  })
+  .strict();
+const ValidService = z.object({ ...Common, valid: z.literal(true), service: ServiceJson }).strict();
+const InvalidService = z
+  .object({ ...Common, valid: z.literal(false), service: z.null(), field: z.array(z.string()), hint: z.string() })
+  .strict();
+const ServiceCorpus = Corpus.extend({ cases: z.array(z.discriminatedUnion('valid', [ValidService, InvalidService])) });
+
+const services = ServiceCorpus.parse(JSON.parse(readFileSync(`${vectorsDir}services-expected.json`, 'utf8')));
+const servicesDir = `${vectorsDir}services/`;
+
+/** The part of a service plan dstack also derives: endpoint settings, groups, resources, probes. */
+function serviceToJson(plan: ServicePlan) {
+  return {
+    run_name: plan.run_name,
+    port: plan.port,
+    auth: plan.auth,
+    strip_prefix: plan.strip_prefix,
+    model: plan.model,
+    rate_limits: plan.rate_limits,
+    router_group: plan.router_group,
+    groups: plan.groups.map((g) => ({
+      index: g.index,
+      name: g.name,
+      replicas: g.replicas,
+      scaling: g.scaling,
+      router: g.router,
+      commands: g.commands,
+      resources: resourcesToJson(g.resources),
+      probes: g.probes,
+    })),
+  };
+}
+
+function loadService(file: string): ServicePlan {
+  const text = readFileSync(`${servicesDir}${file}`, 'utf8');
+  const hasName = /^name:/m.test(text);
+  return loadServicePlan(text, `test/vectors/dstack/services/${file}`, {
+    environ: { ...services.environ },
+    ...(hasName ? {} : { runName: services.run_name_default }),
+  });
+}
+
+describe('dstack corpus: services (dstack 0.22.5)', () => {
+  it('holds every service case with a recorded answer, valid and invalid ones', () => {
+    const files = readdirSync(servicesDir).filter((f) => f.endsWith('.yml')).sort();
+    expect(services.cases.map((c) => c.file)).toEqual(files);
+    expect(services.dstack_version).toBe('0.22.5');
+    expect(services.cases.filter((c) => c.valid).length).toBeGreaterThanOrEqual(10);
+    expect(services.cases.filter((c) => !c.valid).length).toBeGreaterThanOrEqual(25);
+  });
+
+  describe.each(services.cases.filter((c): c is z.infer<typeof ValidService> => c.valid))('$file (valid)', (c) => {
+    it('plans the groups, replicas, router, probes and endpoint settings dstack derives', () => {
+      expect(serviceToJson(loadService(c.file))).toEqual(c.service);
+    });
+  });
+
+  describe.each(services.cases.filter((c): c is z.infer<typeof InvalidService> => !c.valid))('$file (invalid)', (c) => {
+    it(`is refused at file:line:col naming ${c.field.join(' or ') || 'its position'}`, () => {
+      expectRefused(() => loadService(c.file), `test/vectors/dstack/services/${c.file}`, c);
     });
   });
 });

@@ -786,3 +786,16 @@ export function fuzzParams(numRuns: number): fc.Parameters<unknown> {
     ...(seed !== undefined ? { seed: Number(seed) } : {}),
   };
 }
+
+/** A config generator as YAML texts: as generated, structurally mutated, and textually mutated. */
+export function configTextArbs(configArb: fc.Arbitrary<unknown>) {
+  return {
+    generated: fc.tuple(configArb, yamlStyleArb).map(([config, style]) => toYaml(config, style)),
+    structural: fc
+      .tuple(configArb, fc.array(structuralMutationArb, { minLength: 1, maxLength: 4 }), yamlStyleArb)
+      .map(([config, mutations, style]) => toYaml(applyStructural(config, mutations), style)),
+    textual: fc
+      .tuple(configArb, yamlStyleArb, fc.array(textMutationArb, { minLength: 1, maxLength: 5 }))
+      .map(([config, style, mutations]) => applyText(toYaml(config, style), mutations)),
+  };
+}

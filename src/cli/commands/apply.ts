@@ -4,7 +4,7 @@ import { isFinished } from '../../client';
 import { backendNameProblem, defaultBackendFor, LOCAL_BACKEND, SSH_BACKEND } from '../../backends/backend-names';
 import { fleetNameSchema } from '../../config/references';
 import { isolationNotice } from '../../backends/local/isolation-mode';
-import { loadPlan, type Plan } from '../../plan';
+import { loadPlan, serviceSource, type Plan } from '../../plan';
 import { CliError, type Command } from '../command';
 import { readConfigText } from '../config-text';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings, describeConnection, workflowUrl } from '../connection';
@@ -37,7 +37,8 @@ const help = renderUsage(
   [
     'Shows the plan of a task, asks to confirm, submits the run, shows each job as it starts, then',
     "follows job 0's log until the run ends. Ctrl-C detaches; the run goes on.",
-    'Exit code: 0 when the run is DONE, 1 when it FAILED or was TERMINATED (or could not start), 2 on bad usage.',
+    'Exit code: 0 when the run is DONE, 1 when it FAILED or was TERMINATED (or could not start), 2 on bad usage,',
+    '3 for a service config (`type: service`): Troupe checks services (`troupe plan`) but does not run them yet.',
   ].join('\n'),
   [
     ['-f, --file FILE', 'the task config (type: task)'],
@@ -57,6 +58,8 @@ export const command: Command = async (args) => {
     return 0;
   }
   if (!values.file) throw new CliError(`apply needs the task config: -f FILE\n\n${help}`, 2);
+  const text = readConfigText(values.file);
+  refuseService(text, values.file);
   const backendProblem = values.backend === undefined ? null : backendNameProblem(values.backend);
   if (backendProblem) throw new CliError(`--backend: ${backendProblem}`, 2);
   if (values.fleet !== undefined) {
@@ -66,7 +69,7 @@ export const command: Command = async (args) => {
   const settings = connectionSettings(values);
   if (!values.yes) assertCanAsk('-y');
   const style = styleFor(process.stderr);
-  const plan = await readPlan(values.file, values.name, values.fleet);
+  const plan = readPlan(text, values.file, values.name, values.fleet);
 
   const troupe = await connectClient(settings);
   try {
@@ -101,8 +104,15 @@ export const command: Command = async (args) => {
   }
 };
 
-async function readPlan(file: string, name: string | undefined, fleet: string | undefined): Promise<Plan> {
-  const text = readConfigText(file);
+/** A service is checked (`troupe plan`) but not run yet: said before any connection, with its own exit code. */
+function refuseService(text: string, file: string): void {
+  const source = serviceSource(text, file);
+  if (!source) return;
+  const error = source.error(['type'], `running services is not built yet: \`troupe plan -f ${file}\` checks the config and shows its groups; the gateway and service runs come next`);
+  throw new CliError(error.message, 3);
+}
+
+function readPlan(text: string, file: string, name: string | undefined, fleet: string | undefined): Plan {
   try {
     const plan = loadPlan(text, file, { environ: process.env, ...(name !== undefined ? { runName: name } : {}) });
     return fleet ? { ...plan, fleets: [fleet] } : plan;

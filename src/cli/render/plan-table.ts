@@ -59,7 +59,10 @@ function formatQuorum(quorum: ReadyQuorum): string {
 }
 
 /** When a group starts (Troupe's depends_on), how it tells it is ready (its probe, its quorum). */
-function formatStartup(plan: Plan, group: Plan['groups'][number]): string {
+export function formatStartup(
+  plan: { groups: readonly { name: string }[] },
+  group: Pick<Plan['groups'][number], 'depends_on' | 'ready' | 'ready_min' | 'on_dependency_restart' | 'on_peers_change'>,
+): string {
   const after = (group.depends_on ?? []).map((d) => plan.groups[d]?.name ?? String(d));
   const probe = group.ready?.check;
   const check = !probe ? null : probe.kind === 'http' ? `GET :${probe.port}${probe.path}` : probe.kind === 'tcp' ? `tcp :${probe.port}` : 'command';

@@ -1,0 +1,62 @@
+import type { ServicePlan } from '../../plan/service-plan-schema';
+import { formatOnFailure, formatResources, formatStartup } from './plan-table';
+import type { Style } from './style';
+import { renderFields, renderTable } from './table';
+import { formatDuration } from './time-text';
+
+/** `2`, or `1..4 (rps 10/replica)` for a group that scales. */
+function formatReplicas(group: ServicePlan['groups'][number]): string {
+  const { min, max } = group.replicas;
+  if (min === max) return String(min);
+  return group.scaling ? `${min}..${max} (rps ${group.scaling.target}/replica)` : `${min}..${max}`;
+}
+
+function formatProbes(group: ServicePlan['groups'][number]): string {
+  return group.probes.map((p) => `${p.method.toUpperCase()} ${p.url} every ${p.interval_s}s`).join(', ') || '-';
+}
+
+/** A service's endpoint settings and a row per replica group: replicas, router, resources, probes, start-up. */
+export function renderServicePlan(plan: ServicePlan, style: Style): string[] {
+  const router = plan.router_group === null ? null : plan.groups[plan.router_group];
+  const limits = plan.rate_limits.map((l) => `${l.prefix} ${l.rps} rps burst ${l.burst} per ${l.key.type === 'header' ? `header ${l.key.header}` : 'client address'}`);
+  const usesDependencies = plan.groups.some((g) => (g.depends_on ?? []).length > 0 || g.ready || g.ready_min);
+  const usesOnFailure = plan.groups.some((g) => g.on_failure);
+  const scaled = plan.groups.filter((g) => g.scaling);
+  const fields: Array<[string, string]> = [
+    ['Service', plan.run_name],
+    ['Port', String(plan.port)],
+    ['Auth', plan.auth ? 'token required' : 'off'],
+    ['Strip prefix', plan.strip_prefix ? 'yes' : 'no'],
+    ['Model', plan.model ? `${plan.model.name} (OpenAI API at ${plan.model.prefix})` : '-'],
+    ['Rate limits', limits.join('; ') || '-'],
+    ['Router', router ? `group ${router.name} (${router.router ?? '?'})` : '- (requests go to every group\'s replicas)'],
+    ...(plan.fleets?.length ? [['Fleets', plan.fleets.join(', ')] as [string, string]] : []),
+    ...scaled.map(
+      (g): [string, string] => [
+        `Scaling ${g.name}`,
+        `${g.scaling?.metric ?? 'rps'} target ${g.scaling?.target ?? '?'} over ${g.scaling?.window_s ?? '?'}s; up after ${formatDuration((g.scaling?.scale_up_delay_s ?? 0) * 1000)}, down after ${formatDuration((g.scaling?.scale_down_delay_s ?? 0) * 1000)}`,
+      ],
+    ),
+  ];
+  const rows = plan.groups.map((group) => [
+    group.name,
+    formatReplicas(group),
+    group.router ?? '-',
+    group.image ?? '-',
+    formatResources(group.resources),
+    formatProbes(group),
+    ...(usesDependencies ? [formatStartup(plan, group)] : []),
+    ...(usesOnFailure ? [formatOnFailure(group.on_failure)] : []),
+  ]);
+  return [
+    ...renderFields(fields, style),
+    '',
+    ...renderTable(
+      ['GROUP', 'REPLICAS', 'ROUTER', 'IMAGE', 'RESOURCES', 'PROBES', ...(usesDependencies ? ['STARTS'] : []), ...(usesOnFailure ? ['ON FAILURE'] : [])],
+      rows,
+      style,
+    ),
+    '',
+    ' Running services is not built yet: `troupe apply` refuses this config.',
+  ];
+}

@@ -1,0 +1,82 @@
+import { z } from 'zod';
+import { ResourcesSchema } from '../config/resources-schema';
+import { RouterTypeSchema } from '../config/replica-groups';
+import { ProbeMethodSchema } from '../config/service-schema';
+import { GroupPlanSchema, StartupOrderSchema } from './plan-schema';
+
+/**
+ * The plan of a service: its endpoint's settings and its replica groups after dstack's defaults.
+ * Plain JSON, like the task plan; `troupe plan` shows it. Nothing runs a service yet.
+ */
+
+export const ServiceProbeSchema = z.object({
+  type: z.literal('http'),
+  url: z.string(),
+  method: ProbeMethodSchema,
+  headers: z.array(z.object({ name: z.string(), value: z.string() })),
+  body: z.string().nullable(),
+  timeout_s: z.number().int().positive(),
+  interval_s: z.number().int().positive(),
+  ready_after: z.number().int().positive(),
+  until_ready: z.boolean(),
+});
+export type ServiceProbe = z.infer<typeof ServiceProbeSchema>;
+
+export const ScalingPlanSchema = z.object({
+  metric: z.literal('rps'),
+  target: z.number().positive(),
+  window_s: z.number().int().positive(),
+  scale_up_delay_s: z.number().int().nonnegative(),
+  scale_down_delay_s: z.number().int().nonnegative(),
+});
+export type ScalingPlan = z.infer<typeof ScalingPlanSchema>;
+
+export const RateLimitPlanSchema = z.object({
+  prefix: z.string(),
+  rps: z.number().positive(),
+  burst: z.number().int().nonnegative(),
+  key: z.discriminatedUnion('type', [z.object({ type: z.literal('ip_address') }), z.object({ type: z.literal('header'), header: z.string() })]),
+});
+
+export const ReplicaGroupPlanSchema = GroupPlanSchema.pick({
+  index: true,
+  name: true,
+  resources: true,
+  commands: true,
+  depends_on: true,
+  ready: true,
+  ready_min: true,
+  on_failure: true,
+  on_dependency_restart: true,
+  on_peers_change: true,
+}).extend({
+  /** Replicas at start (`min`) and at most (`max`). */
+  replicas: z.object({ min: z.number().int().nonnegative(), max: z.number().int().nonnegative() }),
+  scaling: ScalingPlanSchema.nullable(),
+  router: RouterTypeSchema.nullable(),
+  /** The group's image, else the service's; null: dstack's default image. */
+  image: z.string().nullable(),
+  resources: ResourcesSchema,
+  /** The probes its replicas run (the service's `probes`, or the model's default probe). */
+  probes: z.array(ServiceProbeSchema),
+});
+export type ReplicaGroupPlan = z.infer<typeof ReplicaGroupPlanSchema>;
+
+export const ServicePlanSchema = z.object({
+  run_name: z.string(),
+  /** The port the replicas listen on. */
+  port: z.number().int().min(1).max(65535),
+  auth: z.boolean(),
+  strip_prefix: z.boolean(),
+  model: z.object({ name: z.string(), prefix: z.string() }).nullable(),
+  rate_limits: z.array(RateLimitPlanSchema),
+  working_dir: z.string().nullable(),
+  env: z.record(z.string(), z.string()),
+  secret_env: z.array(z.string()),
+  startup_order: StartupOrderSchema,
+  fleets: z.array(z.string()).nullable(),
+  /** The index of the group requests go to first, when one has `router`. */
+  router_group: z.number().int().nonnegative().nullable(),
+  groups: z.array(ReplicaGroupPlanSchema).min(1),
+});
+export type ServicePlan = z.infer<typeof ServicePlanSchema>;
