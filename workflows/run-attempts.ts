@@ -1,11 +1,10 @@
 import type { Effect } from '../src/run-core/effects';
-import { withoutAttemptsToStart } from '../src/run-core/live';
+import { jobPlanOf, withoutAttemptsToStart } from '../src/run-core/live';
 import { dependencyWaits, startsInGroupOrder, usesDependencies } from '../src/run-core/startup-order';
 import { newAttemptsSignal, startAttemptsSignal } from './messages';
 import { teardownActivities } from './node-group-activities';
 import type { Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
-import { jobPlanOf } from './run-live';
 import { metricsOfRun } from './run-metrics';
 import { bookToStartWith } from './run-peers';
 import type { Submission } from './submission';
@@ -22,7 +21,7 @@ export function askNewAttempts(run: Run, submission: Submission, effect: Extract
   if (!live) return;
   const plans = effect.jobs.flatMap(({ job_num }) => {
     const job = run.state.jobs[job_num];
-    return job ? [jobPlanOf(run.input.plan, live, job)] : [];
+    return job ? [jobPlanOf(run.input.plan, run.core.live, job)] : [];
   });
   const release = effect.release.flatMap(({ job_num, attempt, instance }) => {
     const job = run.state.jobs[job_num];

@@ -31,6 +31,8 @@ export interface Run {
   submissionNow: Submission | null;
   /** The address book as the submission's first jobs got it (what `runAddressBook` answers in a run that is not live). */
   announced: AddressBook | null;
+  /** Resizes asked of this execution so far: the next one's id. */
+  resizesAsked: number;
   /** Executions before this one (continue-as-new): part of the group children's ids. */
   generation: number;
   /** This execution is handing its groups over to the next, or taking them over from the one before: resizes wait. */
@@ -63,6 +65,7 @@ export function newRun(input: RunInput): Run {
     live: core.live ? newLiveRun() : null,
     submissionNow: null,
     announced: null,
+    resizesAsked: 0,
     generation: 0,
     handingOver: false,
     historyAtStart: info.historyLength,
@@ -71,8 +74,14 @@ export function newRun(input: RunInput): Run {
 }
 
 export function setStatus(run: Run, status: RunStatus): void {
-  if (run.state.status !== status) metricsOfRun.runStatus(status);
+  const changed = run.state.status !== status;
   run.state.status = status;
+  announceStatus(run, status, changed);
+}
+
+/** The run's status as its search attribute, and (when it changed) in the metrics. */
+export function announceStatus(run: Run, status: RunStatus, changed: boolean): void {
+  if (changed) metricsOfRun.runStatus(status);
   if (run.input.search_attributes) upsertSearchAttributes({ TroupeRunStatus: [status] });
 }
 

@@ -1,9 +1,10 @@
 import type { Effect } from '../src/run-core/effects';
 import type { RunEvent } from '../src/run-core/events';
 import { decideRun } from '../src/run-core/decide';
-import { setStatus, type Run } from './run-context';
+import { announceStatus, type Run } from './run-context';
 import { askNewAttempts } from './run-attempts';
 import { jobRefOf } from './run-job-refs';
+import { releaseRemoved } from './run-scaling';
 
 /**
  * How events reach the run's core and its effects the world: the run's loop (run-loop.ts) and its
@@ -25,7 +26,7 @@ export function feed(run: Run, event: RunEvent): void {
 function apply(run: Run, effect: Effect): void {
   switch (effect.kind) {
     case 'set-status':
-      setStatus(run, effect.status);
+      announceStatus(run, effect.status, true);
       break;
     case 'give-back': {
       const job = run.state.jobs[effect.job_num];
@@ -36,6 +37,9 @@ function apply(run: Run, effect: Effect): void {
     }
     case 'new-attempts':
       if (run.submissionNow) askNewAttempts(run, run.submissionNow, effect);
+      break;
+    case 'release':
+      releaseRemoved(run, effect);
       break;
     case 'end-submission':
       // The submission's end is read from the core by the loop; teardown carries it out.

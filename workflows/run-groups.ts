@@ -8,7 +8,7 @@ import {
 } from '@temporalio/workflow';
 import { rootMessage } from './failures';
 import { isJobFinished } from '../src/run-core/jobs';
-import { jobPlanOf } from './run-live';
+import { jobPlanOf } from '../src/run-core/live';
 import { nodeGroupWorkflowId } from './ids';
 import { NodeGroupWorkflow, type NodeGroupInput } from './node-group-workflow';
 import type { Run } from './run-context';
@@ -47,7 +47,7 @@ export async function startGroups(run: Run, adopted?: { signalled: Set<number> }
 function runningJobsOf(run: Run, index: number): NodeGroupInput['adopt'] {
   return run.state.jobs.flatMap((job) => {
     if (job.group_index !== index || job.removed || isJobFinished(job) || job.instance === null) return [];
-    return [{ job: jobPlanOf(run.input.plan, run.live, job), instance: job.instance }];
+    return [{ job: jobPlanOf(run.input.plan, run.core.live, job), instance: job.instance }];
   });
 }
 

@@ -81,7 +81,7 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
     running_since_ms: core.submission.running_since_ms,
     live: {
       restart_times: core.live?.restart_times ?? [],
-      added_plans: [...live.addedPlans.values()],
+      added_plans: Object.values(core.live?.added_plans ?? {}),
       unwanted: live.unwanted,
       peers: {
         book: live.peers.book,
@@ -107,7 +107,13 @@ export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; sig
     failure_events: Object.fromEntries(carried.failure_events),
     // The submission goes on where it was: its jobs run, started in order.
     submission: newSubmissionCore('started', carried.running_since_ms),
-    live: run.core.live ? { ...run.core.live, restart_times: carried.live.restart_times } : null,
+    live: run.core.live
+      ? {
+          ...run.core.live,
+          restart_times: carried.live.restart_times,
+          added_plans: Object.fromEntries(carried.live.added_plans.map((plan) => [plan.job_num, plan])),
+        }
+      : null,
   };
   run.generation = carried.generation;
   run.groupProvisioning = carried.group_provisioning;
@@ -116,7 +122,6 @@ export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; sig
   run.handingOver = true;
   const { live } = run;
   if (live) {
-    live.addedPlans = new Map(carried.live.added_plans.map((plan) => [plan.job_num, plan]));
     live.unwanted = carried.live.unwanted;
     const { book, sent, seen, problem } = carried.live.peers;
     live.peers.book = book;

@@ -1,17 +1,13 @@
 import type { JobRef } from '../src/backends/backend';
-import type { GroupPlan, JobPlan, Plan } from '../src/plan/plan-schema';
 import type { PeersBook } from './messages';
-import type { JobState } from './run-state';
 
 /**
- * What the workflow shell keeps for a live run beside its core (src/run-core/live.ts): resizes
- * under way, the plans of ranks resizes added, machines to give back, and the live address book.
+ * What the workflow shell keeps for a live run beside its core (src/run-core/live.ts): the
+ * resize Updates in their handlers, machines to give back, and the live address book.
  */
 export interface LiveRun {
-  /** Groups being resized (one resize at a time per group). */
+  /** Groups whose resize Update is in its handler (one at a time per group). */
   resizing: Set<number>;
-  /** Plans of the ranks added by resizes (the task's plan has the first ranks only). */
-  addedPlans: Map<number, JobPlan>;
   /** Machines provisioned for attempts replaced or removed meanwhile: to give back. */
   unwanted: JobRef[];
   peers: LivePeers;
@@ -34,30 +30,7 @@ export interface LivePeers {
 export function newLiveRun(): LiveRun {
   return {
     resizing: new Set(),
-    addedPlans: new Map(),
     unwanted: [],
     peers: { book: null, key: '', sent: new Map(), seen: new Map(), publishing: false, problem: null },
-  };
-}
-
-/** The plan of a rank at its current attempt: the task's, or the one a resize made. */
-export function jobPlanOf(plan: Plan, live: LiveRun | null, job: JobState): JobPlan {
-  const base = plan.jobs[job.job_num] ?? live?.addedPlans.get(job.job_num);
-  if (!base) throw new Error(`no plan for job ${job.job_num}`);
-  return job.attempt > 0 ? { ...base, attempt: job.attempt } : base;
-}
-
-/** A new rank of `group` (a resize): dstack's job name, the group's commands and ports. */
-export function newRankPlan(runName: string, group: GroupPlan, jobNum: number, groupRank: number): JobPlan {
-  return {
-    job_num: jobNum,
-    job_name: `${runName}-${jobNum}-0`,
-    node_group_index: group.index,
-    node_group_name: group.name,
-    node_group_job_index: groupRank,
-    global_master: false,
-    group_master: false,
-    commands: [...group.commands],
-    ports: group.ports.map((p) => ({ ...p })),
   };
 }

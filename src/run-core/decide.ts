@@ -2,15 +2,17 @@ import type { Decision } from './effects';
 import type { RunEvent } from './events';
 import { decideHealing } from './healing';
 import { decideOutcome } from './outcome';
+import { decideScaling } from './scaling';
 import type { RunCore } from './state';
 
 /**
  * Every policy of the run, in order, over one event: healing first (a node it replaces has not
- * failed the run), then the outcome. Each sees the state the one before returned; their effects
+ * failed the run), scaling (a failed node it added undoes its resize), then the outcome. Each sees the state the one before returned; their effects
  * are carried out in the same order.
  */
 export function decideRun(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
   const healing = decideHealing(core, event, now);
-  const outcome = decideOutcome(healing.state, event, now);
-  return { state: outcome.state, effects: [...healing.effects, ...outcome.effects] };
+  const scaling = decideScaling(healing.state, event, now);
+  const outcome = decideOutcome(scaling.state, event, now);
+  return { state: outcome.state, effects: [...healing.effects, ...scaling.effects, ...outcome.effects] };
 }

@@ -7,6 +7,7 @@ import type { Ending } from './ending';
  * search attributes, metrics) in the order given. A policy never does any of it itself.
  */
 export type Effect =
+  /** The run's status changed to `status` (already in the state): tell the search attributes and metrics. */
   | { kind: 'set-status'; status: RunStatus }
   /** The submission is over: stop its children and tear its jobs down. */
   | { kind: 'end-submission'; ending: Ending }
@@ -23,6 +24,8 @@ export type Effect =
     }
   /** A machine provisioned for an attempt replaced or removed meanwhile, or of a rank taken out: give it back. */
   | { kind: 'give-back'; job_num: number; attempt: number; instance: Instance }
+  /** Stop these ranks (with grace) and give their machines back, then report `released` for resize `resize`. */
+  | { kind: 'release'; resize: number; jobs: Array<{ job_num: number; attempt: number; instance: Instance }>; summary: string }
   /** After teardown: submit the whole run again, after this back-off. */
   | { kind: 'resubmit'; after_s: number }
   /** After teardown: the run's final status, reason and message. */

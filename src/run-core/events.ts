@@ -17,5 +17,11 @@ export type RunEvent =
   | { kind: 'unlocked' }
   /** Every job has its address and the book went out: start-up in order from now. */
   | { kind: 'announced' }
+  /** Resize group `group` to `nodes` (the scaleGroup Update, once the fleet has room); `id` names its answer. */
+  | { kind: 'resize'; id: number; group: number; nodes: number }
+  /** The ranks a resize took out are stopped and given back (`error`: why not). */
+  | { kind: 'released'; id: number; error: string | null }
+  /** The resize's Update has its answer: it is forgotten. */
+  | { kind: 'resize-answered'; id: number }
   /** Look again: time passed, or a step outside the core changed the jobs. */
   | { kind: 'tick' };

@@ -1,4 +1,5 @@
-import type { GroupPlan, Plan } from '../plan/plan-schema';
+import type { GroupPlan, JobPlan, Plan } from '../plan/plan-schema';
+import type { JobState } from '../../workflows/run-state';
 
 /**
  * What a live run (one that heals, resizes or keeps live peers: Troupe's extensions) keeps in its
@@ -15,6 +16,24 @@ export interface LiveCore {
   attempts_to_start: Record<number, number>;
   /** Ranks added by a resize under way that have not run yet: a failure of theirs undoes the addition. */
   added_by_resize: number[];
+  /** Plans of the ranks resizes added (the task's plan has the first ranks only), by job_num. */
+  added_plans: Record<number, JobPlan>;
+  /** Resizes under way (one per group at most), until their Update has its answer. */
+  resizes: Resize[];
+}
+
+/**
+ * A resize of one group (`troupe scale`, the scaleGroup Update). `growing`: its new ranks are asked
+ * for and must run (READY with a probe); `releasing`: ranks it took out are being stopped and given
+ * back; `over`: answered with `error` (refused, or undone whole) or with what changed.
+ */
+export interface Resize {
+  id: number;
+  group: number;
+  phase: 'growing' | 'releasing' | 'over';
+  added: number[];
+  removed: number[];
+  error: string | null;
 }
 
 export interface GroupRestart {
@@ -35,6 +54,8 @@ export function newLiveCore(plan: Plan): LiveCore {
     groups: plan.groups.map(() => ({ restarting: false, restart_after_dependencies: false })),
     attempts_to_start: {},
     added_by_resize: [],
+    added_plans: {},
+    resizes: [],
   };
 }
 
@@ -48,6 +69,7 @@ export function isLiveSettled(live: LiveCore): boolean {
   return (
     Object.keys(live.attempts_to_start).length === 0 &&
     live.added_by_resize.length === 0 &&
+    live.resizes.length === 0 &&
     live.groups.every((g) => !g.restarting && !g.restart_after_dependencies)
   );
 }
@@ -85,4 +107,26 @@ export function withAddedByResize<C extends HasLive>(core: C, jobNums: readonly 
     ...live,
     added_by_resize: added ? [...new Set([...live.added_by_resize, ...jobNums])] : live.added_by_resize.filter((n) => !jobNums.includes(n)),
   }));
+}
+
+/** The plan of a rank at its current attempt: the task's, or the one a resize made. */
+export function jobPlanOf(plan: Plan, live: LiveCore | null, job: JobState): JobPlan {
+  const base = plan.jobs[job.job_num] ?? live?.added_plans[job.job_num];
+  if (!base) throw new Error(`no plan for job ${job.job_num}`);
+  return job.attempt > 0 ? { ...base, attempt: job.attempt } : base;
+}
+
+/** A new rank of `group` (a resize): dstack's job name, the group's commands and ports. */
+export function newRankPlan(runName: string, group: GroupPlan, jobNum: number, groupRank: number): JobPlan {
+  return {
+    job_num: jobNum,
+    job_name: `${runName}-${jobNum}-0`,
+    node_group_index: group.index,
+    node_group_name: group.name,
+    node_group_job_index: groupRank,
+    global_master: false,
+    group_master: false,
+    commands: [...group.commands],
+    ports: group.ports.map((p) => ({ ...p })),
+  };
 }

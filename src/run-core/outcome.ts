@@ -33,6 +33,10 @@ export function decideOutcome(core: RunCore, event: RunEvent, now: number): Deci
       return { state: { ...core, submission: { ...core.submission, phase: 'started', addresses_due_ms: null } }, effects };
     case 'tick':
       return judge(core, now, effects);
+    case 'resize':
+    case 'released':
+    case 'resize-answered':
+      return { state: core, effects };
   }
 }
 
@@ -47,6 +51,7 @@ function judge(core: RunCore, now: number, effects: Effect[]): Decision<RunCore>
   const started = core.submission.phase === 'started';
   if (started && core.submission.running_since_ms === null && core.run.jobs.some((job) => job.running_at !== null)) {
     next = { ...core, submission: { ...core.submission, running_since_ms: now } };
+    core.run.status = 'RUNNING';
     effects.push({ kind: 'set-status', status: 'RUNNING' });
   }
   const ending = endedEarly(next) ?? (started ? stopCriteriaMet(next) : null) ?? deadlinePassed(next, now);

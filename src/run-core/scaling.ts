@@ -1,0 +1,163 @@
+import type { GroupPlan } from '../plan/plan-schema';
+import type { JobState } from '../../workflows/run-state';
+import type { Decision, Effect } from './effects';
+import type { RunEvent } from './events';
+import { restartOver } from './healing';
+import { endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from './jobs';
+import { newRankPlan, type LiveCore, type Resize } from './live';
+import type { RunCore } from './state';
+import { isJobReady } from './startup-order';
+
+/**
+ * Resizing a running group within its `nodes: MIN..MAX` (Troupe's extension; the scaleGroup
+ * Update asks, once the fleet has room). New nodes take a rank this group gave up before, else the
+ * next rank of the run; they must run (READY with a probe), or the resize is undone whole. Removed
+ * nodes are the group's highest ranks: out of the run at once, then stopped and given back. Pure:
+ * `now` comes in; the job records of `core.run` change in place (jobs.ts), the rest is a new core.
+ */
+export function decideScaling(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
+  const effects: Effect[] = [];
+  const live = core.live;
+  if (!live) return { state: core, effects };
+  switch (event.kind) {
+    case 'resize':
+      return { state: start(core, live, event, now, effects), effects };
+    case 'released':
+      return { state: resizeOf(core, event.id)?.phase === 'releasing' ? finish(core, event.id, null, event.error) : core, effects };
+    case 'resize-answered':
+      return { state: { ...core, live: { ...live, resizes: live.resizes.filter((r) => r.id !== event.id) } }, effects };
+    case 'tick':
+      return { state: live.resizes.reduce((next, r) => (r.phase === 'growing' ? growing(next, r, now, effects) : next), core), effects };
+    default:
+      return { state: core, effects };
+  }
+}
+
+/** Why the run cannot take a resize of the group now, or null (`stopping`: a stop was asked). */
+export function resizeRefusal(core: RunCore, group: GroupPlan, stopping: boolean): string | null {
+  const { run } = core;
+  if (run.status !== 'RUNNING' || stopping || !core.live || core.submission.ending) {
+    return `run ${run.run_name} is ${stopping ? 'stopping' : run.status}: a group is resized while the run is RUNNING`;
+  }
+  // Over once every node is READY again, as the state shows it, even before healing has told its dependents.
+  if (core.live.groups[group.index]?.restarting && !restartOver(core, group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
+  if (core.live.resizes.some((r) => r.group === group.index && r.phase !== 'over')) return `group ${group.name} is being resized already; try again when that ends`;
+  return null;
+}
+
+export function resizeOf(core: RunCore, id: number): Resize | null {
+  return core.live?.resizes.find((r) => r.id === id) ?? null;
+}
+
+function start(core: RunCore, live: LiveCore, event: Extract<RunEvent, { kind: 'resize' }>, now: number, effects: Effect[]): RunCore {
+  const group = core.plan.groups[event.group];
+  const refused = group ? resizeRefusal(core, group, core.stop_request !== null) : `no group ${event.group}`;
+  const resize: Resize = { id: event.id, group: event.group, phase: 'over', added: [], removed: [], error: refused };
+  if (!group || refused) return { ...core, live: { ...live, resizes: [...live.resizes, resize] } };
+  const members = groupMembers(core.run.jobs, group.index);
+  if (event.nodes > members.length) return grow(core, live, group, resize, event.nodes - members.length, now, effects);
+  if (event.nodes < members.length) {
+    const victims = [...members].sort((a, b) => b.job_num - a.job_num).slice(0, members.length - event.nodes);
+    return takeOut(withNew(core, resize), resize.id, group, victims, `${group.name} resized to ${event.nodes}`, now, effects);
+  }
+  return withNew(core, resize);
+}
+
+/** `count` new nodes: a rank this group gave up before, else the next rank of the run. */
+function grow(core: RunCore, live: LiveCore, group: GroupPlan, resize: Resize, count: number, now: number, effects: Effect[]): RunCore {
+  const iso = new Date(now).toISOString();
+  const { jobs } = core.run;
+  const added: JobState[] = [];
+  const plans = { ...live.added_plans };
+  for (let i = 0; i < count; i++) {
+    const reused = jobs.find((job) => job.removed && job.group_index === group.index);
+    if (reused) {
+      reused.removed = false;
+      nextAttempt(reused, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: null }, false, iso);
+      added.push(reused);
+      continue;
+    }
+    const jobNum = jobs.length;
+    const plan = newRankPlan(core.plan.run_name, group, jobNum, jobs.filter((job) => job.group_index === group.index).length);
+    plans[jobNum] = plan;
+    const job = freshJob(jobNum, plan.job_name, group.index, group.name, plan.node_group_job_index, iso);
+    jobs.push(job);
+    added.push(job);
+  }
+  const attempts = added.map((job) => ({ job_num: job.job_num, attempt: job.attempt }));
+  effects.push({ kind: 'new-attempts', group: group.index, jobs: attempts, release: [], restart: false });
+  return {
+    ...core,
+    live: {
+      ...live,
+      added_plans: plans,
+      added_by_resize: [...live.added_by_resize, ...attempts.map((a) => a.job_num)],
+      attempts_to_start: { ...live.attempts_to_start, ...Object.fromEntries(attempts.map((a) => [a.job_num, a.attempt])) },
+      resizes: [...live.resizes, { ...resize, phase: 'growing', added: attempts.map((a) => a.job_num) }],
+    },
+  };
+}
+
+/** A growth under way: over once every new node runs (READY with a probe); undone whole when one of them ends first, or the run does. */
+function growing(core: RunCore, resize: Resize, now: number, effects: Effect[]): RunCore {
+  const group = core.plan.groups[resize.group];
+  const added = resize.added.flatMap((n) => core.run.jobs[n] ?? []);
+  const failed = added.find((job) => job.removed || isJobFinished(job));
+  const runEnded = core.run.status !== 'RUNNING' || core.submission.ending !== null;
+  const done = added.every((job) => job.running_at !== null && isJobReady(core.plan, job));
+  if (!group || (!runEnded && !failed && !done)) return core;
+  const settled = settle(core, resize.added);
+  if (runEnded) return finish(settled, resize.id, [], `the run ended (${core.run.status}) before ${group.name} grew`);
+  if (failed) {
+    // The resize is undone whole: no gap is left in the group's ranks.
+    const why = failed.message ?? failed.termination_reason ?? 'it ended';
+    const error = `${group.name}/${failed.group_job_index} (job ${failed.job_num}) did not start: ${why}`;
+    const others = added.filter((job) => !job.removed);
+    return takeOut(withResize(settled, resize.id, (r) => ({ ...r, error })), resize.id, group, others, 'the resize failed', now, effects);
+  }
+  return finish(settled, resize.id, resize.added, null);
+}
+
+/** The ranks out of the run at once (their jobs end), then stopped and their machines given back. */
+function takeOut(core: RunCore, id: number, group: GroupPlan, victims: JobState[], reason: string, now: number, effects: Effect[]): RunCore {
+  const iso = new Date(now).toISOString();
+  const release: Extract<Effect, { kind: 'release' }>['jobs'] = [];
+  for (const job of victims) {
+    if (job.instance) release.push({ job_num: job.job_num, attempt: job.attempt, instance: job.instance });
+    job.removed = true;
+    if (!isJobFinished(job)) endJob(job, 'TERMINATED', 'TERMINATED_BY_SERVER', `removed: ${reason}`, iso);
+  }
+  const removed = victims.map((job) => job.job_num);
+  const next = withResize(settle(core, removed), id, (r) => ({ ...r, removed: r.error ? [] : removed }));
+  if (release.length === 0) return finish(next, id, null, null);
+  const ranks = victims.map((job) => job.job_num).join(', ');
+  effects.push({ kind: 'release', resize: id, jobs: release, summary: `remove ${group.name} rank${release.length === 1 ? '' : 's'} ${ranks} (${reason})` });
+  return withResize(next, id, (r) => ({ ...r, phase: 'releasing' }));
+}
+
+/** These ranks no longer wait to start, nor count as a resize's additions; the group's size as it is now. */
+function settle(core: RunCore, jobNums: readonly number[]): RunCore {
+  const live = core.live;
+  if (!live) return core;
+  const waiting = { ...live.attempts_to_start };
+  for (const n of jobNums) if (core.run.jobs[n]?.removed) delete waiting[n];
+  return { ...core, live: { ...live, attempts_to_start: waiting, added_by_resize: live.added_by_resize.filter((n) => !jobNums.includes(n)) } };
+}
+
+/** The resize is answered: `added` (null: keep what it has), or `error`; the group's size as it is now. */
+function finish(core: RunCore, id: number, added: number[] | null, error: string | null): RunCore {
+  const resize = resizeOf(core, id);
+  const stateGroup = resize ? core.run.groups[resize.group] : undefined;
+  if (resize && stateGroup) stateGroup.nodes = groupMembers(core.run.jobs, resize.group).length;
+  return withResize(core, id, (r) => ({ ...r, phase: 'over', added: added ?? r.added, error: r.error ?? error }));
+}
+
+function withNew(core: RunCore, resize: Resize): RunCore {
+  const live = core.live;
+  return live ? { ...core, live: { ...live, resizes: [...live.resizes, resize] } } : core;
+}
+
+function withResize(core: RunCore, id: number, change: (r: Resize) => Resize): RunCore {
+  const live = core.live;
+  return live ? { ...core, live: { ...live, resizes: live.resizes.map((r) => (r.id === id ? change(r) : r)) } } : core;
+}
