@@ -23,8 +23,8 @@ export interface RunningGateway {
   adminUrl: string;
   services: GatewayServices;
   metrics: GatewayMetrics;
-  /** Stops accepting, lets requests in flight finish, closes the pools. */
-  close(): Promise<void>;
+  /** Stops accepting, lets requests in flight finish (up to `graceMs`, default 30 s), closes the pools. */
+  close(graceMs?: number): Promise<void>;
 }
 
 async function listen(server: Server, host: string, port: number): Promise<string> {
@@ -67,10 +67,12 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     adminUrl,
     services,
     metrics,
-    close: async () => {
+    close: async (graceMs = 30_000) => {
       admin.closeAllConnections();
       data.closeIdleConnections();
+      const grace = setTimeout(() => data.closeAllConnections(), graceMs);
       await Promise.all([closed(data), closed(admin)]);
+      clearTimeout(grace);
       await services.close();
     },
   };
