@@ -159,17 +159,18 @@ export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetr
         bodyStarted = true;
         for await (const chunk of req) yield chunk as Buffer;
       }
-      const origin = new URL(candidate.replica.url).origin;
       services
-        .pool(origin)
+        .pool(candidate.replica.url)
         .stream(
           { path: upstreamPath, method: (req.method ?? 'GET') as Dispatcher.HttpMethod, headers, body: streamsBody ? Readable.from(body(), { objectMode: false }) : null, signal: abort.signal },
           ({ statusCode, headers: upstreamHeaders }) => {
             responded = true;
             metrics.firstByte.observe(labels, Number(process.hrtime.bigint() - startedAt) / 1e9);
-            res.writeHead(statusCode, responseHeaders(upstreamHeaders as Record<string, string | string[] | undefined>));
-            // Headers go out now: an SSE client sees the stream open before its first event.
-            res.flushHeaders();
+            const forwarded = responseHeaders(upstreamHeaders as Record<string, string | string[] | undefined>);
+            res.writeHead(statusCode, forwarded);
+            // An answer of unknown length (SSE, chunked) shows its headers at once, before its first
+            // event; one of known length goes out with its body in one write.
+            if (forwarded['content-length'] === undefined) res.flushHeaders();
             return res;
           },
         )

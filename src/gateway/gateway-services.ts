@@ -36,6 +36,8 @@ export class GatewayServices {
   private readonly services = new Map<string, ServedService>();
   private readonly inflight = new Map<string, number>();
   private readonly pools = new Map<string, Pool>();
+  /** A replica URL's origin, parsed once, not per request. */
+  private readonly origins = new Map<string, string>();
   private turn = 0;
 
   constructor(private readonly poolOptions: PoolOptions) {}
@@ -110,7 +112,10 @@ export class GatewayServices {
     return rows;
   }
 
-  pool(origin: string): Pool {
+  /** The pool for a replica's URL (by its origin). */
+  pool(url: string): Pool {
+    const origin = this.origins.get(url) ?? new URL(url).origin;
+    if (this.origins.size < 100_000) this.origins.set(url, origin);
     let pool = this.pools.get(origin);
     if (!pool) {
       pool = new Pool(origin, { connectTimeout: this.poolOptions.connectTimeoutMs, keepAliveTimeout: 30_000 });
@@ -131,6 +136,7 @@ export class GatewayServices {
     for (const [origin, pool] of this.pools) {
       if (used.has(origin)) continue;
       this.pools.delete(origin);
+      for (const [url, o] of this.origins) if (o === origin) this.origins.delete(url);
       void pool.close().catch(() => undefined);
     }
   }
