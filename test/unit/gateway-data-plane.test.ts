@@ -36,7 +36,7 @@ async function listening(server: Server): Promise<string> {
 
 /**
  * A replica: `/stream` answers chunked, `first <name>\n` at once and `last <name>\n` after release();
- * `/echo` answers the request's body; anything else `{"name", "path"}`.
+ * `/echo` answers the request's body; `/hang` never answers; anything else `{"name", "path"}`.
  */
 async function standIn(name: string): Promise<StandIn> {
   const waiting: Array<() => void> = [];
@@ -49,6 +49,7 @@ async function standIn(name: string): Promise<StandIn> {
       waiting.push(() => res.end(`last ${name}\n`));
       return;
     }
+    if (req.url === '/hang') return;
     if (req.url === '/echo') {
       res.writeHead(200, { 'x-replica': name });
       req.pipe(res);
@@ -256,6 +257,23 @@ describe('replicas', () => {
     expect(await stream.all).toBe('first r1\nlast r1\n');
     const after = JSON.parse((await admin(gw, 'GET', '/services/alpha/inflight')).text) as { replicas: Array<{ url: string; inflight: number }> };
     expect(after.replicas.find((r) => r.url === r1.url)?.inflight).toBe(0);
+  });
+
+  it('a client that goes away cancels the request to the replica, mid-stream or before its headers', async () => {
+    const r1 = await standIn('r1');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: r1.url }]));
+    for (const path of ['/stream', '/hang']) {
+      const upstreamClosed = new Promise<void>((resolve) => r1.server.once('request', (req: IncomingMessage) => req.socket.once('close', () => resolve())));
+      const req = httpRequest(`${gw.url}/services/alpha${path}`);
+      req.on('error', () => undefined);
+      req.end();
+      if (path === '/stream') await new Promise<void>((resolve) => req.on('response', (res) => res.once('data', () => resolve())));
+      else await expect.poll(() => r1.seen.filter((s) => s.path === '/hang').length).toBe(1);
+      req.destroy();
+      await upstreamClosed;
+      await expect.poll(async () => JSON.parse((await admin(gw, 'GET', '/services/alpha/inflight')).text).replicas[0].inflight).toBe(0);
+    }
   });
 
   it('a connect error on one replica is tried once on another', async () => {
