@@ -17,6 +17,7 @@ const commands: Record<string, () => Promise<{ command: Command }>> = {
   setup: () => import('./commands/setup'),
   fleet: () => import('./commands/fleet'),
   'codec-server': () => import('./commands/codec-server'),
+  gateway: () => import('./commands/gateway'),
 };
 
 function usage(): string {

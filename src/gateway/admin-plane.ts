@@ -1,0 +1,96 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { bearerToken, tokenHash, tokenMatchesHashes } from './token-auth';
+import type { GatewayMetrics } from './gateway-metrics';
+import type { GatewayServices } from './gateway-services';
+import { describeTableIssues, ServiceTableSchema, type ServiceTable } from './routing-table';
+import type { GatewayStateWriter } from './state-file';
+
+/**
+ * The admin API, on its own address: what a run pushes (a service's whole table) and what a rollout's
+ * drain and an operator read. Every call needs `Authorization: Bearer <admin token>`.
+ */
+
+/** A table is small; a bigger body is a mistake or an attack. */
+const MAX_TABLE_BYTES = 1024 * 1024;
+
+function send(res: ServerResponse, status: number, body: unknown, contentType = 'application/json'): void {
+  res.writeHead(status, { 'content-type': contentType });
+  res.end(typeof body === 'string' ? body : `${JSON.stringify(body)}\n`);
+}
+
+async function readBody(req: IncomingMessage): Promise<string | null> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_TABLE_BYTES) return null;
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** A table as `GET /services` shows it: how many tokens, never their hashes. */
+function shown(table: ServiceTable): Omit<ServiceTable, 'auth'> & { auth: { tokens: number } | null } {
+  return { ...table, auth: table.auth ? { tokens: table.auth.token_sha256.length } : null };
+}
+
+export interface AdminPlaneOptions {
+  adminToken: string;
+  services: GatewayServices;
+  metrics: GatewayMetrics;
+  /** null: tables live in memory only. */
+  state: GatewayStateWriter | null;
+}
+
+export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMessage, res: ServerResponse) => void {
+  const adminHash = [tokenHash(options.adminToken)];
+  const { services, metrics, state } = options;
+  const persist = async () => {
+    if (state) await state.write(services.tables());
+  };
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const token = bearerToken(req.headers.authorization);
+    if (token === undefined) return send(res, 401, { error: 'the admin API wants Authorization: Bearer <admin token>' });
+    if (!tokenMatchesHashes(token, adminHash)) return send(res, 403, { error: 'wrong admin token' });
+    const path = (req.url ?? '/').replace(/\?.*$/s, '');
+    if (path === '/metrics' && req.method === 'GET') return send(res, 200, await metrics.registry.metrics(), metrics.registry.contentType);
+    if (path === '/services' && req.method === 'GET') return send(res, 200, { services: services.tables().map(shown) });
+    const inflight = /^\/services\/([^/]+)\/inflight$/.exec(path);
+    if (inflight && req.method === 'GET') {
+      const run = inflight[1] as string;
+      if (!services.get(run)) return send(res, 404, { error: `no service "${run}" on this gateway` });
+      return send(res, 200, { run, replicas: services.inflightRows(run) });
+    }
+    const one = /^\/services\/([^/]+)$/.exec(path);
+    if (one && req.method === 'PUT') {
+      const run = one[1] as string;
+      const text = await readBody(req);
+      if (text === null) return send(res, 413, { error: `a table is at most ${MAX_TABLE_BYTES} bytes` });
+      let data: unknown;
+      try {
+        data = JSON.parse(text);
+      } catch (err) {
+        return send(res, 400, { error: `the table is not JSON: ${err instanceof Error ? err.message : String(err)}; the service's table is unchanged` });
+      }
+      const parsed = ServiceTableSchema.safeParse(data);
+      if (!parsed.success) return send(res, 400, { error: `bad table: ${describeTableIssues(parsed.error)}; the service's table is unchanged` });
+      if (parsed.data.run !== run) return send(res, 400, { error: `the table is for run "${parsed.data.run}", the path names "${run}"; the service's table is unchanged` });
+      services.put(parsed.data);
+      await persist();
+      return send(res, 200, { run, current_revision: parsed.data.current_revision });
+    }
+    if (one && req.method === 'DELETE') {
+      const run = one[1] as string;
+      if (!services.delete(run)) return send(res, 404, { error: `no service "${run}" on this gateway` });
+      await persist();
+      return send(res, 200, { run, deleted: true });
+    }
+    return send(res, 404, { error: 'admin API: PUT|DELETE /services/<run>, GET /services, GET /services/<run>/inflight, GET /metrics' });
+  };
+  return (req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      if (!res.headersSent) send(res, 500, { error: err instanceof Error ? err.message : String(err) });
+      else res.destroy();
+    });
+  };
+}

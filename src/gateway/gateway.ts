@@ -1,0 +1,79 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { adminPlaneHandler } from './admin-plane';
+import { dataPlaneHandler } from './data-plane';
+import { GatewayMetrics } from './gateway-metrics';
+import { GatewayServices } from './gateway-services';
+import { GatewayStateWriter, readGatewayState } from './state-file';
+
+export interface GatewayOptions {
+  listen: { host: string; port: number };
+  admin: { host: string; port: number };
+  adminToken: string;
+  domain?: string | undefined;
+  /** Where the tables are kept across restarts; none: in memory only. */
+  stateFile?: string | undefined;
+  /** Default 3000 ms. */
+  connectTimeoutMs?: number;
+}
+
+export interface RunningGateway {
+  /** `http://host:port` of the data plane and of the admin API (the ports the system gave, for port 0). */
+  url: string;
+  adminUrl: string;
+  services: GatewayServices;
+  metrics: GatewayMetrics;
+  /** Stops accepting, lets requests in flight finish (up to `graceMs`, default 30 s), closes the pools. */
+  close(graceMs?: number): Promise<void>;
+}
+
+async function listen(server: Server, host: string, port: number): Promise<string> {
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return `http://${shownHost}:${address.port}`;
+}
+
+/** One gateway process: the data plane and the admin API, each on its own address. Nothing shared with another gateway. */
+export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
+  if (options.adminToken.length < 16) throw new Error('the admin token must be at least 16 characters');
+  const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000 });
+  const metrics = new GatewayMetrics();
+  if (options.stateFile !== undefined) {
+    for (const table of await readGatewayState(options.stateFile)) services.put(table);
+  }
+  const state = options.stateFile !== undefined ? new GatewayStateWriter(options.stateFile) : null;
+  const data = createServer(dataPlaneHandler(services, metrics, { domain: options.domain }));
+  // No timeout of the gateway's own on a request: a long LLM answer is the client's to give up on.
+  data.requestTimeout = 0;
+  const admin = createServer(adminPlaneHandler({ adminToken: options.adminToken, services, metrics, state }));
+  const url = await listen(data, options.listen.host, options.listen.port);
+  let adminUrl: string;
+  try {
+    adminUrl = await listen(admin, options.admin.host, options.admin.port);
+  } catch (err) {
+    data.close();
+    throw err;
+  }
+  const closed = (server: Server) => new Promise<void>((resolve) => server.close(() => resolve()));
+  return {
+    url,
+    adminUrl,
+    services,
+    metrics,
+    close: async (graceMs = 30_000) => {
+      admin.closeAllConnections();
+      data.closeIdleConnections();
+      const grace = setTimeout(() => data.closeAllConnections(), graceMs);
+      await Promise.all([closed(data), closed(admin)]);
+      clearTimeout(grace);
+      await services.close();
+    },
+  };
+}

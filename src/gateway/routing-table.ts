@@ -1,0 +1,100 @@
+import { z } from 'zod';
+import { RUN_NAME } from '../plan/run-name';
+
+/**
+ * The gateway's routing table for one service: the contract a run pushes to every gateway (through an
+ * activity, later) and the gateway keeps in its state file. The gateway decides nothing about a service
+ * beyond it: which replicas exist and are ready is the run's to say.
+ */
+
+const SHA256_HEX = /^[0-9a-f]{64}$/;
+const HEADER_NAME = /^[a-zA-Z0-9_-]{1,500}$/;
+
+function isHttpOrigin(value: string): boolean {
+  if (!URL.canParse(value)) return false;
+  const url = new URL(value);
+  return (url.protocol === 'http:' || url.protocol === 'https:') && (url.pathname === '/' || url.pathname === '') && !url.search && !url.hash && !url.username;
+}
+
+export const ReplicaSchema = z.strictObject({
+  /** An origin only (`http://10.0.0.5:8000`): the request's path is the client's. */
+  url: z.string().refine(isHttpOrigin, { message: 'expected an http(s) origin such as http://10.0.0.5:8000, with no path, query or user' }),
+  /** `draining`: no new request; the ones in flight finish. */
+  state: z.enum(['ready', 'draining']),
+});
+
+export const GroupSchema = z.strictObject({
+  name: z.string().min(1).max(100),
+  replicas: z.array(ReplicaSchema).max(1000),
+});
+
+export const RevisionSchema = z
+  .strictObject({
+    number: z.int().min(0),
+    /** The groups requests enter by: the router group where there is one, else every replica group. */
+    entry: z.array(z.string()).min(1),
+    groups: z.array(GroupSchema).min(1),
+  })
+  .superRefine((revision, ctx) => {
+    const names = revision.groups.map((g) => g.name);
+    const twice = names.find((name, i) => names.indexOf(name) !== i);
+    if (twice !== undefined) ctx.addIssue({ code: 'custom', path: ['groups'], message: `group "${twice}" is named twice` });
+    for (const [i, entry] of revision.entry.entries()) {
+      if (!names.includes(entry)) ctx.addIssue({ code: 'custom', path: ['entry', i], message: `entry group "${entry}" is not among the groups (${names.join(', ')})` });
+    }
+  });
+
+export const RateLimitKeySchema = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('ip_address') }),
+  z.strictObject({ type: z.literal('header'), header: z.string().regex(HEADER_NAME) }),
+]);
+
+export const RateLimitSchema = z.strictObject({
+  prefix: z.string().regex(/^\/[^\s\\{}]*$/, { message: 'a path prefix starts with / and has no spaces, \\, { or }' }).default('/'),
+  rps: z.number().min(1 / 60).max(1_000_000),
+  /** Requests allowed above the rate in a burst (nginx's and dstack's meaning): the bucket holds burst + 1. */
+  burst: z.int().min(0).default(0),
+  key: RateLimitKeySchema.default({ type: 'ip_address' }),
+});
+
+export const ServiceTableSchema = z
+  .strictObject({
+    run: z.string().regex(RUN_NAME, { message: 'a run name: a lowercase letter, then 1–40 of a-z, 0-9, -' }),
+    /** null: open to anyone. Tokens are kept as SHA-256 hashes (hex); the gateway never sees them in clear. */
+    auth: z.strictObject({ token_sha256: z.array(z.string().regex(SHA256_HEX, { message: 'a SHA-256 hash, 64 lowercase hex digits' })).min(1).max(100) }).nullable(),
+    /** dstack's default: the upstream sees `/x` for `/services/<run>/x`. */
+    strip_prefix: z.boolean().default(true),
+    rate_limits: z.array(RateLimitSchema).max(100).default([]),
+    /** The revision new requests go to; older ones stay listed while their replicas drain. */
+    current_revision: z.int().min(0),
+    revisions: z.array(RevisionSchema).min(1).max(20),
+  })
+  .superRefine((table, ctx) => {
+    const numbers = table.revisions.map((r) => r.number);
+    const twice = numbers.find((n, i) => numbers.indexOf(n) !== i);
+    if (twice !== undefined) ctx.addIssue({ code: 'custom', path: ['revisions'], message: `revision ${twice} is listed twice` });
+    if (!numbers.includes(table.current_revision)) {
+      ctx.addIssue({ code: 'custom', path: ['current_revision'], message: `revision ${table.current_revision} is not among the revisions (${numbers.join(', ')})` });
+    }
+    const prefixes = table.rate_limits.map((l) => l.prefix);
+    const dup = prefixes.find((p, i) => prefixes.indexOf(p) !== i);
+    if (dup !== undefined) ctx.addIssue({ code: 'custom', path: ['rate_limits'], message: `two rate limits for prefix "${dup}"` });
+  });
+
+export type Replica = z.infer<typeof ReplicaSchema>;
+export type RateLimit = z.infer<typeof RateLimitSchema>;
+export type Revision = z.infer<typeof RevisionSchema>;
+export type ServiceTable = z.infer<typeof ServiceTableSchema>;
+export type ServiceTableInput = z.input<typeof ServiceTableSchema>;
+
+/** What a gateway keeps across restarts: every service's table. */
+export const GatewayStateSchema = z.strictObject({
+  version: z.literal(1),
+  services: z.array(ServiceTableSchema),
+});
+export type GatewayState = z.infer<typeof GatewayStateSchema>;
+
+/** A zod failure as one line a caller can act on: `field.path: message; …`. */
+export function describeTableIssues(error: z.ZodError): string {
+  return error.issues.map((issue) => `${issue.path.length > 0 ? issue.path.join('.') : '(table)'}: ${issue.message}`).join('; ');
+}

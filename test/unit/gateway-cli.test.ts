@@ -1,0 +1,47 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+
+/** `troupe gateway` as a user starts it: the real bin script. */
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const scratch = mkdtempSync(join(tmpdir(), 'troupe-gateway-cli-'));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+const TOKEN = 'admin-token-0123456789abcdef';
+
+describe('troupe gateway', () => {
+  it('refuses a missing address or token as bad usage', () => {
+    const env = { ...process.env, TROUPE_GATEWAY_ADMIN_TOKEN: '' };
+    const noListen = spawnSync(process.execPath, ['bin/troupe.js', 'gateway', '--admin', '127.0.0.1:0'], { cwd: root, env, encoding: 'utf8' });
+    expect(noListen.status).toBe(2);
+    expect(noListen.stderr).toContain('needs --listen HOST:PORT');
+    const noToken = spawnSync(process.execPath, ['bin/troupe.js', 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'], { cwd: root, env, encoding: 'utf8' });
+    expect(noToken.status).toBe(2);
+    expect(noToken.stderr).toContain('TROUPE_GATEWAY_ADMIN_TOKEN');
+  });
+
+  it('serves, answers its admin API with the token from the file, never prints the token, and stops on SIGTERM', async () => {
+    const tokenFile = join(scratch, 'token');
+    writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
+    const child = spawn(process.execPath, ['bin/troupe.js', 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--admin-token-file', tokenFile], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+    try {
+      await expect.poll(() => out, { timeout: 30_000, interval: 100 }).toMatch(/admin API on (\S+);/);
+      const adminUrl = /admin API on (\S+);/.exec(out)?.[1] as string;
+      const dataUrl = /Gateway on (\S+) /.exec(out)?.[1] as string;
+      expect((await fetch(`${adminUrl}/services`)).status).toBe(401);
+      expect(await (await fetch(`${adminUrl}/services`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()).toEqual({ services: [] });
+      expect((await fetch(`${dataUrl}/services/web/`)).status).toBe(404);
+    } finally {
+      child.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
+    expect(out).not.toContain(TOKEN);
+  }, 60_000);
+});

@@ -1,0 +1,366 @@
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
+import type { ServiceTableInput } from '../../src/gateway/routing-table';
+import { tokenHash } from '../../src/gateway/token-auth';
+
+/**
+ * The gateway over real HTTP on 127.0.0.1: stand-in replicas (node:http) that mark every answer with
+ * their name, a gateway in front, requests as a client sends them.
+ */
+
+const ADMIN_TOKEN = 'admin-token-for-tests-0123456789';
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+interface StandIn {
+  name: string;
+  url: string;
+  /** Requests it saw: path and headers. */
+  seen: Array<{ path: string; headers: IncomingMessage['headers'] }>;
+  /** Lets the `/stream` answers in progress send their last chunk. */
+  release(): void;
+  server: Server;
+}
+
+async function listening(server: Server): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+/**
+ * A replica: `/stream` answers chunked, `first <name>\n` at once and `last <name>\n` after release();
+ * `/echo` answers the request's body; `/hang` never answers; anything else `{"name", "path"}`.
+ */
+async function standIn(name: string): Promise<StandIn> {
+  const waiting: Array<() => void> = [];
+  const seen: StandIn['seen'] = [];
+  const server = createServer((req, res) => {
+    seen.push({ path: req.url ?? '', headers: req.headers });
+    if (req.url === '/stream' || req.url?.endsWith('/stream')) {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'x-replica': name });
+      res.write(`first ${name}\n`);
+      waiting.push(() => res.end(`last ${name}\n`));
+      return;
+    }
+    if (req.url === '/hang') return;
+    if (req.url === '/echo') {
+      res.writeHead(200, { 'x-replica': name });
+      req.pipe(res);
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json', 'x-replica': name, connection: 'keep-alive' });
+    res.end(JSON.stringify({ name, path: req.url }));
+  });
+  const url = await listening(server);
+  cleanups.push(() => {
+    server.closeAllConnections();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return { name, url, seen, server, release: () => waiting.splice(0).forEach((f) => f()) };
+}
+
+/** A port nothing listens on. */
+async function deadUrl(): Promise<string> {
+  const server = createServer();
+  const url = await listening(server);
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return url;
+}
+
+async function gateway(options: { domain?: string; stateFile?: string } = {}): Promise<RunningGateway> {
+  const gw = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: ADMIN_TOKEN, ...options });
+  cleanups.push(() => gw.close());
+  return gw;
+}
+
+function table(run: string, replicas: Array<{ url: string; state?: 'ready' | 'draining' }>, extra: Partial<ServiceTableInput> = {}): ServiceTableInput {
+  return {
+    run,
+    auth: null,
+    current_revision: 0,
+    revisions: [{ number: 0, entry: ['main'], groups: [{ name: 'main', replicas: replicas.map((r) => ({ url: r.url, state: r.state ?? 'ready' })) }] }],
+    ...extra,
+  };
+}
+
+async function admin(gw: RunningGateway, method: string, path: string, body?: unknown, token: string | null = ADMIN_TOKEN): Promise<{ status: number; text: string }> {
+  const res = await fetch(`${gw.adminUrl}${path}`, {
+    method,
+    headers: { ...(token !== null ? { authorization: `Bearer ${token}` } : {}), 'content-type': 'application/json' },
+    ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+  });
+  return { status: res.status, text: await res.text() };
+}
+
+async function put(gw: RunningGateway, t: ServiceTableInput): Promise<void> {
+  const res = await admin(gw, 'PUT', `/services/${t.run}`, t);
+  expect(res.status, res.text).toBe(200);
+}
+
+async function get(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string; replica: string | null; headers: Headers }> {
+  const res = await fetch(url, { headers });
+  return { status: res.status, body: await res.text(), replica: res.headers.get('x-replica'), headers: res.headers };
+}
+
+/** A GET read chunk by chunk: resolves the first chunk as soon as it arrives, and the rest at the end. */
+function streamed(url: string): { first: Promise<string>; all: Promise<string> } {
+  let gotFirst: (s: string) => void = () => undefined;
+  const first = new Promise<string>((resolve) => (gotFirst = resolve));
+  const all = new Promise<string>((resolve, reject) => {
+    httpRequest(url, (res) => {
+      let text = '';
+      res.on('data', (chunk: Buffer) => {
+        if (text === '') gotFirst(chunk.toString());
+        text += chunk.toString();
+      });
+      res.on('end', () => resolve(text));
+      res.on('error', reject);
+    })
+      .on('error', reject)
+      .end();
+  });
+  return { first, all };
+}
+
+describe('the gateway routes', () => {
+  it('by path and by Host, stripping the prefix or not', async () => {
+    const [a, b] = await Promise.all([standIn('a1'), standIn('b1')]);
+    const gw = await gateway({ domain: 'svc.test' });
+    await put(gw, table('alpha', [{ url: a.url }]));
+    await put(gw, table('beta', [{ url: b.url }], { strip_prefix: false }));
+
+    const byPath = await get(`${gw.url}/services/alpha/v1/models?x=1`);
+    expect(byPath.status).toBe(200);
+    expect(JSON.parse(byPath.body)).toEqual({ name: 'a1', path: '/v1/models?x=1' });
+    expect(a.seen.at(-1)?.headers['x-forwarded-prefix']).toBe('/services/alpha');
+    expect(JSON.parse((await get(`${gw.url}/services/alpha`)).body)).toEqual({ name: 'a1', path: '/' });
+    expect(JSON.parse((await get(`${gw.url}/services/beta/v1/models`)).body)).toEqual({ name: 'b1', path: '/services/beta/v1/models' });
+
+    const port = new URL(gw.url).port;
+    const byHost = await new Promise<string>((resolve, reject) => {
+      httpRequest(`${gw.url}/v1/chat`, { headers: { host: `beta.svc.test:${port}` } }, (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => resolve(text));
+      })
+        .on('error', reject)
+        .end();
+    });
+    expect(JSON.parse(byHost)).toEqual({ name: 'b1', path: '/v1/chat' });
+
+    const unknown = await get(`${gw.url}/services/gamma/`);
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toContain('gamma');
+  });
+
+  it('streams a request body to the replica and its answer back', async () => {
+    const a = await standIn('a1');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: a.url }]));
+    const res = await fetch(`${gw.url}/services/alpha/echo`, { method: 'POST', body: 'x'.repeat(300_000) });
+    expect(res.status).toBe(200);
+    expect((await res.text()).length).toBe(300_000);
+  });
+});
+
+describe('a service with auth', () => {
+  it('answers 401 without a token, 403 with a wrong one, and passes the right one on', async () => {
+    const a = await standIn('a1');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: a.url }], { auth: { token_sha256: [tokenHash('other'), tokenHash('s3cret')] } }));
+    const none = await get(`${gw.url}/services/alpha/x`);
+    expect(none.status).toBe(401);
+    expect(none.headers.get('www-authenticate')).toBe('Bearer');
+    expect((await get(`${gw.url}/services/alpha/x`, { authorization: 'Bearer nope' })).status).toBe(403);
+    const ok = await get(`${gw.url}/services/alpha/x`, { authorization: 'Bearer s3cret' });
+    expect(ok.status).toBe(200);
+    expect(a.seen).toHaveLength(1);
+    // Kept, as nginx's auth_request (dstack's gateway) keeps it: a model server may check it too.
+    expect(a.seen[0]?.headers.authorization).toBe('Bearer s3cret');
+  });
+});
+
+describe('rate limits', () => {
+  it('answer 429 with Retry-After past the burst, and let requests through again once the bucket refills', async () => {
+    const a = await standIn('a1');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: a.url }], { rate_limits: [{ prefix: '/', rps: 1000 }, { prefix: '/v1/chat', rps: 5, burst: 1 }] }));
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push((await get(`${gw.url}/services/alpha/v1/chat/completions`)).status);
+    expect(statuses).toEqual([200, 200, 429]);
+    const limited = await get(`${gw.url}/services/alpha/v1/chat/completions`);
+    expect(limited.status).toBe(429);
+    expect(limited.headers.get('retry-after')).toBe('1');
+    // Other prefixes have their own, longer-prefix-first.
+    expect((await get(`${gw.url}/services/alpha/v1/models`)).status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 260));
+    expect((await get(`${gw.url}/services/alpha/v1/chat/completions`)).status).toBe(200);
+  });
+});
+
+describe('replicas', () => {
+  it('only ready replicas of the entry group get requests; none ready is a 503 with a reason', async () => {
+    const [r1, r2, router] = await Promise.all([standIn('r1'), standIn('r2'), standIn('router')]);
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: r1.url }, { url: r2.url, state: 'draining' }]));
+    const names = new Set<string | null>();
+    for (let i = 0; i < 8; i++) names.add((await get(`${gw.url}/services/alpha/`)).replica);
+    expect([...names]).toEqual(['r1']);
+
+    // With a router group, only the router is entered.
+    await put(gw, {
+      ...table('alpha', []),
+      revisions: [{ number: 0, entry: ['router'], groups: [{ name: 'router', replicas: [{ url: router.url, state: 'ready' }] }, { name: 'decode', replicas: [{ url: r1.url, state: 'ready' }] }] }],
+    });
+    for (let i = 0; i < 4; i++) expect((await get(`${gw.url}/services/alpha/`)).replica).toBe('router');
+
+    await put(gw, table('alpha', [{ url: r1.url, state: 'draining' }]));
+    const none = await get(`${gw.url}/services/alpha/`);
+    expect(none.status).toBe(503);
+    expect(none.body.trim().split('\n')).toHaveLength(1);
+    expect(JSON.parse(none.body).error).toMatch(/no ready replica in group "main" of revision 0/);
+  });
+
+  it('spreads requests over ready replicas', async () => {
+    const [r1, r2] = await Promise.all([standIn('r1'), standIn('r2')]);
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: r1.url }, { url: r2.url }]));
+    const names = [];
+    for (let i = 0; i < 6; i++) names.push((await get(`${gw.url}/services/alpha/`)).replica);
+    expect(names.filter((n) => n === 'r1').length).toBe(3);
+  });
+
+  it('a draining replica gets no new request while its streaming answer in flight completes', async () => {
+    const [r1, r2] = await Promise.all([standIn('r1'), standIn('r2')]);
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: r1.url }]));
+    const stream = streamed(`${gw.url}/services/alpha/stream`);
+    expect(await stream.first).toBe('first r1\n');
+
+    await put(gw, { ...table('alpha', [{ url: r2.url }]), current_revision: 1, revisions: [
+      { number: 0, entry: ['main'], groups: [{ name: 'main', replicas: [{ url: r1.url, state: 'draining' }] }] },
+      { number: 1, entry: ['main'], groups: [{ name: 'main', replicas: [{ url: r2.url, state: 'ready' }] }] },
+    ] });
+    for (let i = 0; i < 4; i++) expect((await get(`${gw.url}/services/alpha/`)).replica).toBe('r2');
+    const inflight = JSON.parse((await admin(gw, 'GET', '/services/alpha/inflight')).text) as { replicas: Array<{ url: string; inflight: number; state: string }> };
+    expect(inflight.replicas.find((r) => r.url === r1.url)).toMatchObject({ inflight: 1, state: 'draining' });
+    expect(inflight.replicas.find((r) => r.url === r2.url)).toMatchObject({ inflight: 0, state: 'ready' });
+
+    r1.release();
+    expect(await stream.all).toBe('first r1\nlast r1\n');
+    const after = JSON.parse((await admin(gw, 'GET', '/services/alpha/inflight')).text) as { replicas: Array<{ url: string; inflight: number }> };
+    expect(after.replicas.find((r) => r.url === r1.url)?.inflight).toBe(0);
+  });
+
+  it('a client that goes away cancels the request to the replica, mid-stream or before its headers', async () => {
+    const r1 = await standIn('r1');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: r1.url }]));
+    for (const path of ['/stream', '/hang']) {
+      const upstreamClosed = new Promise<void>((resolve) => r1.server.once('request', (req: IncomingMessage) => req.socket.once('close', () => resolve())));
+      const req = httpRequest(`${gw.url}/services/alpha${path}`);
+      req.on('error', () => undefined);
+      req.end();
+      if (path === '/stream') await new Promise<void>((resolve) => req.on('response', (res) => res.once('data', () => resolve())));
+      else await expect.poll(() => r1.seen.filter((s) => s.path === '/hang').length).toBe(1);
+      req.destroy();
+      await upstreamClosed;
+      await expect.poll(async () => JSON.parse((await admin(gw, 'GET', '/services/alpha/inflight')).text).replicas[0].inflight).toBe(0);
+    }
+  });
+
+  it('a connect error on one replica is tried once on another', async () => {
+    const [dead, r2] = await Promise.all([deadUrl(), standIn('r2')]);
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: dead }, { url: r2.url }]));
+    for (let i = 0; i < 6; i++) {
+      const res = await fetch(`${gw.url}/services/alpha/echo`, { method: 'POST', body: `body ${i}` });
+      expect(res.status).toBe(200);
+      expect(await res.text()).toBe(`body ${i}`);
+    }
+    await put(gw, table('alpha', [{ url: dead }]));
+    const failed = await get(`${gw.url}/services/alpha/`);
+    expect(failed.status).toBe(502);
+    expect(failed.body).toContain('ECONNREFUSED');
+  });
+
+  it('a chunked answer arrives in pieces, not buffered', async () => {
+    const r1 = await standIn('r1');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: r1.url }]));
+    const stream = streamed(`${gw.url}/services/alpha/stream`);
+    // The replica has not sent its last chunk: the first one came through on its own.
+    expect(await stream.first).toBe('first r1\n');
+    r1.release();
+    expect(await stream.all).toBe('first r1\nlast r1\n');
+  });
+});
+
+describe('two gateways and a restart', () => {
+  it('keeps serving from --state after a restart; two gateways serve the same service', async () => {
+    const r1 = await standIn('r1');
+    const dir = mkdtempSync(join(tmpdir(), 'troupe-gateway-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    const stateFile = join(dir, 'state.json');
+    const first = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: ADMIN_TOKEN, stateFile });
+    await put(first, table('alpha', [{ url: r1.url }], { auth: { token_sha256: [tokenHash('s3cret')] } }));
+    expect(statSync(stateFile).mode & 0o777).toBe(0o600);
+    await first.close();
+
+    const again = await gateway({ stateFile });
+    const other = await gateway();
+    await put(other, table('alpha', [{ url: r1.url }]));
+    expect((await get(`${again.url}/services/alpha/`, { authorization: 'Bearer s3cret' })).replica).toBe('r1');
+    expect((await get(`${again.url}/services/alpha/`)).status).toBe(401);
+    expect((await get(`${other.url}/services/alpha/`)).replica).toBe('r1');
+  });
+});
+
+describe('the admin API', () => {
+  it('refuses without its token, refuses a bad table keeping the old one, and lists no hashes', async () => {
+    const r1 = await standIn('r1');
+    const gw = await gateway();
+    expect((await admin(gw, 'GET', '/services', undefined, null)).status).toBe(401);
+    expect((await admin(gw, 'PUT', '/services/alpha', table('alpha', [{ url: r1.url }]), 'wrong-token')).status).toBe(403);
+    expect((await admin(gw, 'GET', '/metrics', undefined, null)).status).toBe(401);
+
+    await put(gw, table('alpha', [{ url: r1.url }], { auth: { token_sha256: [tokenHash('s3cret')] } }));
+    const bad = await admin(gw, 'PUT', '/services/alpha', { ...table('alpha', [{ url: 'ftp://x' }]), current_revision: 7 });
+    expect(bad.status).toBe(400);
+    expect(bad.text).toMatch(/url: expected an http\(s\) origin/);
+    expect(bad.text).toMatch(/current_revision: revision 7 is not among the revisions/);
+    expect((await admin(gw, 'PUT', '/services/alpha', '{not json')).status).toBe(400);
+    expect((await admin(gw, 'PUT', '/services/beta', table('alpha', [{ url: r1.url }]))).status).toBe(400);
+    expect((await get(`${gw.url}/services/alpha/`, { authorization: 'Bearer s3cret' })).replica).toBe('r1');
+
+    const listed = await admin(gw, 'GET', '/services');
+    expect(listed.text).not.toContain(tokenHash('s3cret'));
+    expect(JSON.parse(listed.text).services[0]).toMatchObject({ run: 'alpha', auth: { tokens: 1 } });
+
+    expect((await admin(gw, 'DELETE', '/services/alpha')).status).toBe(200);
+    expect((await get(`${gw.url}/services/alpha/`)).status).toBe(404);
+  });
+
+  it('exports requests per service, group and replica', async () => {
+    const [r1, r2] = await Promise.all([standIn('r1'), standIn('r2')]);
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: r1.url }, { url: r2.url }]));
+    for (let i = 0; i < 4; i++) await get(`${gw.url}/services/alpha/`);
+    await put(gw, table('alpha', []));
+    await get(`${gw.url}/services/alpha/`);
+    const metrics = (await admin(gw, 'GET', '/metrics')).text;
+    for (const r of [r1, r2]) {
+      expect(metrics).toContain(`troupe_gateway_requests_total{service="alpha",revision="0",group="main",replica="${r.url}",code="200"} 2`);
+      expect(metrics).toContain(`troupe_gateway_request_duration_seconds_count{service="alpha",revision="0",group="main",replica="${r.url}"} 2`);
+    }
+    expect(metrics).toContain('troupe_gateway_errors_total{service="alpha",revision="0",group="",replica="",reason="no_ready_replica"} 1');
+    expect(metrics).toContain('troupe_gateway_inflight_requests');
+  });
+});
