@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { InstanceSchema, JobRefSchema } from '../src/backends/backend';
 import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema } from '../src/plan/plan-schema';
-import { JobTerminationReasonSchema, RunStateSchema } from './run-state-schema';
+import { CarriedCoreSchema } from '../src/run-core/state-schema';
+import { JobTerminationReasonSchema } from './run-state-schema';
 
 /**
  * What RunWorkflow takes and what a run and its groups tell each other, as zod schemas. Durations
@@ -105,26 +106,20 @@ export type AddressBook = z.infer<typeof AddressBookSchema>;
 
 /**
  * What a live run's execution hands to the next when it continues as new, at a quiet moment: no
- * restart, resize or delivery under way, every node running (and ready, with a probe). Maps and
- * sets travel as arrays.
+ * restart, resize or delivery under way, every node running (and ready, with a probe). Its core
+ * travels as it is (src/run-core/state-schema.ts; the plan is the input's); beside it what the
+ * workflow shell keeps. Maps and sets travel as arrays.
  */
 export const CarriedRunSchema = z.object({
-  state: RunStateSchema,
+  /** The run's core, a stop asked while the groups were handed over included. */
+  core: CarriedCoreSchema,
   /** 0 for the run's first execution, +1 at each hand-over: part of its group children's ids. */
   generation: z.number().int().positive(),
-  retry_deadline_ms: z.number().nullable(),
-  backoff_s: z.number().positive(),
-  /** A stop asked while the groups were being handed over: the next execution carries it out. */
-  stop_request: z.object({ abort: z.boolean() }).nullable(),
   group_provisioning: z.boolean(),
-  failure_events: z.array(z.tuple([z.number().int(), RetryEventSchema.nullable()])),
   announced: AddressBookSchema.nullable(),
-  /** Jobs already let start, and when the submission first had a job running (max_duration). */
+  /** Jobs already let start. */
   signalled: z.array(z.number().int()),
-  running_since_ms: z.number().nullable(),
   live: z.object({
-    restart_times: z.array(z.array(z.number())),
-    added_plans: z.array(JobPlanSchema),
     unwanted: z.array(JobRefSchema),
     peers: z.object({
       book: PeersBookSchema.nullable(),

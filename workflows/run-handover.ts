@@ -1,7 +1,6 @@
 import { allHandlersFinished, condition, continueAsNew, log, workflowInfo } from '@temporalio/workflow';
 import { activeJobs, isJobFinished } from '../src/run-core/jobs';
 import { isLiveSettled } from '../src/run-core/live';
-import { newSubmissionCore } from '../src/run-core/state';
 import type { CarriedRun, RunInput, RunInputArg } from './messages';
 import { newRun, setStatus, stopAsked, type Run } from './run-context';
 import { takeEvents } from './run-events';
@@ -31,7 +30,7 @@ export function handoverDue(run: Run, submission: Submission): boolean {
   if (historyLength < run.historyAtStart + HISTORY_MARGIN) return false;
   if (!continueAsNewSuggested && historyLength < run.input.options.continue_as_new_after_events) return false;
   if (!isQuiet(run, submission)) return false;
-  if (JSON.stringify(run.input).length + JSON.stringify(state).length > CARRIED_MAX_BYTES) {
+  if (JSON.stringify(run.input).length + JSON.stringify({ ...run.core, plan: null }).length > CARRIED_MAX_BYTES) {
     // Thousands of nodes: the run goes on in this execution (README, "A run that lives for months").
     run.tooLargeToHandOver = true;
     log.warn('the run is too large to continue as new; its history keeps growing', { run: state.run_name, events: historyLength });
@@ -67,21 +66,15 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
   await condition(allHandlersFinished);
   // What arrived meanwhile is in the state the next execution starts from; it judges it on its first pass.
   takeEvents(run);
-  const { core } = run;
+  // The core travels as it is; the plan is the input's.
+  const { plan: _plan, ...core } = run.core;
   const carried: CarriedRun = {
-    state: core.run,
+    core,
     generation: run.generation + 1,
-    retry_deadline_ms: core.retry_deadline_ms,
-    backoff_s: core.backoff_s,
-    stop_request: core.stop_request,
     group_provisioning: run.groupProvisioning,
-    failure_events: Object.entries(core.failure_events).map(([jobNum, event]) => [Number(jobNum), event]),
     announced: run.announced,
     signalled: [...submission.signalled],
-    running_since_ms: core.submission.running_since_ms,
     live: {
-      restart_times: core.live?.restart_times ?? [],
-      added_plans: Object.values(core.live?.added_plans ?? {}),
       unwanted: live.unwanted,
       peers: {
         book: live.peers.book,
@@ -98,23 +91,8 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
 /** The run as the execution before this one left it; what its adopted submission starts from. */
 export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; signalled: Set<number> } {
   const run = newRun({ ...input, carried: undefined });
-  run.core = {
-    ...run.core,
-    run: carried.state,
-    retry_deadline_ms: carried.retry_deadline_ms,
-    backoff_s: carried.backoff_s,
-    stop_request: carried.stop_request,
-    failure_events: Object.fromEntries(carried.failure_events),
-    // The submission goes on where it was: its jobs run, started in order.
-    submission: newSubmissionCore('started', carried.running_since_ms),
-    live: run.core.live
-      ? {
-          ...run.core.live,
-          restart_times: carried.live.restart_times,
-          added_plans: Object.fromEntries(carried.live.added_plans.map((plan) => [plan.job_num, plan])),
-        }
-      : null,
-  };
+  // The core as the execution before left it: its submission goes on where it was, its jobs running.
+  run.core = { ...carried.core, plan: input.plan };
   run.generation = carried.generation;
   run.groupProvisioning = carried.group_provisioning;
   run.announced = carried.announced;

@@ -25,7 +25,7 @@ export function checkCarried(carried: CarriedRun): CarriedRun {
       FORGED_IDENTITY,
     );
   }
-  const { run_id, run_uid } = carried.state;
+  const { run_id, run_uid } = carried.core.run;
   if (run_uid !== info.firstExecutionRunId || run_id !== info.workflowId) {
     throw ApplicationFailure.nonRetryable(
       `run input refused: its "carried" state names run ${run_id} (${run_uid}), not this run ${info.workflowId} (${info.firstExecutionRunId})`,

@@ -1,15 +1,11 @@
-import type { RetryEvent } from '../plan/plan-schema';
-
-/** How a submission ended, before teardown. */
-export type Outcome =
-  | { kind: 'done' }
-  | { kind: 'failed'; job_num: number | null; retry_event: RetryEvent | null; message: string }
-  | { kind: 'stopped'; abort: boolean }
-  /** A live run's history is long: it continues as new, its jobs running on (workflows/run-handover.ts). */
-  | { kind: 'handover' };
+import type { z } from 'zod';
+import type { EndingSchema } from './state-schema';
 
 /** How a submission ended for good: what teardown, retry and the run's final status go by. */
-export type Ending = Exclude<Outcome, { kind: 'handover' }>;
+export type Ending = z.infer<typeof EndingSchema>;
 
-/** A failure as a policy outside the core reports it. */
+/** How a submission ended, before teardown; or a live run's history is long and it continues as new, its jobs running on (workflows/run-handover.ts). */
+export type Outcome = Ending | { kind: 'handover' };
+
+/** A failure as a policy reports it. */
 export type Failure = Extract<Ending, { kind: 'failed' }>;

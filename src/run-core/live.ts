@@ -1,47 +1,17 @@
+import type { z } from 'zod';
 import type { GroupPlan, JobPlan, Plan } from '../plan/plan-schema';
+import type { LiveCoreSchema, ResizeSchema } from './state-schema';
 import type { JobState } from '../../workflows/run-state';
 
 /**
  * What a live run (one that heals, resizes or keeps live peers: Troupe's extensions) keeps in its
- * core: the restart budgets, each group's restart phase, the new attempts not yet let start, and
- * the ranks a resize under way added. Changed only through the functions here, each returning a
- * new core.
+ * core: the restart budgets, each group's restart phase, the new attempts not yet let start, the
+ * ranks and plans resizes added, and the resizes under way (what each field means:
+ * state-schema.ts). Changed only by the policies, each returning a new core.
  */
-export interface LiveCore {
-  /** Per group: when each of its restarts began (epoch ms): the `on_failure` budget. */
-  restart_times: number[][];
-  /** Per group: where it is in a restart. */
-  groups: GroupRestart[];
-  /** New attempts provisioned or provisioning, not yet let start: job_num → attempt. */
-  attempts_to_start: Record<number, number>;
-  /** Ranks added by a resize under way that have not run yet: a failure of theirs undoes the addition. */
-  added_by_resize: number[];
-  /** Plans of the ranks resizes added (the task's plan has the first ranks only), by job_num. */
-  added_plans: Record<number, JobPlan>;
-  /** Resizes under way (one per group at most), until their Update has its answer. */
-  resizes: Resize[];
-}
-
-/**
- * A resize of one group (`troupe scale`, the scaleGroup Update). `growing`: its new ranks are asked
- * for and must run (READY with a probe); `releasing`: ranks it took out are being stopped and given
- * back; `over`: answered with `error` (refused, or undone whole) or with what changed.
- */
-export interface Resize {
-  id: number;
-  group: number;
-  phase: 'growing' | 'releasing' | 'over';
-  added: number[];
-  removed: number[];
-  error: string | null;
-}
-
-export interface GroupRestart {
-  /** Its nodes are being replaced: over once every one of them is READY again on its new attempt. */
-  restarting: boolean;
-  /** `on_dependency_restart: restart`: its running nodes restart once the groups it depends on are back. */
-  restart_after_dependencies: boolean;
-}
+export type LiveCore = z.infer<typeof LiveCoreSchema>;
+export type GroupRestart = LiveCore['groups'][number];
+export type Resize = z.infer<typeof ResizeSchema>;
 
 /** A run heals, resizes or keeps live peers when any group asks for it. */
 export function isLivePlan(plan: Plan): boolean {

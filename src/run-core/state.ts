@@ -1,54 +1,19 @@
-import type { Plan, RetryEvent, RetryPolicy } from '../plan/plan-schema';
+import type { z } from 'zod';
+import type { Plan, RetryPolicy } from '../plan/plan-schema';
 import type { RunState } from '../../workflows/run-state';
-import type { Ending } from './ending';
 import { freshJobsOf } from './jobs';
-import { isLivePlan, newLiveCore, type LiveCore } from './live';
+import { isLivePlan, newLiveCore } from './live';
+import type { RunCoreSchema, SubmissionCoreSchema } from './state-schema';
 
 /**
- * The run's core state: plain, serialisable data that its policies decide over. Only the run's loop
- * (workflows/run-loop.ts) replaces it, with what a policy returned. `run` is what queries answer;
- * its job records are changed in place by the loop's own steps (jobs.ts), so that a policy not yet
- * moved into the core still sees the same records.
+ * The run's core state: plain, serialisable data that its policies decide over (its schema, with
+ * what each field means: state-schema.ts). Only the run's loop (workflows/run-loop.ts) replaces it,
+ * with what a policy returned. `run` is what queries answer; its job records are changed in place
+ * by the policies (jobs.ts), the rest is replaced.
  */
-export interface RunCore {
-  run: RunState;
-  plan: Plan;
-  limits: {
-    /** How long after the other groups are unlocked every job may take to get its address. */
-    address_deadline_s: number;
-    /** One provisioning attempt's limit (added to what is left of a no-capacity retry). */
-    provision_attempt_timeout_s: number;
-  };
-  retry: RetryPolicy | null;
-  /** Epoch ms when `retry.duration` runs out (null: no retry). */
-  retry_deadline_ms: number | null;
-  /** The next back-off before a resubmission (doubles each time, up to BACKOFF_MAX_S). */
-  backoff_s: number;
-  /** Asked to stop (`abort`: without grace). Outlives a submission. */
-  stop_request: { abort: boolean } | null;
-  /** The retry event each failed job counts as, by job_num (exits with an error count as `error`). */
-  failure_events: Record<number, RetryEvent | null>;
-  submission: SubmissionCore;
-  /** Healing and resizing (null: the run uses none of Troupe's live extensions). */
-  live: LiveCore | null;
-}
-
-/**
- * Where a submission is: `unlocking` until job 0 has its machine; `addressing` until every job has
- * an address (by `addresses_due_ms`); `started` once the book went out and jobs start in order.
- */
-export type SubmissionPhase = 'unlocking' | 'addressing' | 'started';
-
-export interface SubmissionCore {
-  phase: SubmissionPhase;
-  addresses_due_ms: number | null;
-  /** When its first job ran (epoch ms): `max_duration` counts from it. */
-  running_since_ms: number | null;
-  /** The first group child that failed on its own, as the run's message. */
-  group_failure: string | null;
-  /** How it ends, once decided: from then on its jobs are teardown's, their events no longer count. */
-  ending: Ending | null;
-}
+export type RunCore = z.infer<typeof RunCoreSchema>;
+export type SubmissionCore = z.infer<typeof SubmissionCoreSchema>;
+export type SubmissionPhase = SubmissionCore['phase'];
 
 export const BACKOFF_MAX_S = 300;
 

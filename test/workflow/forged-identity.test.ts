@@ -38,17 +38,22 @@ afterAll(async () => {
 
 function forgedCarried(victim: RunState): CarriedRun {
   return {
-    state: victim,
+    core: {
+      run: victim,
+      limits: { address_deadline_s: 600, provision_attempt_timeout_s: 600 },
+      retry: null,
+      retry_deadline_ms: null,
+      backoff_s: 5,
+      stop_request: null,
+      failure_events: {},
+      submission: { phase: 'started', addresses_due_ms: null, running_since_ms: null, group_failure: null, ending: null },
+      live: null,
+    },
     generation: 1,
-    retry_deadline_ms: null,
-    backoff_s: 5,
-    stop_request: null,
     group_provisioning: false,
-    failure_events: [],
     announced: null,
     signalled: victim.jobs.map((j) => j.job_num),
-    running_since_ms: null,
-    live: { restart_times: [], added_plans: [], unwanted: [], peers: { book: null, sent: [], seen: [], problem: null } },
+    live: { unwanted: [], peers: { book: null, sent: [], seen: [], problem: null } },
   };
 }
 

@@ -1,0 +1,93 @@
+import { z } from 'zod';
+import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema } from '../plan/plan-schema';
+import { RunStateSchema } from '../../workflows/run-state-schema';
+
+/**
+ * The run core's state as zod schemas: its types (state.ts, live.ts, ending.ts) are inferred from
+ * them, and the next execution of a run checks what it is handed with them (hand-over is the core
+ * itself, carried as it is). Workflow code imports only the types: a workflow's modules are
+ * evaluated again for every new workflow, and zod's are the largest.
+ */
+
+export const EndingSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('done') }),
+  z.object({ kind: z.literal('failed'), job_num: z.number().int().nullable(), retry_event: RetryEventSchema.nullable(), message: z.string() }),
+  z.object({ kind: z.literal('stopped'), abort: z.boolean() }),
+]);
+
+export const SubmissionCoreSchema = z.object({
+  /**
+   * `unlocking` until job 0 has its machine; `addressing` until every job has an address (by
+   * `addresses_due_ms`); `started` once the book went out and jobs start in order.
+   */
+  phase: z.enum(['unlocking', 'addressing', 'started']),
+  addresses_due_ms: z.number().nullable(),
+  /** When its first job ran (epoch ms): `max_duration` counts from it. */
+  running_since_ms: z.number().nullable(),
+  /** The first group child that failed on its own, as the run's message. */
+  group_failure: z.string().nullable(),
+  /** How it ends, once decided: from then on its jobs are teardown's, their events no longer count. */
+  ending: EndingSchema.nullable(),
+});
+
+/** A resize of one group: `growing` until its new ranks run, `releasing` while removed ones are given back, `over` once answered. */
+export const ResizeSchema = z.object({
+  id: z.number().int(),
+  group: z.number().int().nonnegative(),
+  phase: z.enum(['growing', 'releasing', 'over']),
+  added: z.array(z.number().int()),
+  removed: z.array(z.number().int()),
+  error: z.string().nullable(),
+});
+
+/** Job numbers as a record's keys (JSON has string keys only). */
+const byJobNum = <T extends z.ZodType>(value: T) => z.record(z.string().regex(/^\d+$/), value);
+
+export const LiveCoreSchema = z.object({
+  /** Per group: when each of its restarts began (epoch ms): the `on_failure` budget. */
+  restart_times: z.array(z.array(z.number())),
+  /** Per group: where it is in a restart. */
+  groups: z.array(
+    z.object({
+      /** Its nodes are being replaced: over once every one of them is READY again on its new attempt. */
+      restarting: z.boolean(),
+      /** `on_dependency_restart: restart`: its running nodes restart once the groups it depends on are back. */
+      restart_after_dependencies: z.boolean(),
+    }),
+  ),
+  /** New attempts provisioned or provisioning, not yet let start: job_num → attempt. */
+  attempts_to_start: byJobNum(z.number().int().nonnegative()),
+  /** Ranks added by a resize under way that have not run yet: a failure of theirs undoes the addition. */
+  added_by_resize: z.array(z.number().int()),
+  /** Plans of the ranks resizes added (the task's plan has the first ranks only), by job_num. */
+  added_plans: byJobNum(JobPlanSchema),
+  /** Resizes under way (one per group at most), until their Update has its answer. */
+  resizes: z.array(ResizeSchema),
+});
+
+export const RunCoreSchema = z.object({
+  /** What queries answer; its job records are changed in place by the loop's steps (jobs.ts). */
+  run: RunStateSchema,
+  plan: PlanSchema,
+  limits: z.object({
+    /** How long after the other groups are unlocked every job may take to get its address. */
+    address_deadline_s: z.number().positive(),
+    /** One provisioning attempt's limit (added to what is left of a no-capacity retry). */
+    provision_attempt_timeout_s: z.number().positive(),
+  }),
+  retry: RetryPolicySchema.nullable(),
+  /** Epoch ms when `retry.duration` runs out (null: no retry). */
+  retry_deadline_ms: z.number().nullable(),
+  /** The next back-off before a resubmission (doubles each time, up to BACKOFF_MAX_S). */
+  backoff_s: z.number().positive(),
+  /** Asked to stop (`abort`: without grace). Outlives a submission. */
+  stop_request: z.object({ abort: z.boolean() }).nullable(),
+  /** The retry event each failed job counts as, by job_num (exits with an error count as `error`). */
+  failure_events: byJobNum(RetryEventSchema.nullable()),
+  submission: SubmissionCoreSchema,
+  /** Healing and resizing (null: the run uses none of Troupe's live extensions). */
+  live: LiveCoreSchema.nullable(),
+});
+
+/** What a run hands its next execution of its core: all of it but the plan, which the run's input has. */
+export const CarriedCoreSchema = RunCoreSchema.omit({ plan: true });
