@@ -3,6 +3,7 @@
  * fleet (as `local`), configured by the JSON in TROUPE_BENCH_WORKER (see WorkerConfigSchema).
  * Prints "ready" once polling; SIGTERM stops it.
  */
+import { Client } from '@temporalio/client';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createActivities, type BackendRegistry } from '../../activities';
 import { DEFAULT_MAX_ACTIVITIES } from '../../src/worker/create-worker';
@@ -15,13 +16,26 @@ import { quietRuntime } from './temporal-env';
 import { WorkerConfigSchema } from './worker-config';
 import { metricsSinks } from '../../src/worker/metrics-sinks';
 import { workerMetrics } from '../../src/metrics/troupe-metrics';
+import { parseListenAddress } from '../../src/metrics/metrics-server';
+import { installSdkMetrics, serveWorkerMetrics } from '../../src/worker/worker-metrics';
 
 const config = WorkerConfigSchema.parse(JSON.parse(process.env.TROUPE_BENCH_WORKER ?? '{}'));
-quietRuntime();
+// With metrics the runtime is the one `troupe worker --metrics` installs (its exporter on), so not the quiet one.
+const listen = config.metrics ? parseListenAddress(config.metrics) : null;
+const sdkMetricsUrl = listen ? await installSdkMetrics() : null;
+if (!listen) quietRuntime();
 const { backend } = config;
 const backends: BackendRegistry =
   backend.kind === 'local'
-    ? { local: new LocalBackend({ stateDir: backend.state_dir, network: backend.network, ...(backend.subnet ? { subnet: backend.subnet } : {}) }) }
+    ? {
+        local: new LocalBackend({
+          stateDir: backend.state_dir,
+          network: backend.network,
+          ...(backend.subnet ? { subnet: backend.subnet } : {}),
+          ...(backend.gpus !== undefined ? { gpus: backend.gpus } : {}),
+          ...(backend.release_grace_s !== undefined ? { releaseGraceSeconds: backend.release_grace_s } : {}),
+        }),
+      }
     : {
         simulated:
           backend.kind === 'shared-simulated'
@@ -39,7 +53,9 @@ const worker = await Worker.create({
   sinks: metricsSinks(workerMetrics),
   maxConcurrentActivityTaskExecutions: config.max_concurrent_activities ?? DEFAULT_MAX_ACTIVITIES,
 });
+const metricsServer = listen ? await serveWorkerMetrics(listen, new Client({ connection }), sdkMetricsUrl) : null;
 process.once('SIGTERM', () => worker.shutdown());
 console.log('ready');
 await worker.run();
+await metricsServer?.close();
 await connection.close();

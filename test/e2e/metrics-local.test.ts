@@ -1,5 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +8,7 @@ import { TroupeClient, type RunHandle } from '../../src/client';
 import type { RunMetrics } from '../../src/client/run-usage';
 import { projectRoot } from '../../src/devserver/dev-server';
 import { freePort } from '../helpers/free-port';
+import { prometheusInstalled, startPrometheus, type Prometheus, type PromSample } from '../helpers/prometheus';
 import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
 
 /**
@@ -17,14 +18,13 @@ import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/tempora
  */
 
 const cli = fileURLToPath(new URL('../../bin/troupe.js', import.meta.url));
-const PROMETHEUS = '/usr/bin/prometheus';
 const ALLOCATED = 300 * 1024 * 1024;
 const scratch = mkdtempSync(join(tmpdir(), 'troupe-metrics-'));
 const queue = uniqueTaskQueue('metrics');
 const runName = `metrics-pd-${queue.slice(-8)}`;
 const children: ChildProcess[] = [];
 let metricsUrl = '';
-let promUrl = '';
+let prometheus: Prometheus | null = null;
 let troupe: TroupeClient;
 let run: RunHandle;
 let closeClient: () => Promise<void> = async () => undefined;
@@ -85,16 +85,9 @@ function ownCpuPercent(log: string, from: number, to: number): number | null {
   return c0 === null || c1 === null ? null : ((c1 - c0) / (to - from)) * 100;
 }
 
-interface PromSample {
-  metric: Record<string, string>;
-  value: [number, string];
-}
-
-async function promQuery(query: string): Promise<PromSample[]> {
-  const res = await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent(query)}`);
-  const body = (await res.json()) as { status: string; data: { result: PromSample[] } };
-  if (body.status !== 'success') throw new Error(`prometheus: ${JSON.stringify(body)}`);
-  return body.data.result;
+function promQuery(query: string): Promise<PromSample[]> {
+  if (!prometheus) throw new Error('prometheus not started');
+  return prometheus.query(query);
 }
 
 beforeAll(async () => {
@@ -108,19 +101,7 @@ beforeAll(async () => {
   metricsUrl = `http://127.0.0.1:${metricsPort}`;
   expect(worker.output()).toContain(`Metrics on ${metricsUrl}/metrics`);
 
-  const promPort = await freePort();
-  const config = join(scratch, 'prometheus.yml');
-  writeFileSync(
-    config,
-    ['global:', '  scrape_interval: 1s', 'scrape_configs:', '  - job_name: troupe-worker', '    static_configs:', `      - targets: ['127.0.0.1:${metricsPort}']`, ''].join('\n'),
-  );
-  await start(
-    PROMETHEUS,
-    [`--config.file=${config}`, `--storage.tsdb.path=${join(scratch, 'tsdb')}`, `--web.listen-address=127.0.0.1:${promPort}`],
-    {},
-    /Server is ready to receive web requests/,
-  );
-  promUrl = `http://127.0.0.1:${promPort}`;
+  prometheus = await startPrometheus(scratch, [`127.0.0.1:${metricsPort}`]);
 
   const { client, close } = await testClient();
   closeClient = close;
@@ -155,6 +136,7 @@ afterAll(async () => {
   await run?.stop().catch(() => undefined);
   if (run) await run.wait().catch(() => undefined);
   await closeClient();
+  await prometheus?.stop();
   for (const child of children.reverse()) {
     if (child.exitCode === null && child.signalCode === null) {
       child.kill('SIGTERM');
@@ -167,7 +149,7 @@ afterAll(async () => {
   rmSync(scratch, { recursive: true, force: true });
 }, 120_000);
 
-describe.skipIf(!existsSync(PROMETHEUS))('worker metrics and troupe metrics on the local fleet', () => {
+describe.skipIf(!prometheusInstalled())('worker metrics and troupe metrics on the local fleet', () => {
   it('troupe metrics RUN shows the job\'s memory and one busy core', async () => {
     const metrics = await until('a prefill sample with a CPU rate', async () => {
       const result = troupeCli(['metrics', runName, '--json']);

@@ -232,9 +232,9 @@ export function troupeCli(env: SshFleetEnv, args: string[]): Promise<CliResult> 
   });
 }
 
-/** `troupe worker` in its own process (the CLI as users run it), resolved once it polls. */
-export async function startCliWorker(extraEnv: Record<string, string>): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [cli, 'worker', '--backend', 'ssh'], {
+/** `troupe worker` in its own process (the CLI as users run it), resolved once it polls; `extraArgs` such as `--metrics HOST:PORT`. */
+export async function startCliWorker(extraEnv: Record<string, string>, extraArgs: string[] = []): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [cli, 'worker', '--backend', 'ssh', ...extraArgs], {
     env: { ...process.env, TEMPORAL_ADDRESS: temporalAddress(), ...extraEnv },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
