@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { InstanceSchema, JobRefSchema } from '../src/backends/backend';
 import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema } from '../src/plan/plan-schema';
-import { CarriedCoreSchema } from '../src/run-core/state-schema';
+import { CarriedCoreSchema, PeersBookSchema } from '../src/run-core/state-schema';
 import { JobTerminationReasonSchema } from './run-state-schema';
 
 /**
@@ -39,30 +39,7 @@ export type RunOptions = z.infer<typeof RunOptionsSchema>;
 export type RunOptionsInput = z.input<typeof RunOptionsSchema>;
 
 
-/** The run's live address book, as every node's peers.json holds it (README: TROUPE_PEERS_FILE). */
-export const PeersBookSchema = z.object({
-  version: z.number().int().nonnegative(),
-  run_name: z.string(),
-  groups: z.array(
-    z.object({
-      name: z.string(),
-      index: z.number().int(),
-      nodes: z.array(
-        z.object({
-          rank: z.number().int(),
-          group_rank: z.number().int(),
-          /** Null while the node is restarting (no machine). */
-          ip: z.string().nullable(),
-          gpus: z.number().int().nonnegative(),
-          attempt: z.number().int().nonnegative(),
-          status: z.enum(['starting', 'running', 'ready', 'restarting', 'ended']),
-          ready: z.boolean(),
-        }),
-      ),
-    }),
-  ),
-});
-export type PeersBook = z.infer<typeof PeersBookSchema>;
+export { PeersBookSchema, type PeersBook } from '../src/run-core/state-schema';
 
 /** Group child → run: what happened to one job. */
 /**
@@ -120,13 +97,8 @@ export const CarriedRunSchema = z.object({
   /** Jobs already let start. */
   signalled: z.array(z.number().int()),
   live: z.object({
+    /** Machines provisioned for attempts replaced meanwhile, still to give back. */
     unwanted: z.array(JobRefSchema),
-    peers: z.object({
-      book: PeersBookSchema.nullable(),
-      sent: z.array(z.object({ job_num: z.number().int(), attempt: z.number().int(), version: z.number().int() })),
-      seen: z.array(z.object({ job_num: z.number().int(), attempt: z.number().int(), key: z.string() })),
-      problem: z.string().nullable(),
-    }),
   }),
 });
 export type CarriedRun = z.infer<typeof CarriedRunSchema>;

@@ -1,12 +1,12 @@
 import type { Effect } from '../src/run-core/effects';
 import { jobPlanOf, withoutAttemptsToStart } from '../src/run-core/live';
+import { bookToStartWith } from '../src/run-core/peers';
 import { dependencyWaits, startsInGroupOrder, usesDependencies } from '../src/run-core/startup-order';
 import { newAttemptsSignal, startAttemptsSignal } from './messages';
 import { teardownActivities } from './node-group-activities';
 import type { Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
 import { metricsOfRun } from './run-metrics';
-import { bookToStartWith } from './run-peers';
 import type { Submission } from './submission';
 
 /**
@@ -68,7 +68,9 @@ export async function startNewAttempts(run: Run, submission: Submission): Promis
     (job) => !unplaced.has(job.group_index) && (waits === null || waits[job.group_index] === null) && startsInGroupOrder(plan, run.state.jobs, job),
   );
   if (due.length === 0) return;
-  const book = bookToStartWith(run, due);
+  const start = bookToStartWith(run.core, due);
+  run.core = start.core;
+  const { book } = start;
   if (!book) return;
   run.core = withoutAttemptsToStart(run.core, due.map((job) => job.job_num));
   const groups = [...new Set(due.map((job) => job.group_index))];

@@ -4,6 +4,7 @@ import { decideRun } from '../src/run-core/decide';
 import { announceStatus, type Run } from './run-context';
 import { askNewAttempts } from './run-attempts';
 import { jobRefOf } from './run-job-refs';
+import { publishPeers } from './run-peers';
 import { releaseRemoved } from './run-scaling';
 
 /**
@@ -40,6 +41,9 @@ function apply(run: Run, effect: Effect): void {
       break;
     case 'release':
       releaseRemoved(run, effect);
+      break;
+    case 'publish-peers':
+      publishPeers(run, effect);
       break;
     case 'end-submission':
       // The submission's end is read from the core by the loop; teardown carries it out.

@@ -8,7 +8,7 @@ import { answerOf, jobsPage } from './run-state';
 function bookNow(run: Run): AddressBook | null {
   if (!run.live) return run.announced;
   const book = run.announced ? addressBookOf(run.state, { partial: true }) : null;
-  const peers = run.live.peers.book;
+  const peers = run.core.live?.peers.book;
   return book && peers ? { ...book, peers } : book;
 }
 

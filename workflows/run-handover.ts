@@ -4,7 +4,7 @@ import { isLiveSettled } from '../src/run-core/live';
 import type { CarriedRun, RunInput, RunInputArg } from './messages';
 import { newRun, setStatus, stopAsked, type Run } from './run-context';
 import { takeEvents } from './run-events';
-import { peersSettled } from './run-peers';
+import { peersSettled } from '../src/run-core/peers';
 import type { RunState } from './run-state';
 import type { Submission } from './submission';
 
@@ -54,7 +54,7 @@ function isQuiet(run: Run, submission: Submission): boolean {
     (run.core.live === null || isLiveSettled(run.core.live)) &&
     live.resizing.size === 0 &&
     live.unwanted.length === 0 &&
-    peersSettled(run) &&
+    peersSettled(run.core) &&
     allHandlersFinished()
   );
 }
@@ -74,15 +74,7 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
     group_provisioning: run.groupProvisioning,
     announced: run.announced,
     signalled: [...submission.signalled],
-    live: {
-      unwanted: live.unwanted,
-      peers: {
-        book: live.peers.book,
-        sent: [...live.peers.sent].map(([job_num, sent]) => ({ job_num, ...sent })),
-        seen: [...live.peers.seen].map(([job_num, seen]) => ({ job_num, ...seen })),
-        problem: live.peers.problem,
-      },
-    },
+    live: { unwanted: live.unwanted },
   };
   // RunWorkflow's signature (importing it would make a circle of modules).
   return continueAsNew<(arg: RunInputArg) => Promise<RunState>>({ ...run.input, carried });
@@ -98,16 +90,7 @@ export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; sig
   run.announced = carried.announced;
   // Until its children have taken the jobs up (startGroups), resizes are asked again.
   run.handingOver = true;
-  const { live } = run;
-  if (live) {
-    live.unwanted = carried.live.unwanted;
-    const { book, sent, seen, problem } = carried.live.peers;
-    live.peers.book = book;
-    live.peers.key = book ? JSON.stringify(book.groups) : '';
-    live.peers.sent = new Map(sent.map(({ job_num, ...rest }) => [job_num, rest]));
-    live.peers.seen = new Map(seen.map(({ job_num, ...rest }) => [job_num, rest]));
-    live.peers.problem = problem;
-  }
+  if (run.live) run.live.unwanted = carried.live.unwanted;
   // The search attributes travel with the run; its status is set again all the same.
   setStatus(run, run.state.status);
   return { run, signalled: new Set(carried.signalled) };

@@ -8,14 +8,13 @@ import type { Submission } from './run-groups';
 import { handoverDue } from './run-handover';
 import { releaseUnwanted, startNewAttempts } from './run-attempts';
 import { recordLaunch } from './run-metrics';
-import { publishPeers } from './run-peers';
 import { announceAddresses, letAllowedJobsStart, unlockOtherGroups } from './run-startup';
 
 /**
  * The one loop of a submission. Each pass: the events the handlers queued go to the run's core
  * (src/run-core), which alone decides the state and how the submission ends; their effects are
  * carried out here; then the start-up steps of the submission's phase — the staged unlock, the
- * address book, start-up in order — and the live run's new attempts and peers. It waits for the next
+ * address book, start-up in order — and the live run's new attempts. It waits for the next
  * event, a step's change, or the core's next deadline. Returns how the submission ended, or that
  * the run hands over to its next execution.
  */
@@ -55,7 +54,7 @@ export async function driveSubmission(run: Run, submission: Submission): Promise
   }
 }
 
-/** Start-up in the order asked, and a live run's new attempts and peers. */
+/** Start-up in the order asked, and a live run's new attempts. */
 async function startInOrder(run: Run, submission: Submission): Promise<void> {
   const { plan } = run.input;
   const { state } = run;
@@ -68,7 +67,6 @@ async function startInOrder(run: Run, submission: Submission): Promise<void> {
   await letAllowedJobsStart(run, submission);
   if (run.live) {
     await startNewAttempts(run, submission);
-    publishPeers(run);
   }
   if (!submission.launchRecorded && state.jobs.every((job) => job.removed || job.running_at !== null)) {
     submission.launchRecorded = true;

@@ -10,7 +10,7 @@ import { teardownActivities } from './node-group-activities';
 import { HANDING_OVER, scaleGroupUpdate, type ScaleGroupResult } from './messages';
 import { stopAsked, type Run } from './run-context';
 import { jobRefOf } from './run-job-refs';
-import { peersSettled } from './run-peers';
+import { peersSettled } from '../src/run-core/peers';
 import { metricsOfRun } from './run-metrics';
 
 /**
@@ -114,7 +114,7 @@ async function resize(run: Run, group: GroupPlan, nodes: number): Promise<ScaleG
   if (answer.error) throw ApplicationFailure.nonRetryable(answer.error, 'ScaleFailed');
   const { added, removed } = answer;
   if (added.length > 0 || removed.length > 0) metricsOfRun.groupResized(group.name, added.length > 0 ? 'up' : 'down');
-  await condition(() => peersSettled(run) || run.state.status !== 'RUNNING');
+  await condition(() => peersSettled(run.core) || run.state.status !== 'RUNNING');
   return { group: group.name, nodes: run.state.groups[group.index]?.nodes ?? nodes, added, removed, peers_version: run.state.peers_version };
 }
 

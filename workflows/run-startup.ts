@@ -1,7 +1,7 @@
 import { addressesReadySignal, mayStartSignal, unlockGroupSignal, type AddressBook } from './messages';
 import type { Run } from './run-context';
 import type { Submission } from './run-groups';
-import { bookToStartWith, currentPeers, noteBookSent } from './run-peers';
+import { bookToStartWith, noteBookSent, peersNow } from '../src/run-core/peers';
 import { jobsAllowedToStart } from '../src/run-core/startup-order';
 
 /**
@@ -21,10 +21,10 @@ export function unlockOtherGroups(submission: Submission): Promise<unknown> {
  */
 export function announceAddresses(run: Run, submission: Submission, addresses: AddressBook): void {
   const { state } = run;
-  const peers = currentPeers(run);
-  const book: AddressBook = { ...addresses, peers };
+  const now = peersNow(run.core);
+  const book: AddressBook = { ...addresses, peers: now.book };
   run.announced = book;
-  noteBookSent(run, state.jobs, peers);
+  run.core = noteBookSent(now.core, state.jobs, now.book);
   const first = jobsAllowedToStart(run.input.plan, state.jobs);
   first.forEach((n) => submission.signalled.add(n));
   const inline = JSON.stringify(book).length * submission.children.length <= ADDRESS_BOOK_INLINE_MAX_BYTES ? { book } : {};
@@ -42,7 +42,12 @@ export async function letAllowedJobsStart(run: Run, submission: Submission): Pro
   if (allowed.length > 0) {
     allowed.forEach((n) => submission.signalled.add(n));
     // A live run's nodes start with the book as it is now (the one announced may be old by then).
-    const book = run.live ? bookToStartWith(run, allowed.flatMap((n) => state.jobs[n] ?? [])) : undefined;
+    let book: AddressBook | undefined;
+    if (run.live) {
+      const start = bookToStartWith(run.core, allowed.flatMap((n) => state.jobs[n] ?? []));
+      run.core = start.core;
+      book = start.book;
+    }
     await Promise.all([
       submission.delivered,
       ...submission.children.map((child, g) => {

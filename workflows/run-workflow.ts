@@ -8,12 +8,12 @@ import {
 } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities/types';
 import { decideAfterTeardown, resubmit } from '../src/run-core/outcome';
+import { withoutPeersProblem } from '../src/run-core/peers';
 import type { RunInput, RunInputArg } from './messages';
 import { newRun, setStatus, stopAsked, type Ending, type Outcome, type Run } from './run-context';
 import { takeEvents } from './run-events';
 import { newLiveRun } from './run-live';
 import { driveSubmission } from './run-loop';
-import { clearPeersProblem } from './run-peers';
 import { setRunHandlers } from './run-handlers';
 import { setScaleHandler } from './run-scaling';
 import { startGroups, type Submission } from './run-groups';
@@ -88,7 +88,7 @@ async function runSubmission(run: Run, submission: Submission): Promise<Outcome>
       run.handingOver = true;
     } else {
       run.state.status = 'TERMINATING';
-      clearPeersProblem(run);
+      run.core = withoutPeersProblem(run.core);
     }
     submission.scope.cancel();
     await Promise.all(submission.childResults);

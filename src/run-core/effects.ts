@@ -26,6 +26,14 @@ export type Effect =
   | { kind: 'give-back'; job_num: number; attempt: number; instance: Instance }
   /** Stop these ranks (with grace) and give their machines back, then report `released` for resize `resize`. */
   | { kind: 'release'; resize: number; jobs: Array<{ job_num: number; attempt: number; instance: Instance }>; summary: string }
+  /** Write the live address book (`json`, version `version`) to these nodes, then run these `on_peers_change` hooks; report `peers-published`. */
+  | {
+      kind: 'publish-peers';
+      version: number;
+      json: string;
+      jobs: Array<{ job_num: number; attempt: number; instance: Instance }>;
+      hooks: Array<{ job_num: number; attempt: number; instance: Instance; label: string; command: string }>;
+    }
   /** After teardown: submit the whole run again, after this back-off. */
   | { kind: 'resubmit'; after_s: number }
   /** After teardown: the run's final status, reason and message. */

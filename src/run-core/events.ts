@@ -23,5 +23,7 @@ export type RunEvent =
   | { kind: 'released'; id: number; error: string | null }
   /** The resize's Update has its answer: it is forgotten. */
   | { kind: 'resize-answered'; id: number }
+  /** A publication of the live address book is over: the hooks that failed, or why it was not delivered. */
+  | { kind: 'peers-published'; version: number; failed_hooks: Array<{ label: string; exit_code: number; output: string }>; error: string | null }
   /** Look again: time passed, or a step outside the core changed the jobs. */
   | { kind: 'tick' };

@@ -26,6 +26,7 @@ export function newLiveCore(plan: Plan): LiveCore {
     added_by_resize: [],
     added_plans: {},
     resizes: [],
+    peers: { book: null, key: '', sent: {}, seen: {}, publishing: null, problem: null },
   };
 }
 

@@ -36,6 +36,7 @@ export function decideOutcome(core: RunCore, event: RunEvent, now: number): Deci
     case 'resize':
     case 'released':
     case 'resize-answered':
+    case 'peers-published':
       return { state: core, effects };
   }
 }

@@ -9,6 +9,30 @@ import { RunStateSchema } from '../../workflows/run-state-schema';
  * evaluated again for every new workflow, and zod's are the largest.
  */
 
+/** The run's live address book, as every node's peers.json holds it (README: TROUPE_PEERS_FILE). */
+export const PeersBookSchema = z.object({
+  version: z.number().int().nonnegative(),
+  run_name: z.string(),
+  groups: z.array(
+    z.object({
+      name: z.string(),
+      index: z.number().int(),
+      nodes: z.array(
+        z.object({
+          rank: z.number().int(),
+          group_rank: z.number().int(),
+          /** Null while the node is restarting (no machine). */
+          ip: z.string().nullable(),
+          gpus: z.number().int().nonnegative(),
+          attempt: z.number().int().nonnegative(),
+          status: z.enum(['starting', 'running', 'ready', 'restarting', 'ended']),
+          ready: z.boolean(),
+        }),
+      ),
+    }),
+  ),
+});
+export type PeersBook = z.infer<typeof PeersBookSchema>;
 export const EndingSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('done') }),
   z.object({ kind: z.literal('failed'), job_num: z.number().int().nullable(), retry_event: RetryEventSchema.nullable(), message: z.string() }),
@@ -63,6 +87,26 @@ export const LiveCoreSchema = z.object({
   added_plans: byJobNum(JobPlanSchema),
   /** Resizes under way (one per group at most), until their Update has its answer. */
   resizes: z.array(ResizeSchema),
+  peers: z.object({
+    /** The current book (its version goes up when its content changes). */
+    book: PeersBookSchema.nullable(),
+    /** The book's content without its version: how a change is seen. */
+    key: z.string(),
+    /** Per rank: the attempt and book version its node has. */
+    sent: byJobNum(z.object({ attempt: z.number().int(), version: z.number().int() })),
+    /** Per rank: the state of its group's dependencies its node last saw (its start book, or its last hook). */
+    seen: byJobNum(z.object({ attempt: z.number().int(), key: z.string() })),
+    /** A publication under way: the version, and the nodes and hooks it is for. */
+    publishing: z
+      .object({
+        version: z.number().int(),
+        targets: z.array(z.object({ job_num: z.number().int(), attempt: z.number().int() })),
+        hooks: z.array(z.object({ job_num: z.number().int(), attempt: z.number().int(), key: z.string() })),
+      })
+      .nullable(),
+    /** What last went wrong delivering the book or running a hook (shown as the run's message), or null. */
+    problem: z.string().nullable(),
+  }),
 });
 
 export const RunCoreSchema = z.object({

@@ -53,7 +53,7 @@ function forgedCarried(victim: RunState): CarriedRun {
     group_provisioning: false,
     announced: null,
     signalled: victim.jobs.map((j) => j.job_num),
-    live: { unwanted: [], peers: { book: null, sent: [], seen: [], problem: null } },
+    live: { unwanted: [] },
   };
 }
 
