@@ -43,7 +43,8 @@ import {
   KILLED_EXIT_CODE,
   type JobProcessTarget,
 } from './job-process';
-import { localInstanceId, nodeLinkNames, type NodeLinkNames } from './local-names';
+import { fleetWallPrefix, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
+import { addToRunWall, firewallUnavailable, removeWalls } from './firewall';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
@@ -147,6 +148,7 @@ export class LocalBackend implements Backend {
   /** Single stops (stopJob, releaseJob) that read and write job files at once, however many a caller asks for. */
   private readonly jobFiles = new Slots(JOBS_IN_FLIGHT);
   private modePromise: Promise<NetworkMode> | null = null;
+  private modeErrorSaid = false;
   private readonly pools = new Map<NetworkMode, string[]>();
   /** The programs isolation runs, when jobs are isolated (looked up once). */
   private readonly isolation: { tools: () => IsolationTools } | null;
@@ -178,7 +180,14 @@ export class LocalBackend implements Backend {
     if (wanted === 'netns' && !available) {
       throw new Error('local fleet: network "netns" needs root and a working `ip netns` (use "loopback" or "auto")');
     }
-    return available ? 'netns' : 'loopback';
+    if (!available) return 'loopback';
+    // No node in a namespace without its wall: no silent fallback to a fleet whose jobs reach the
+    // machine's services and each other's runs (README, Security).
+    const missing = await firewallUnavailable();
+    if (missing) {
+      throw new Error(`local fleet: network namespaces need nftables for the firewall around each run, and ${missing}; install nftables (scripts/setup.sh does)`);
+    }
+    return 'netns';
   }
 
   /** The addresses the fleet hands out in this mode (computed once: a /16 has 65,534). */
@@ -244,6 +253,9 @@ export class LocalBackend implements Backend {
       if (record !== candidate && record.ip !== ip) await this.store.releaseAddress(ip, instanceId);
       return record;
     });
+    // The wall first: a node's port is on the bridge only once its run's rules hold it.
+    const walled = records.flatMap((r) => (r.host_link ? [{ port: r.host_link, address: r.ip }] : []));
+    if (walled.length > 0) await addToRunWall(runWallKey(this.options.stateDir, req.run_id, req.submission), walled);
     await Promise.all([
       forEachJob(records, async (record) => {
         const names = linkNames(record);
@@ -255,6 +267,7 @@ export class LocalBackend implements Backend {
     ]);
     // releaseRun() may have run meanwhile: undo what this call set up, then refuse.
     if (await this.store.isReleased(req.run_id, req.submission)) {
+      if (walled.length > 0) await this.removeWalls(req.run_id, req.submission);
       await forEachJob(records, (record) => this.forget(record));
       await this.removeRunUserOf(req.run_id, req.submission);
       await this.refuseReleased(req.run_id, req.submission);
@@ -516,6 +529,8 @@ export class LocalBackend implements Backend {
     const jobDirs = await this.store.jobDirs(runId, submission);
     await forEachJob(jobDirs, (dir) => keepOnly(dir, RELEASED_JOB_FILES));
     await this.removeRunUserOf(runId, submission);
+    // Before the records: a worker killed in between leaves records, so the reaper comes back.
+    if (records.some((r) => r.netns)) await this.removeWalls(runId, submission);
     await forEachJob(records, (record) => this.forget(record));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
@@ -528,6 +543,7 @@ export class LocalBackend implements Backend {
    * whose release did not finish (instance records left): what the worker's reaper looks at.
    */
   async heldRuns(): Promise<HeldRun[]> {
+    await this.reconcileWalls();
     const [owners, records] = await Promise.all([this.store.owners(), this.store.allRecords()]);
     const held: HeldRun[] = [];
     for (const owner of owners) {
@@ -575,6 +591,36 @@ export class LocalBackend implements Backend {
   private async removeRunUserOf(runId: string, submission: number): Promise<void> {
     if (process.getuid?.() !== 0) return;
     await removeRunUser(runUserName(runId, submission));
+  }
+
+  /**
+   * The fleet's walls left by a worker killed mid-way (runs of this fleet with no instance record
+   * left), and the given submission's wall. Walls of other fleets (state directories) on the
+   * machine are theirs to keep.
+   */
+  private async removeWalls(runId?: string, submission?: number): Promise<void> {
+    const own = fleetWallPrefix(this.options.stateDir);
+    const asked = runId !== undefined && submission !== undefined ? runWallKey(this.options.stateDir, runId, submission) : null;
+    await removeWalls(async () => {
+      const live = new Set((await this.store.allRecords()).map((r) => runWallKey(this.options.stateDir, r.run_id, r.submission)));
+      return (key) => key === asked || (key.startsWith(own) && !live.has(key));
+    });
+  }
+
+  /**
+   * At the reaper's passes (the first at the worker's start): in netns mode, the walls a killed
+   * worker left; without nftables, says so once (provisioning refuses with the same line).
+   */
+  private async reconcileWalls(): Promise<void> {
+    let mode: NetworkMode;
+    try {
+      mode = await this.networkMode();
+    } catch (err) {
+      if (!this.modeErrorSaid) console.error(err instanceof Error ? err.message : String(err));
+      this.modeErrorSaid = true;
+      return;
+    }
+    if (mode === 'netns') await this.removeWalls();
   }
 
   /** Removes an instance: its namespace and links, its address lease, its record. */
