@@ -543,7 +543,8 @@ export class LocalBackend implements Backend {
    * whose release did not finish (instance records left): what the worker's reaper looks at.
    */
   async heldRuns(): Promise<HeldRun[]> {
-    await this.reconcileWalls();
+    // A wall that cannot be listed or removed now does not keep the reaper from the runs it holds.
+    await this.reconcileWalls().catch((err: unknown) => console.error(`local fleet: ${err instanceof Error ? err.message : String(err)}`));
     const [owners, records] = await Promise.all([this.store.owners(), this.store.allRecords()]);
     const held: HeldRun[] = [];
     for (const owner of owners) {
