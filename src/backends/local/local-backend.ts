@@ -45,6 +45,7 @@ import {
 } from './job-process';
 import { fleetWallPrefix, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
 import { addToRunWall, firewallUnavailable, removeWalls } from './firewall';
+import { chooseNetworkMode } from './network-mode';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
@@ -175,19 +176,7 @@ export class LocalBackend implements Backend {
 
   private async resolveMode(): Promise<NetworkMode> {
     const wanted = this.options.network;
-    if (wanted === 'loopback') return 'loopback';
-    const available = await netnsAvailable();
-    if (wanted === 'netns' && !available) {
-      throw new Error('local fleet: network "netns" needs root and a working `ip netns` (use "loopback" or "auto")');
-    }
-    if (!available) return 'loopback';
-    // No node in a namespace without its wall: no silent fallback to a fleet whose jobs reach the
-    // machine's services and each other's runs (README, Security).
-    const missing = await firewallUnavailable();
-    if (missing) {
-      throw new Error(`local fleet: network namespaces need nftables for the firewall around each run, and ${missing}; install nftables (scripts/setup.sh does)`);
-    }
-    return 'netns';
+    return await chooseNetworkMode(wanted, wanted !== 'loopback' && (await netnsAvailable()), firewallUnavailable);
   }
 
   /** The addresses the fleet hands out in this mode (computed once: a /16 has 65,534). */
