@@ -10,6 +10,7 @@ describe('local firewall rules', () => {
     expect(runWallKey('/var/lib/troupe/local', 'run-a', 1)).toBe(KEY);
     expect(runWallKey('/var/lib/troupe/local', 'run-a', 2)).not.toBe(KEY);
     expect(runWallKey('/tmp/other', 'run-a', 1)).not.toBe(KEY);
+    expect(runWallKey('/var/lib/troupe/./local/', 'run-a', 1)).toBe(KEY);
     expect(KEY.startsWith(fleetWallPrefix('/var/lib/troupe/local'))).toBe(true);
   });
 

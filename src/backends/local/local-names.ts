@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { resolve } from 'node:path';
 
 /** Names the local fleet derives from a job's identity; all deterministic, so retries find them again. */
 
@@ -41,9 +42,9 @@ export function runWallKey(stateDir: string, runId: string, submission: number):
   return `${fleetWallPrefix(stateDir)}${shortHash(`${runId}\0${submission}`, 12)}`;
 }
 
-/** What every wall key of the fleet kept in `stateDir` starts with. */
+/** What every wall key of the fleet kept in `stateDir` starts with (however the directory is spelt). */
 export function fleetWallPrefix(stateDir: string): string {
-  return `${shortHash(stateDir, 8)}_`;
+  return `${shortHash(resolve(stateDir), 8)}_`;
 }
 
 /** A run id or job name as one safe path component: kept as is when harmless, else sanitised and hashed. */
