@@ -36,7 +36,7 @@ describe('local firewall rules', () => {
     ]);
     expect(lines).toEqual(expect.arrayContaining([
       `add set bridge troupe nodes_${KEY} { type ifname . ipv4_addr; }`,
-      `add rule bridge troupe run_${KEY} oifname . ip daddr @nodes_${KEY} accept`,
+      `add rule bridge troupe run_${KEY} iifname . ip saddr @nodes_${KEY} oifname . ip daddr @nodes_${KEY} accept`,
       `add rule bridge troupe run_${KEY} drop`,
       `add element bridge troupe nodes_${KEY} { "trplh0123456789" . 10.213.0.5, "trplhabcdefabcd" . 10.213.0.6 }`,
       `add element bridge troupe ports { "trplh0123456789" : jump run_${KEY}, "trplhabcdefabcd" : jump run_${KEY} }`,

@@ -7,10 +7,10 @@
  * - `bridge troupe`: node ↔ node. Frames between two nodes are bridged at layer 2 and never reach
  *   the IP stack, so only the bridge family sees them. A node's port (its veth end on the bridge)
  *   is in the map `ports`, which jumps to its run's chain `run_<key>`; that chain accepts a frame
- *   only when it leaves through a port of the same run toward that port's own address (the set
- *   `nodes_<key>` of port . address), and drops everything else. Keyed by ports, not by source
- *   addresses, so a job (root in its namespace) that changes its address or forges a MAC gains
- *   nothing. ARP passes (a node must find its peers); everything but ARP and IPv4 from a node's
+ *   only when it comes from its port's own address and leaves through a port of the same run
+ *   toward that port's own address (the set `nodes_<key>` of port . address), and drops
+ *   everything else. Keyed by ports, not by addresses alone, so a job (root in its namespace)
+ *   that changes its address or forges a MAC gains nothing. ARP passes (a node must find its peers); everything but ARP and IPv4 from a node's
  *   port is dropped. A port in no run (a node of a worker without the wall) cannot reach a walled
  *   one.
  * - `inet troupe`: node → machine. Nothing a node sends through the bridge device reaches the
@@ -80,7 +80,7 @@ export function renderRunWall(bridge: string, portPrefix: string, key: string, n
     `add set ${b} ${runSet(key)} { type ifname . ipv4_addr; }`,
     `add chain ${b} ${runChain(key)}`,
     `flush chain ${b} ${runChain(key)}`,
-    `add rule ${b} ${runChain(key)} oifname . ip daddr @${runSet(key)} accept`,
+    `add rule ${b} ${runChain(key)} iifname . ip saddr @${runSet(key)} oifname . ip daddr @${runSet(key)} accept`,
     `add rule ${b} ${runChain(key)} drop`,
   ];
   if (nodes.length === 0) return lines;
