@@ -123,6 +123,14 @@ describe('local fleet firewall (netns mode, nftables)', () => {
     expect(table.split(`chain run_${key} {`)).toHaveLength(2);
     expect(table.split('ether type ip iifname vmap @ports')).toHaveLength(2);
 
+    // A node given back alone (replaced, removed) leaves the wall; its run's other node stays in it.
+    const [gone, kept] = first.map((node) => nodeLinkNames(node.instance_id).hostLink);
+    await backend.releaseJob(jobRef(run, 0, first[0]!), 1);
+    await backend.releaseJob(jobRef(run, 0, first[0]!), 1);
+    const smaller = execFileSync('nft', ['list', 'table', 'bridge', 'troupe'], { encoding: 'utf8' });
+    expect(smaller).not.toContain(`"${gone}"`);
+    expect(smaller).toContain(`"${kept}" : jump run_${key}`);
+
     // A worker killed after the wall but whose records went (by hand here): the next one's reaper
     // pass removes the wall; another fleet's walls stay.
     const other = new LocalFleetHarness();

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseWallListing, renderRunWall, renderWallBase, renderWallRemoval } from '../../src/backends/local/firewall-rules';
+import { parseWallListing, renderNodeRemoval, renderRunWall, renderWallBase, renderWallRemoval } from '../../src/backends/local/firewall-rules';
 import { fleetWallPrefix, runWallKey } from '../../src/backends/local/local-names';
 
 const KEY = runWallKey('/var/lib/troupe/local', 'run-a', 1);
@@ -46,6 +46,18 @@ describe('local firewall rules', () => {
     // A whole batch is one transaction of a fixed number of lines, however many nodes.
     const many = Array.from({ length: 1000 }, (_, i) => ({ port: `trplh${i.toString(16).padStart(10, '0')}`, address: `10.213.${i >> 7}.${(i & 127) + 1}` }));
     expect(renderRunWall('trpl0', 'trplh', KEY, many)).toHaveLength(lines.length);
+  });
+
+  it('takes one node out of its wall whether or not it is still in it (add, then delete, in one transaction)', () => {
+    const lines = renderNodeRemoval(KEY, { port: 'trplh01', address: '10.213.0.5' });
+    expect(lines).toEqual([
+      `add element bridge troupe nodes_${KEY} { "trplh01" . 10.213.0.5 }`,
+      'add element bridge troupe wall_ports { "trplh01" }',
+      `add element bridge troupe ports { "trplh01" : jump run_${KEY} }`,
+      `delete element bridge troupe nodes_${KEY} { "trplh01" . 10.213.0.5 }`,
+      'delete element bridge troupe wall_ports { "trplh01" }',
+      `delete element bridge troupe ports { "trplh01" : jump run_${KEY} }`,
+    ]);
   });
 
   it('refuses names and addresses the fleet does not make (nothing reaches nft unchecked)', () => {

@@ -95,6 +95,22 @@ export function renderRunWall(bridge: string, portPrefix: string, key: string, n
   return lines;
 }
 
+/**
+ * Takes one node out of its run's wall (a replaced or removed node, once its link is gone): each
+ * element added, then deleted, in one transaction, which is how nft deletes what may be gone
+ * already. Fails as a whole only when the run's chain or set is gone, i.e. its wall with them.
+ */
+export function renderNodeRemoval(key: string, node: WalledNode): string[] {
+  const b = `bridge ${WALL_TABLE}`;
+  const port = `"${check('port', node.port, PORT)}"`;
+  const elements = [
+    `${runSet(key)} { ${port} . ${check('address', node.address, IPV4)} }`,
+    `wall_ports { ${port} }`,
+    `ports { ${port} : jump ${runChain(key)} }`,
+  ];
+  return [...elements.map((e) => `add element ${b} ${e}`), ...elements.map((e) => `delete element ${b} ${e}`)];
+}
+
 /** What the table holds of each run: its key and the ports that jump to its chain. */
 export type WallListing = Map<string, string[]>;
 

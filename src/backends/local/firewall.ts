@@ -1,6 +1,6 @@
 import { HOST_LINK_PREFIX } from './local-names';
 import { BRIDGE } from './netns';
-import { parseWallListing, renderRunWall, renderWallRemoval, WALL_TABLE, type WalledNode, type WallListing } from './firewall-rules';
+import { parseWallListing, renderNodeRemoval, renderRunWall, renderWallRemoval, WALL_TABLE, type WalledNode, type WallListing } from './firewall-rules';
 import { spawner, type CommandResult } from './spawner';
 
 /**
@@ -25,6 +25,13 @@ export async function firewallUnavailable(): Promise<string | null> {
 export async function addToRunWall(key: string, nodes: readonly WalledNode[]): Promise<void> {
   const r = await nft(renderRunWall(BRIDGE, HOST_LINK_PREFIX, key, nodes));
   if (r.code !== 0) throw new Error(`firewall: adding ${nodes.length} node(s) to wall ${key} failed: ${firstLine(r)}`);
+}
+
+/** Takes one node out of its run's wall; nothing to do when the wall is gone already. */
+export async function removeFromRunWall(key: string, node: WalledNode): Promise<void> {
+  const r = await nft(renderNodeRemoval(key, node));
+  if (r.code === 0 || !(await listWalls()).has(key)) return;
+  throw new Error(`firewall: removing ${node.port} from wall ${key} failed: ${firstLine(r)}`);
 }
 
 async function listWalls(): Promise<WallListing> {

@@ -44,7 +44,7 @@ import {
   type JobProcessTarget,
 } from './job-process';
 import { fleetWallPrefix, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
-import { addToRunWall, firewallUnavailable, removeWalls } from './firewall';
+import { addToRunWall, firewallUnavailable, removeFromRunWall, removeWalls } from './firewall';
 import { chooseNetworkMode } from './network-mode';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
@@ -554,7 +554,10 @@ export class LocalBackend implements Backend {
     const record = await this.store.readRecord(job.instance.instance_id);
     await this.stopJobIn(dir, job.instance.instance_id, record, graceSeconds);
     await keepOnly(dir, RELEASED_JOB_FILES);
-    if (record) await this.forget(record);
+    if (!record) return;
+    await this.forget(record);
+    // Once its link is gone (no moment without the wall); the run's other nodes keep theirs.
+    if (record.host_link) await removeFromRunWall(runWallKey(this.options.stateDir, record.run_id, record.submission), { port: record.host_link, address: record.ip });
   }
 
   /**
