@@ -43,7 +43,9 @@ import {
   KILLED_EXIT_CODE,
   type JobProcessTarget,
 } from './job-process';
-import { localInstanceId, nodeLinkNames, type NodeLinkNames } from './local-names';
+import { fleetWallPrefix, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
+import { addToRunWall, firewallUnavailable, removeFromRunWall, removeWalls } from './firewall';
+import { chooseNetworkMode } from './network-mode';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
@@ -147,6 +149,7 @@ export class LocalBackend implements Backend {
   /** Single stops (stopJob, releaseJob) that read and write job files at once, however many a caller asks for. */
   private readonly jobFiles = new Slots(JOBS_IN_FLIGHT);
   private modePromise: Promise<NetworkMode> | null = null;
+  private modeErrorSaid = false;
   private readonly pools = new Map<NetworkMode, string[]>();
   /** The programs isolation runs, when jobs are isolated (looked up once). */
   private readonly isolation: { tools: () => IsolationTools } | null;
@@ -173,12 +176,7 @@ export class LocalBackend implements Backend {
 
   private async resolveMode(): Promise<NetworkMode> {
     const wanted = this.options.network;
-    if (wanted === 'loopback') return 'loopback';
-    const available = await netnsAvailable();
-    if (wanted === 'netns' && !available) {
-      throw new Error('local fleet: network "netns" needs root and a working `ip netns` (use "loopback" or "auto")');
-    }
-    return available ? 'netns' : 'loopback';
+    return await chooseNetworkMode(wanted, wanted !== 'loopback' && (await netnsAvailable()), firewallUnavailable);
   }
 
   /** The addresses the fleet hands out in this mode (computed once: a /16 has 65,534). */
@@ -244,6 +242,9 @@ export class LocalBackend implements Backend {
       if (record !== candidate && record.ip !== ip) await this.store.releaseAddress(ip, instanceId);
       return record;
     });
+    // The wall first: a node's port is on the bridge only once its run's rules hold it.
+    const walled = records.flatMap((r) => (r.host_link ? [{ port: r.host_link, address: r.ip }] : []));
+    if (walled.length > 0) await addToRunWall(runWallKey(this.options.stateDir, req.run_id, req.submission), walled);
     await Promise.all([
       forEachJob(records, async (record) => {
         const names = linkNames(record);
@@ -255,6 +256,7 @@ export class LocalBackend implements Backend {
     ]);
     // releaseRun() may have run meanwhile: undo what this call set up, then refuse.
     if (await this.store.isReleased(req.run_id, req.submission)) {
+      if (walled.length > 0) await this.removeWalls(req.run_id, req.submission);
       await forEachJob(records, (record) => this.forget(record));
       await this.removeRunUserOf(req.run_id, req.submission);
       await this.refuseReleased(req.run_id, req.submission);
@@ -516,6 +518,8 @@ export class LocalBackend implements Backend {
     const jobDirs = await this.store.jobDirs(runId, submission);
     await forEachJob(jobDirs, (dir) => keepOnly(dir, RELEASED_JOB_FILES));
     await this.removeRunUserOf(runId, submission);
+    // Before the records: a worker killed in between leaves records, so the reaper comes back.
+    if (records.some((r) => r.netns)) await this.removeWalls(runId, submission);
     await forEachJob(records, (record) => this.forget(record));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
@@ -528,6 +532,8 @@ export class LocalBackend implements Backend {
    * whose release did not finish (instance records left): what the worker's reaper looks at.
    */
   async heldRuns(): Promise<HeldRun[]> {
+    // A wall that cannot be listed or removed now does not keep the reaper from the runs it holds.
+    await this.reconcileWalls().catch((err: unknown) => console.error(`local fleet: ${err instanceof Error ? err.message : String(err)}`));
     const [owners, records] = await Promise.all([this.store.owners(), this.store.allRecords()]);
     const held: HeldRun[] = [];
     for (const owner of owners) {
@@ -548,7 +554,10 @@ export class LocalBackend implements Backend {
     const record = await this.store.readRecord(job.instance.instance_id);
     await this.stopJobIn(dir, job.instance.instance_id, record, graceSeconds);
     await keepOnly(dir, RELEASED_JOB_FILES);
-    if (record) await this.forget(record);
+    if (!record) return;
+    await this.forget(record);
+    // Once its link is gone (no moment without the wall); the run's other nodes keep theirs.
+    if (record.host_link) await removeFromRunWall(runWallKey(this.options.stateDir, record.run_id, record.submission), { port: record.host_link, address: record.ip });
   }
 
   /**
@@ -575,6 +584,36 @@ export class LocalBackend implements Backend {
   private async removeRunUserOf(runId: string, submission: number): Promise<void> {
     if (process.getuid?.() !== 0) return;
     await removeRunUser(runUserName(runId, submission));
+  }
+
+  /**
+   * The fleet's walls left by a worker killed mid-way (runs of this fleet with no instance record
+   * left), and the given submission's wall. Walls of other fleets (state directories) on the
+   * machine are theirs to keep.
+   */
+  private async removeWalls(runId?: string, submission?: number): Promise<void> {
+    const own = fleetWallPrefix(this.options.stateDir);
+    const asked = runId !== undefined && submission !== undefined ? runWallKey(this.options.stateDir, runId, submission) : null;
+    await removeWalls(async () => {
+      const live = new Set((await this.store.allRecords()).map((r) => runWallKey(this.options.stateDir, r.run_id, r.submission)));
+      return (key) => key === asked || (key.startsWith(own) && !live.has(key));
+    });
+  }
+
+  /**
+   * At the reaper's passes (the first at the worker's start): in netns mode, the walls a killed
+   * worker left; without nftables, says so once (provisioning refuses with the same line).
+   */
+  private async reconcileWalls(): Promise<void> {
+    let mode: NetworkMode;
+    try {
+      mode = await this.networkMode();
+    } catch (err) {
+      if (!this.modeErrorSaid) console.error(err instanceof Error ? err.message : String(err));
+      this.modeErrorSaid = true;
+      return;
+    }
+    if (mode === 'netns') await this.removeWalls();
   }
 
   /** Removes an instance: its namespace and links, its address lease, its record. */

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { resolve } from 'node:path';
 
 /** Names the local fleet derives from a job's identity; all deterministic, so retries find them again. */
 
@@ -23,10 +24,27 @@ export interface NodeLinkNames {
   nodeLink: string;
 }
 
+/** What every node's bridge end is named with (the firewall recognises node ports by it). */
+export const HOST_LINK_PREFIX = 'trplh';
+
 /** Link names are at most 15 characters (IFNAMSIZ), hence a 10-hex hash behind a 5-letter prefix. */
 export function nodeLinkNames(instanceId: string): NodeLinkNames {
   const h = shortHash(instanceId, 10);
-  return { netns: `trpl-${h}`, hostLink: `trplh${h}`, nodeLink: `trpln${h}` };
+  return { netns: `trpl-${h}`, hostLink: `${HOST_LINK_PREFIX}${h}`, nodeLink: `trpln${h}` };
+}
+
+/**
+ * The firewall's name for a submission's wall (nftables chain and set names): the fleet (its
+ * state directory, so fleets of several workers on one machine never touch each other's walls)
+ * and the run, each hashed, so a restarted worker finds them again from its own records.
+ */
+export function runWallKey(stateDir: string, runId: string, submission: number): string {
+  return `${fleetWallPrefix(stateDir)}${shortHash(`${runId}\0${submission}`, 12)}`;
+}
+
+/** What every wall key of the fleet kept in `stateDir` starts with (however the directory is spelt). */
+export function fleetWallPrefix(stateDir: string): string {
+  return `${shortHash(resolve(stateDir), 8)}_`;
 }
 
 /** A run id or job name as one safe path component: kept as is when harmless, else sanitised and hashed. */
