@@ -114,11 +114,11 @@ describe('inter-node SSH on the local fleet', () => {
     const aUser = runUserName(running.run_uid, 0);
     const anyHostKey = '-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o ConnectTimeout=5';
     const probe = [
-      // Into run A with run B's own key, as B's user and as A's: refused (A's host key taken on trust here).
+      // Into run A, as B's user and as A's: the firewall lets no packet of run B reach run A's nodes.
       `ssh ${anyHostKey} "$OTHER_IP" true 2>&1 | tail -n 1; echo "as-own-user=\${PIPESTATUS[0]}"`,
       `ssh ${anyHostKey} "$OTHER_USER@$OTHER_IP" true 2>&1 | tail -n 1; echo "as-their-user=\${PIPESTATUS[0]}"`,
-      // With the run's own client config: A's host key is unknown, so it stops before logging in.
-      'ssh "$OTHER_IP" true 2>&1 | tail -n 1; echo "strict=${PIPESTATUS[0]}"',
+      // With the run's own client config: the same wall.
+      'ssh -o ConnectTimeout=5 "$OTHER_IP" true 2>&1 | tail -n 1; echo "strict=${PIPESTATUS[0]}"',
       // Its own peer, by address, with no flags: in the peer's environment, as the run's user.
       'ssh "$(sed -n 2p <<< "$DSTACK_NODES_IPS")" \'echo "peer-rank=$DSTACK_NODE_RANK peer-group=$DSTACK_NODE_GROUP_NAME peer-user=$(id -un)"\'',
     ];
@@ -126,9 +126,9 @@ describe('inter-node SSH on the local fleet', () => {
     const stateB = await (await submit({ yaml: taskB, runName: b })).wait();
     const logB = await logOf(b, 0);
     expect(stateB.status, logB).toBe('DONE');
-    expect(logB).toMatch(/Permission denied \(publickey\)\.\r?\nas-own-user=255\r?\n/);
-    expect(logB).toMatch(/Permission denied \(publickey\)\.\r?\nas-their-user=255\r?\n/);
-    expect(logB).toMatch(/Host key verification failed\.\r?\nstrict=255\r?\n/);
+    expect(logB).toMatch(/port 22: Connection timed out\r?\nas-own-user=255\r?\n/);
+    expect(logB).toMatch(/port 22: Connection timed out\r?\nas-their-user=255\r?\n/);
+    expect(logB).toMatch(/port 22: Connection timed out\r?\nstrict=255\r?\n/);
     expect(logB).toContain(`peer-rank=1 peer-group=peer peer-user=${runUserName(stateB.run_uid, 0)}`);
     await expectNothingLeft(stateB);
 
