@@ -81,7 +81,12 @@ describe('test hosts harness', () => {
 
     expect(await hosts.jobProcesses('cpu')).toEqual([]);
     await ssh(hosts, 'cpu', 'setsid sleep 300 </dev/null >/dev/null 2>&1 & echo started');
-    const procs = await hosts.jobProcesses('cpu');
+    // Started in the background: `setsid` may not have become `sleep` yet when the session returns.
+    let procs = await hosts.jobProcesses('cpu');
+    for (const deadline = Date.now() + 10_000; procs.some((p) => p.command !== 'sleep 300') && Date.now() < deadline; ) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      procs = await hosts.jobProcesses('cpu');
+    }
     expect(procs.map((p) => p.command)).toEqual(['sleep 300']);
     process.kill(procs[0]!.pid, 'SIGKILL');
   });
