@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readFileNow } from '../helpers/live-dir';
 import { TroupeClient, type Plan, type RunState } from '../../src/client';
 import { loadPlan } from '../../src/plan/load-plan';
 import { leftovers } from '../helpers/leftovers';
@@ -258,7 +259,11 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
     const attemptTimes = () =>
       readdirSync(shared.dir)
         .filter((f) => f.startsWith(`${name}.`))
-        .map((f) => Number(readFileSync(join(shared.dir, f), 'utf8')) * 1000)
+        // mktemp makes the file before date writes it: an empty (or vanished) one is not an attempt yet.
+        .flatMap((f) => {
+          const seconds = Number(readFileNow(join(shared.dir, f)) || NaN);
+          return Number.isFinite(seconds) ? [seconds * 1000] : [];
+        })
         .sort((a, b) => a - b);
     const handle = await troupe!.submit({ yaml });
     const startedAt = (await handle.describe()).startTime.getTime();

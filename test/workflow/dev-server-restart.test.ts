@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,7 @@ import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/l
 import { makePlan } from '../helpers/plans';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { freePort } from '../helpers/free-port';
+import { listNow, readFileNow } from '../helpers/live-dir';
 
 /**
  * The Temporal service itself goes away mid-run: its own dev server (free ports, a SQLite file)
@@ -130,7 +131,8 @@ function expectCleanFinish(state: RunState, name: string) {
     if (netns) expect(existsSync(`/run/netns/${netns}`), `namespace ${netns} left behind`).toBe(false);
   }
   const leases = join(fleet.stateDir, 'leases');
-  const held = existsSync(leases) ? readdirSync(leases).filter((f) => readFileSync(join(leases, f), 'utf8').includes(state.run_uid)) : [];
+  // Leases are released while we look: read what is there when we look.
+  const held = listNow(leases).filter((f) => (readFileNow(join(leases, f)) ?? '').includes(state.run_uid));
   expect(held, 'address leases left behind').toEqual([]);
 }
 
