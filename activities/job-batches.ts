@@ -1,7 +1,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import { InstanceUnreachableError, SubmissionClosedError, type Backend, type JobFiles, type JobRef } from '../src/backends/backend';
+import { CannotStartError, InstanceUnreachableError, SubmissionClosedError, type Backend, type JobFiles, type JobRef } from '../src/backends/backend';
 import { renderProbeScript } from '../src/runner/ready-probe';
 import { FailureType, type BatchJobFailure } from '../workflows/failure-types';
 import { AddressBookSchema } from '../workflows/message-schemas';
@@ -237,7 +237,8 @@ async function startBatch(
       } catch (err) {
         // Released, or a stop claimed the job first: starting it now would leak a process.
         if (err instanceof SubmissionClosedError) return failed(ref, { type: FailureType.SubmissionClosed, message: err.message });
-        if (attempt >= START_ATTEMPTS) {
+        // Trying again cannot help (no container runtime for its image): the job fails now, naming the host.
+        if (attempt >= START_ATTEMPTS || err instanceof CannotStartError) {
           const type = err instanceof InstanceUnreachableError ? FailureType.InstanceUnreachable : 'StartFailed';
           return failed(ref, { type, message: `${ref.job_name} on ${ref.instance.host} did not start: ${messageOf(err)}` });
         }

@@ -197,6 +197,11 @@ export class InstanceUnreachableError extends Error {
   override readonly name = 'InstanceUnreachableError';
 }
 
+/** startJob(): the job cannot start on its instance and trying again cannot help (an image on a host without a container runtime). */
+export class CannotStartError extends Error {
+  override readonly name = 'CannotStartError';
+}
+
 /** provision() for a submission already released by releaseRun(): never retried. */
 export class SubmissionClosedError extends Error {
   override readonly name = 'SubmissionClosedError';

@@ -63,8 +63,10 @@ describe('layers', () => {
     expect(layerViolations(root, ['src', 'workflows', 'activities'], RULES)).toEqual([]);
   });
 
-  it('the run core imports no Temporal package: it decides, the workflow shell acts', () => {
-    const temporal = tsFiles(join(root, 'src/run-core')).filter((file) => /from '@temporalio\//.test(readFileSync(file, 'utf8')));
+  it('the run core and the backends import no Temporal package: the core decides, backends throw domain errors, the shell and activities map them', () => {
+    const temporal = ['src/run-core', 'src/backends']
+      .flatMap((dir) => tsFiles(join(root, dir)))
+      .filter((file) => /from '@temporalio\//.test(readFileSync(file, 'utf8')));
     expect(temporal.map((file) => relative(root, file))).toEqual([]);
   });
 

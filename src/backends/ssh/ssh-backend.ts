@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ApplicationFailure } from '@temporalio/common';
 import {
+  CannotStartError,
   InstanceUnreachableError,
   SubmissionClosedError,
   type Backend,
@@ -184,7 +184,7 @@ export class SshBackend implements Backend {
     await this.refuseReleased(job);
     const started = await runner.startJob(job, files, { image: files.image ?? null }).catch((err: unknown) => {
       // No docker or podman on the host: trying again cannot help, the job fails now, naming the host.
-      if (err instanceof NoContainerRuntimeError) throw ApplicationFailure.nonRetryable(err.message, err.name);
+      if (err instanceof NoContainerRuntimeError) throw new CannotStartError(err.message);
       throw err;
     });
     try {
