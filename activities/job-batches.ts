@@ -3,7 +3,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { WorkflowNotFoundError } from '@temporalio/client';
 import { CannotStartError, InstanceUnreachableError, SubmissionClosedError, type Backend, type JobFiles, type JobRef } from '../src/backends/backend';
 import { renderProbeScript } from '../src/runner/ready-probe';
-import { FailureType, type BatchJobFailure } from '../workflows/failure-types';
+import { FailureType, type BatchJobFailure } from '../src/run-core/failure-table';
 import { AddressBookSchema } from '../workflows/message-schemas';
 import { jobEventsSignal, runAddressBookQuery, type AddressBook, type JobEvent } from '../workflows/messages';
 import { backendFor } from './backend-lookup';

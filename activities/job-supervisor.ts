@@ -3,7 +3,7 @@ import { InstanceUnreachableError, type Backend, type JobProcessState, type JobR
 import { mapLimit } from '../src/concurrency/map-limit';
 import { describeProbeAnswer, renderProbeScript } from '../src/runner/ready-probe';
 import type { ReadyProbe } from '../src/plan/plan-schema';
-import { classifyBatchFailure, FailureType, type BatchJobFailure } from '../workflows/failure-types';
+import { classifyBatchFailure, FailureType, type BatchJobFailure } from '../src/run-core/failure-table';
 import type { JobEvent } from '../workflows/messages';
 import { UNREACHABLE_LIMIT_MS } from './jobs';
 import type { PushedEnds } from './pushed-ends';

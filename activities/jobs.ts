@@ -7,7 +7,7 @@ import { renderJobFiles } from '../src/runner/job-files';
 import { deriveRunSshKeys, type RunSshKeys } from '../src/secrets/run-ssh-keys';
 import { loadSecretKey, openEnv, sealedEntries, SecretKeyError } from '../src/secrets/sealed-env';
 import { bindSealNonces, type RunExecution } from '../src/secrets/seal-binding';
-import { FailureType } from '../workflows/failure-types';
+import { FailureType } from '../src/run-core/failure-table';
 import { backendFor } from './backend-lookup';
 import type { BackendRegistry, ReadLogInput, RunOfJob } from './types';
 

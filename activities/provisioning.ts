@@ -1,6 +1,6 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { InstanceUnreachableError, NoCapacityError, SubmissionClosedError, type Instance, type Room } from '../src/backends/backend';
-import { FailureType } from '../workflows/failure-types';
+import { FailureType } from '../src/run-core/failure-table';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
 import { workerMetrics } from '../src/metrics/troupe-metrics';

@@ -1,6 +1,6 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { FailureType } from '../workflows/failure-types';
+import { FailureType } from '../src/run-core/failure-table';
 import type { VerifyRunExecutionInput } from './types';
 
 /** The workflow type whose uid a group child may act as (workflows/index.ts). */

@@ -2,7 +2,7 @@
 import type { Backend, Instance, JobRef, LogChunk, PeersFile, ProvisionRequest, Room, RoomRequest } from '../src/backends/backend';
 import type { AddressBook } from '../workflows/messages';
 import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
-import type { BatchJobFailure } from '../workflows/failure-types';
+import type { BatchJobFailure } from '../src/run-core/failure-table';
 
 /** The backends a worker can drive, by the name a run asks for (`local`, `ssh`, …). */
 export type BackendRegistry = Readonly<Record<string, Backend>>;

@@ -1,7 +1,5 @@
 import { ActivityFailure, ApplicationFailure, TemporalFailure } from '@temporalio/workflow';
-import type { RetryEvent } from '../src/plan/plan-schema';
-import { FailureType } from './failure-types';
-import type { JobTerminationReason } from './run-state';
+import { failureMeaning, type FailureMeaning } from '../src/run-core/failure-table';
 
 /** The ApplicationFailure types found in a failure and its causes (a timeout keeps the last attempt's). */
 function failureTypes(err: unknown): string[] {
@@ -25,27 +23,15 @@ export function rootMessage(err: unknown): string {
   return message;
 }
 
-export interface ClassifiedFailure {
-  reason: JobTerminationReason;
-  retry_event: RetryEvent | null;
-  message: string;
-}
+export type ClassifiedFailure = FailureMeaning & { message: string };
 
-/** Maps a provisioning failure to dstack's reason and to the retry event it counts as. */
+/** Maps a provisioning failure to dstack's reason and the retry event it counts as (the failure table). */
 export function classifyProvisioningFailure(err: unknown): ClassifiedFailure {
-  const types = failureTypes(err);
-  if (types.includes(FailureType.NoCapacity)) {
-    return { reason: 'FAILED_TO_START_DUE_TO_NO_CAPACITY', retry_event: 'no-capacity', message: rootMessage(err) };
-  }
-  if (types.includes(FailureType.InstanceUnreachable)) {
-    return { reason: 'INSTANCE_UNREACHABLE', retry_event: 'interruption', message: rootMessage(err) };
-  }
-  return { reason: 'EXECUTOR_ERROR', retry_event: 'error', message: `provisioning failed: ${rootMessage(err)}` };
+  const meaning = failureMeaning(failureTypes(err));
+  return { ...meaning, message: meaning.reason === 'EXECUTOR_ERROR' ? `provisioning failed: ${rootMessage(err)}` : rootMessage(err) };
 }
 
+/** Maps a failure of a running batch to dstack's reason and the retry event it counts as (the failure table). */
 export function classifyRunningFailure(err: unknown): ClassifiedFailure {
-  if (failureTypes(err).includes(FailureType.InstanceUnreachable)) {
-    return { reason: 'INSTANCE_UNREACHABLE', retry_event: 'interruption', message: rootMessage(err) };
-  }
-  return { reason: 'EXECUTOR_ERROR', retry_event: 'error', message: rootMessage(err) };
+  return { ...failureMeaning(failureTypes(err)), message: rootMessage(err) };
 }

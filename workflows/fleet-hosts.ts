@@ -1,7 +1,7 @@
 import { ApplicationFailure } from '@temporalio/workflow';
 import type { Resources } from '../src/config/resources-schema';
 import { describeResources, hostShortfalls, pickHosts } from '../src/fleet/host-match';
-import { FailureType } from './failure-types';
+import { FailureType } from '../src/run-core/failure-table';
 import { isHeldBy, type JobAttemptKey } from '../src/fleet/job-holder';
 import type { AllocateRequest, FleetHostSpec, FleetHostState, FleetSpec, FleetState, HeldHost, JobHostRelease, ReleaseRequest } from './fleet-messages';
 

@@ -1,7 +1,7 @@
 import { ActivityCancellationType, proxyActivities, proxyLocalActivities, type LocalActivityOptions } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities/types';
 import { LOCAL_BACKEND } from '../src/backends/backend-names';
-import { FailureType } from './failure-types';
+import { FailureType } from '../src/run-core/failure-table';
 import type { NodeGroupInput } from './node-group-input';
 
 /** How a group's activities are retried and timed out. */

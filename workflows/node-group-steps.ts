@@ -1,7 +1,7 @@
 import { getExternalWorkflowHandle, isCancellation } from '@temporalio/workflow';
 import type { JobRef } from '../src/backends/backend';
 import type { JobPlan } from '../src/plan/plan-schema';
-import { classifyBatchFailure, type BatchJobFailure } from './failure-types';
+import { classifyBatchFailure, type BatchJobFailure } from '../src/run-core/failure-table';
 import { classifyProvisioningFailure, classifyRunningFailure } from './failures';
 import { jobEventsSignal, type AddressBook, type JobEvent } from './messages';
 import { batchActivities, provisionJobsActivity, supervisedActivities } from './node-group-activities';

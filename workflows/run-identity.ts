@@ -1,6 +1,6 @@
 import { ApplicationFailure, proxyLocalActivities, workflowInfo } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities/types';
-import { FailureType } from './failure-types';
+import { FailureType } from '../src/run-core/failure-table';
 import type { CarriedRun } from './messages';
 import type { NodeGroupInput } from './node-group-input';
 

@@ -4,7 +4,7 @@ import type { GroupPlan } from '../src/plan/plan-schema';
 import type { Effect } from '../src/run-core/effects';
 import { groupMembers } from '../src/run-core/jobs';
 import { resizeOf, resizeRefusal } from '../src/run-core/scaling';
-import { FailureType } from './failure-types';
+import { FailureType } from '../src/run-core/failure-table';
 import { rootMessage } from './failures';
 import { teardownActivities } from './node-group-activities';
 import { HANDING_OVER, scaleGroupUpdate, type ScaleGroupResult } from './messages';

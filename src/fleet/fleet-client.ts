@@ -8,7 +8,7 @@ import {
 import { ApplicationFailure, TemporalFailure } from '@temporalio/common';
 import { NoCapacityError, SubmissionClosedError } from '../backends/backend';
 import { Slots } from '../concurrency/slots';
-import { FailureType } from '../../workflows/failure-types';
+import { FailureType } from '../run-core/failure-table';
 import { fleetWorkflowId } from '../../workflows/ids';
 import {
   allocateHostsUpdate,

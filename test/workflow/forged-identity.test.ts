@@ -5,7 +5,7 @@ import { makePlan } from '../helpers/plans';
 import { RecordingBackend } from '../helpers/recording-backend';
 import { testClient } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
-import { FailureType } from '../../workflows/failure-types';
+import { FailureType } from '../../src/run-core/failure-table';
 import { nodeGroupWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { runStateQuery, stopRunSignal, type CarriedRun } from '../../workflows/messages';
 import type { NodeGroupInput } from '../../workflows/node-group-input';
