@@ -131,16 +131,22 @@ function postGenerate(ip: string): Promise<{ text: string; prefill: string; deco
   });
 }
 
-/** The python server a node runs, found in the node's network namespace (`ip netns pids`). */
+/**
+ * The python server a node runs, found in the node's network namespace (`ip netns pids`). Looked
+ * for up to 10 s: a node RUNNING (no probe) may still be a shell about to exec python3 on a loaded machine.
+ */
 export function serverPidIn(netns: string): number {
-  const pids = execFileSync('ip', ['netns', 'pids', netns], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number);
-  const server = pids.find((p) => {
-    try {
-      return readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('python3');
-    } catch {
-      return false;
-    }
-  });
-  if (server === undefined) throw new Error(`no python3 in namespace ${netns}`);
-  return server;
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  for (const deadline = Date.now() + 10_000; ; Atomics.wait(pause, 0, 0, 50)) {
+    const pids = execFileSync('ip', ['netns', 'pids', netns], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number);
+    const server = pids.find((p) => {
+      try {
+        return readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('python3');
+      } catch {
+        return false;
+      }
+    });
+    if (server !== undefined) return server;
+    if (Date.now() > deadline) throw new Error(`no python3 in namespace ${netns}`);
+  }
 }
