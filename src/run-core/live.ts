@@ -10,7 +10,6 @@ import type { JobState } from '../../workflows/run-state';
  * state-schema.ts). Changed only by the policies, each returning a new core.
  */
 export type LiveCore = z.infer<typeof LiveCoreSchema>;
-export type GroupRestart = LiveCore['groups'][number];
 export type Resize = z.infer<typeof ResizeSchema>;
 
 /** A run heals, resizes or keeps live peers when any group asks for it. */

@@ -13,12 +13,12 @@ import type { RunCoreSchema, SubmissionCoreSchema } from './state-schema';
  */
 export type RunCore = z.infer<typeof RunCoreSchema>;
 export type SubmissionCore = z.infer<typeof SubmissionCoreSchema>;
-export type SubmissionPhase = SubmissionCore['phase'];
 
 export const BACKOFF_MAX_S = 300;
 
-export function newSubmissionCore(phase: SubmissionPhase = 'unlocking', runningSinceMs: number | null = null): SubmissionCore {
-  return { phase, addresses_due_ms: null, running_since_ms: runningSinceMs, group_failure: null, ending: null };
+/** A new submission: unlocking, nothing decided yet. */
+export function newSubmissionCore(): SubmissionCore {
+  return { phase: 'unlocking', addresses_due_ms: null, running_since_ms: null, group_failure: null, ending: null };
 }
 
 /** Who the run is (from Temporal, never from its input) and where it runs. */
