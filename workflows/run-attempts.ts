@@ -5,7 +5,7 @@ import { dependencyWaits, startsInGroupOrder, usesDependencies } from '../src/ru
 import { newAttemptsSignal, startAttemptsSignal } from './messages';
 import { teardownActivities } from './node-group-activities';
 import type { Run } from './run-context';
-import { jobRefOf } from './run-job-refs';
+import { attemptRefsOf } from './run-job-refs';
 import { metricsOfRun } from './run-metrics';
 import type { Submission } from './submission';
 
@@ -23,10 +23,7 @@ export function askNewAttempts(run: Run, submission: Submission, effect: Extract
     const job = run.state.jobs[job_num];
     return job ? [jobPlanOf(run.input.plan, run.core.live, job)] : [];
   });
-  const release = effect.release.flatMap(({ job_num, attempt, instance }) => {
-    const job = run.state.jobs[job_num];
-    return job ? (jobRefOf(run, job, { attempt, instance }) ?? []) : [];
-  });
+  const release = attemptRefsOf(run, effect.release);
   // The first start-up pass must never start the rank's first plan on top of this attempt.
   for (const { job_num } of effect.jobs) submission.signalled.add(job_num);
   const first = run.state.jobs[effect.jobs[0]?.job_num ?? -1];

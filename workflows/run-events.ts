@@ -3,7 +3,7 @@ import type { RunEvent } from '../src/run-core/events';
 import { decideRun } from '../src/run-core/decide';
 import { announceStatus, type Run } from './run-context';
 import { askNewAttempts } from './run-attempts';
-import { jobRefOf } from './run-job-refs';
+import { attemptRefsOf } from './run-job-refs';
 import { publishPeers } from './run-peers';
 import { releaseRemoved } from './run-scaling';
 
@@ -30,10 +30,8 @@ function apply(run: Run, effect: Effect): void {
       announceStatus(run, effect.status, true);
       break;
     case 'give-back': {
-      const job = run.state.jobs[effect.job_num];
-      const ref = job && jobRefOf(run, job, { attempt: effect.attempt, instance: effect.instance });
       // Given back by the loop's next pass, or by the next execution (a run that is not live never replaces an attempt).
-      if (ref && run.live) run.live.unwanted.push(ref);
+      run.live?.unwanted.push(...attemptRefsOf(run, [effect]));
       break;
     }
     case 'new-attempts':

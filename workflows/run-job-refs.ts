@@ -17,3 +17,11 @@ export function jobRefOf(run: Run, job: JobState, other?: { attempt: number; ins
     instance,
   };
 }
+
+/** The refs of these attempts of the run's ranks, as an effect names them (a rank the run no longer has is left out). */
+export function attemptRefsOf(run: Run, attempts: ReadonlyArray<{ job_num: number; attempt: number; instance: Instance }>): JobRef[] {
+  return attempts.flatMap(({ job_num, attempt, instance }) => {
+    const job = run.state.jobs[job_num];
+    return job ? (jobRefOf(run, job, { attempt, instance }) ?? []) : [];
+  });
+}

@@ -1,9 +1,8 @@
-import type { Instance } from '../src/backends/backend';
 import type { Effect } from '../src/run-core/effects';
 import { rootMessage } from './failures';
 import { teardownActivities } from './node-group-activities';
 import type { Run } from './run-context';
-import { jobRefOf } from './run-job-refs';
+import { attemptRefsOf } from './run-job-refs';
 
 /** How long one `on_peers_change` may run. */
 const HOOK_TIMEOUT_S = 60;
@@ -13,15 +12,8 @@ const HOOK_TIMEOUT_S = 60;
  * the nodes, then the hooks; the run's loop hears back with a `peers-published` event.
  */
 export function publishPeers(run: Run, effect: Extract<Effect, { kind: 'publish-peers' }>): void {
-  const refOf = ({ job_num, attempt, instance }: { job_num: number; attempt: number; instance: Instance }) => {
-    const job = run.state.jobs[job_num];
-    return job ? jobRefOf(run, job, { attempt, instance }) : null;
-  };
-  const refs = effect.jobs.flatMap((j) => refOf(j) ?? []);
-  const hooks = effect.hooks.flatMap((h) => {
-    const ref = refOf(h);
-    return ref ? [{ job: ref, label: h.label, command: h.command }] : [];
-  });
+  const refs = attemptRefsOf(run, effect.jobs);
+  const hooks = effect.hooks.flatMap((h) => attemptRefsOf(run, [h]).map((job) => ({ job, label: h.label, command: h.command })));
   const summary = `peers v${effect.version} to ${refs.length} node${refs.length === 1 ? '' : 's'}${hooks.length > 0 ? `, on_peers_change on ${hooks.map((h) => h.label).join(', ')}` : ''}`;
   void teardownActivities.publishPeers
     .executeWithOptions({ summary }, [

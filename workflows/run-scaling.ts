@@ -9,7 +9,7 @@ import { rootMessage } from './failures';
 import { teardownActivities } from './node-group-activities';
 import { HANDING_OVER, scaleGroupUpdate, type ScaleGroupResult } from './messages';
 import { stopAsked, type Run } from './run-context';
-import { jobRefOf } from './run-job-refs';
+import { attemptRefsOf } from './run-job-refs';
 import { peersSettled } from '../src/run-core/peers';
 import { metricsOfRun } from './run-metrics';
 
@@ -120,10 +120,7 @@ async function resize(run: Run, group: GroupPlan, nodes: number): Promise<ScaleG
 
 /** The ranks a resize took out, stopped and their machines given back; the run's loop is told when that is done. */
 export function releaseRemoved(run: Run, effect: Extract<Effect, { kind: 'release' }>): void {
-  const refs = effect.jobs.flatMap(({ job_num, attempt, instance }) => {
-    const job = run.state.jobs[job_num];
-    return job ? (jobRefOf(run, job, { attempt, instance }) ?? []) : [];
-  });
+  const refs = attemptRefsOf(run, effect.jobs);
   void teardownActivities.releaseJobs
     .executeWithOptions({ summary: effect.summary }, [{ backend: run.input.backend, jobs: refs, grace_s: run.input.options.stop_grace_s }])
     .then(
