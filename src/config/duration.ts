@@ -19,7 +19,8 @@ export function parseDuration(value: unknown): number {
 }
 
 function durationSeconds(value: unknown): number {
-  if (typeof value === 'number' && Number.isFinite(value)) return Math.trunc(value);
+  // `+ 0` turns the -0 that truncating a tiny negative number gives into 0 (JSON has no -0).
+  if (typeof value === 'number' && Number.isFinite(value)) return Math.trunc(value) + 0;
   if (typeof value === 'string') {
     const seconds = toInt(value);
     if (seconds !== undefined) return seconds;

@@ -65,10 +65,11 @@ export function toText(value: unknown): string | undefined {
 }
 
 export function toInt(value: unknown): number | undefined {
-  if (typeof value === 'number') return Number.isSafeInteger(value) ? value : undefined;
+  // `+ 0` turns -0 (YAML's `-0`) into 0: JSON has no -0, and a plan must survive JSON unchanged.
+  if (typeof value === 'number') return Number.isSafeInteger(value) ? value + 0 : undefined;
   if (typeof value === 'string' && /^\s*[-+]?\d+\s*$/.test(value)) {
     const n = Number(value.trim());
-    return Number.isSafeInteger(n) ? n : undefined;
+    return Number.isSafeInteger(n) ? n + 0 : undefined;
   }
   return undefined;
 }
