@@ -7,3 +7,4 @@ export { ConfigError } from '../config/errors';
 export * from './plan-schema';
 export { loadServicePlan, serviceSource } from './load-service-plan';
 export * from './service-plan-schema';
+export { serviceRunPlan, ServiceRunError, SERVICE_READY_TIMEOUT_S } from './service-run';

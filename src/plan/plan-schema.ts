@@ -30,7 +30,15 @@ export const PortMappingSchema = z.object({
  */
 export const ReadyProbeSchema = z.object({
   check: z.discriminatedUnion('kind', [
-    z.object({ kind: z.literal('http'), port: z.number().int().min(1).max(65535), path: z.string() }),
+    z.object({
+      kind: z.literal('http'),
+      port: z.number().int().min(1).max(65535),
+      path: z.string(),
+      /** A service's probe may ask otherwise (absent: GET, no header, no body). */
+      method: z.enum(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD']).optional(),
+      headers: z.array(z.object({ name: z.string(), value: z.string() })).optional(),
+      body: z.string().nullable().optional(),
+    }),
     z.object({ kind: z.literal('tcp'), port: z.number().int().min(1).max(65535) }),
     z.object({ kind: z.literal('command'), command: z.string() }),
   ]),
@@ -102,6 +110,27 @@ export const JobPlanSchema = z.object({
 });
 export type JobPlan = z.infer<typeof JobPlanSchema>;
 
+/** A service's rate limit after dstack's defaults (the gateway answers 429 past it). */
+export const RateLimitPlanSchema = z.object({
+  prefix: z.string(),
+  rps: z.number().positive(),
+  burst: z.number().int().nonnegative(),
+  key: z.discriminatedUnion('type', [z.object({ type: z.literal('ip_address') }), z.object({ type: z.literal('header'), header: z.string() })]),
+});
+
+/** What the run of a service pushes to the gateways besides its replicas (README: Services). */
+export const ServiceRunSchema = z.object({
+  /** The port every replica serves on. */
+  port: z.number().int().min(1).max(65535),
+  /** Hashes (SHA-256, hex) of the tokens that may call it; null: open to anyone (`auth: false`). */
+  auth: z.object({ token_sha256: z.array(z.string().regex(/^[0-9a-f]{64}$/)).min(1) }).nullable(),
+  strip_prefix: z.boolean(),
+  rate_limits: z.array(RateLimitPlanSchema),
+  /** The groups requests enter by: the router group where there is one, else every group. */
+  entry: z.array(z.number().int().nonnegative()).min(1),
+});
+export type ServiceRun = z.infer<typeof ServiceRunSchema>;
+
 export const PlanSchema = z.object({
   run_name: z.string(),
   nodes_num: z.number().int().positive(),
@@ -120,5 +149,7 @@ export const PlanSchema = z.object({
   fleets: z.array(z.string()).nullable(),
   groups: z.array(GroupPlanSchema).min(1),
   jobs: z.array(JobPlanSchema).min(1),
+  /** A service's run (`type: service`): what it pushes to the gateways. Absent for a task. */
+  service: ServiceRunSchema.optional(),
 });
 export type Plan = z.infer<typeof PlanSchema>;

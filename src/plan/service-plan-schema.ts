@@ -2,11 +2,11 @@ import { z } from 'zod';
 import { ResourcesSchema } from '../config/resources-schema';
 import { RouterTypeSchema } from '../config/replica-groups';
 import { ProbeMethodSchema } from '../config/service-schema';
-import { GroupPlanSchema, StartupOrderSchema } from './plan-schema';
+import { GroupPlanSchema, RateLimitPlanSchema, StartupOrderSchema } from './plan-schema';
 
 /**
  * The plan of a service: its endpoint's settings and its replica groups after dstack's defaults.
- * Plain JSON, like the task plan; `troupe plan` shows it. Nothing runs a service yet.
+ * Plain JSON, like the task plan; `troupe plan` shows it; service-run.ts makes the run's plan of it.
  */
 
 export const ServiceProbeSchema = z.object({
@@ -31,12 +31,6 @@ export const ScalingPlanSchema = z.object({
 });
 export type ScalingPlan = z.infer<typeof ScalingPlanSchema>;
 
-export const RateLimitPlanSchema = z.object({
-  prefix: z.string(),
-  rps: z.number().positive(),
-  burst: z.number().int().nonnegative(),
-  key: z.discriminatedUnion('type', [z.object({ type: z.literal('ip_address') }), z.object({ type: z.literal('header'), header: z.string() })]),
-});
 
 export const ReplicaGroupPlanSchema = GroupPlanSchema.pick({
   index: true,

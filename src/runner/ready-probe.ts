@@ -15,13 +15,35 @@ export function renderProbeScript(probe: ReadyProbe, address: string): string {
     'if ! { exec 3<>"/dev/tcp/$addr/$port"; } 2>/dev/null; then echo "$target → connection refused"; exit 1; fi',
   ];
   if (check.kind === 'tcp') return [...lines, 'exit 0'].join('\n');
+  return [...lines, ...renderHttpRequest(check), ...READ_STATUS].join('\n');
+}
+
+const READ_STATUS = [
+  'IFS= read -r status <&3 || { echo "$target → no response"; exit 1; }',
+  'code=$(printf %s "$status" | cut -d" " -f2)',
+  'case "$code" in 2??) exit 0 ;; *) echo "$target → HTTP $code"; exit 1 ;; esac',
+];
+
+/** One line of a request: no CR or LF may end it early (a header value could carry them). */
+const oneLine = (text: string): string => text.replace(/[\r\n]+/g, ' ');
+
+/**
+ * The request, written to fd 3 with printf: every value is a quoted word, never code. HTTP/1.0 with
+ * `Connection: close`: the answer's status line is all the probe reads.
+ */
+function renderHttpRequest(check: Extract<ReadyProbe['check'], { kind: 'http' }>): string[] {
+  const requestLine = `${check.method ?? 'GET'} ${oneLine(check.path).replace(/ /g, '%20')} HTTP/1.0`;
+  const headers = ['Connection: close', ...(check.headers ?? []).map((h) => `${oneLine(h.name)}: ${oneLine(h.value)}`)];
+  const body = check.body ?? null;
+  if (body !== null) headers.push(`Content-Length: ${Buffer.byteLength(body, 'utf8')}`);
   return [
-    ...lines,
-    `printf 'GET %s HTTP/1.0\\r\\nHost: %s:%s\\r\\nConnection: close\\r\\n\\r\\n' ${quoteShellWord(check.path)} "$addr" "$port" >&3`,
-    'IFS= read -r status <&3 || { echo "$target → no response"; exit 1; }',
-    'code=$(printf %s "$status" | cut -d" " -f2)',
-    'case "$code" in 2??) exit 0 ;; *) echo "$target → HTTP $code"; exit 1 ;; esac',
-  ].join('\n');
+    '{',
+    `  printf '%s\\r\\nHost: %s:%s\\r\\n' ${quoteShellWord(requestLine)} "$addr" "$port"`,
+    `  printf '%s\\r\\n' ${headers.map(quoteShellWord).join(' ')}`,
+    "  printf '\\r\\n'",
+    ...(body === null ? [] : [`  printf %s ${quoteShellWord(body)}`]),
+    '} >&3',
+  ];
 }
 
 /** How the probe reads in messages: `http://10.0.0.7:8000/health`, `tcp://…`, or the command. */

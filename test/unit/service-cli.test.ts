@@ -41,7 +41,7 @@ describe('troupe plan -f SERVICE', () => {
     expect(stdout).toMatch(/^ router +1 +smg /m);
     expect(stdout).toMatch(/^ prefill +1\.\.4 \(rps 10\/replica\) +- /m);
     expect(stdout).toMatch(/^ decode +2 +- .*after prefill/m);
-    expect(stdout).toContain('Running services is not built yet');
+    expect(stdout).not.toContain('not built yet');
   });
 
   it('refuses an invalid service with one file:line:col line and exit 1', () => {
@@ -55,12 +55,12 @@ describe('troupe plan -f SERVICE', () => {
 });
 
 describe('troupe apply -f SERVICE', () => {
-  it('refuses with one line and exit 3 before connecting: running services is not built yet', () => {
-    const { code, stdout, stderr } = troupe(['apply', '-f', EXAMPLE, '-y', '--address', '127.0.0.1:1']);
+  it('refuses a group starting with 0 replicas with one line and exit 3, before connecting', () => {
+    const file = join(scratch, 'zero.yml');
+    writeFileSync(file, 'type: service\nport: 8000\nauth: false\ncommands: [serve]\nreplicas: 0..2\nscaling: {metric: rps, target: 1}\n');
+    const { code, stdout, stderr } = troupe(['apply', '-f', file, '-y', '--address', '127.0.0.1:1']);
     expect(code).toBe(3);
     expect(stdout).toBe('');
-    expect(stderr.trim()).toBe(
-      `${EXAMPLE}:4:7: type: running services is not built yet: \`troupe plan -f ${EXAMPLE}\` checks the config and shows its groups; the gateway and service runs come next`,
-    );
+    expect(stderr.trim()).toBe(`${file}: group "0" starts with 0 replicas: scaling to zero is not built yet; start it with at least 1 (replicas: 1..2)`);
   });
 });

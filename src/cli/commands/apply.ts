@@ -4,7 +4,10 @@ import { isFinished } from '../../client';
 import { backendNameProblem, defaultBackendFor, LOCAL_BACKEND, SSH_BACKEND } from '../../backends/backend-names';
 import { fleetNameSchema } from '../../config/references';
 import { isolationNotice } from '../../backends/local/isolation-mode';
-import { loadPlan, serviceSource, type Plan } from '../../plan';
+import { randomBytes } from 'node:crypto';
+import { loadPlan, loadServicePlan, serviceRunPlan, ServiceRunError, serviceSource, type Plan, type ServicePlan } from '../../plan';
+import { tokenHash } from '../../gateway/token-auth';
+import { renderServicePlan } from '../render/service-plan-table';
 import { CliError, type Command } from '../command';
 import { readConfigText } from '../config-text';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings, describeConnection, workflowUrl } from '../connection';
@@ -37,11 +40,13 @@ const help = renderUsage(
   [
     'Shows the plan of a task, asks to confirm, submits the run, shows each job as it starts, then',
     "follows job 0's log until the run ends. Ctrl-C detaches; the run goes on.",
+    'A service (`type: service`) runs the same way; with `auth` (the default) its token is made here and',
+    'printed once: the gateways and the run keep only its hash.',
     'Exit code: 0 when the run is DONE, 1 when it FAILED or was TERMINATED (or could not start), 2 on bad usage,',
-    '3 for a service config (`type: service`): Troupe checks services (`troupe plan`) but does not run them yet.',
+    '3 for a service Troupe cannot run yet (a group starting with 0 replicas).',
   ].join('\n'),
   [
-    ['-f, --file FILE', 'the task config (type: task)'],
+    ['-f, --file FILE', 'the config: a task (type: task) or a service (type: service)'],
     ['-y, --yes', 'submit without asking'],
     ['-d, --detach', 'return once the run is submitted'],
     ['--backend NAME', 'backend of the workers that provisions the nodes (default ssh with a fleet, else local)'],
@@ -57,9 +62,8 @@ export const command: Command = async (args) => {
     process.stdout.write(`${help}\n`);
     return 0;
   }
-  if (!values.file) throw new CliError(`apply needs the task config: -f FILE\n\n${help}`, 2);
+  if (!values.file) throw new CliError(`apply needs a config: -f FILE\n\n${help}`, 2);
   const text = readConfigText(values.file);
-  refuseService(text, values.file);
   const backendProblem = values.backend === undefined ? null : backendNameProblem(values.backend);
   if (backendProblem) throw new CliError(`--backend: ${backendProblem}`, 2);
   if (values.fleet !== undefined) {
@@ -69,13 +73,13 @@ export const command: Command = async (args) => {
   const settings = connectionSettings(values);
   if (!values.yes) assertCanAsk('-y');
   const style = styleFor(process.stderr);
-  const plan = readPlan(text, values.file, values.name, values.fleet);
+  const { plan, service, token } = readPlan(text, values.file, values.name, values.fleet);
 
   const troupe = await connectClient(settings);
   try {
     const backend = values.backend ?? defaultBackendFor(plan);
     await troupe.checkWorkers(`start run ${plan.run_name}`, backend);
-    process.stderr.write(`${renderPlan(plan, style, { backend }).join('\n')}\n\n`);
+    process.stderr.write(`${(service ? renderServicePlan(service, style) : renderPlan(plan, style, { backend })).join('\n')}\n\n`);
     if (backend === SSH_BACKEND) process.stderr.write(`${(await fleetPlacementLines(troupe, plan, style)).join('\n')}\n\n`);
     // The local fleet's worker runs on this machine, usually as the same user as this command.
     const notice = backend === LOCAL_BACKEND ? isolationNotice('Warning: the local fleet (when its worker runs as this user)') : null;
@@ -90,7 +94,8 @@ export const command: Command = async (args) => {
     const url = workflowUrl(settings, handle.workflowId);
     process.stderr.write(
       `Submitted run ${paint(style, 'bold', plan.run_name)} to ${describeConnection(settings)}.\n` +
-        (url ? `Web UI: ${url}\n` : ''),
+        (url ? `Web UI: ${url}\n` : '') +
+        (token ? `The service's token (shown once; send it as Authorization: Bearer TOKEN): ${token}\n` : ''),
     );
     if (values.detach) {
       process.stderr.write(reattachHelp(plan.run_name));
@@ -104,19 +109,24 @@ export const command: Command = async (args) => {
   }
 };
 
-/** A service is checked (`troupe plan`) but not run yet: said before any connection, with its own exit code. */
-function refuseService(text: string, file: string): void {
-  const source = serviceSource(text, file);
-  if (!source) return;
-  const error = source.error(['type'], `running services is not built yet: \`troupe plan -f ${file}\` checks the config and shows its groups; the gateway and service runs come next`);
-  throw new CliError(error.message, 3);
+interface ReadPlan {
+  plan: Plan;
+  /** A service's own plan (what `troupe plan` shows), or null for a task. */
+  service: ServicePlan | null;
+  /** A service's token, made here (null: a task, or `auth: false`). */
+  token: string | null;
 }
 
-function readPlan(text: string, file: string, name: string | undefined, fleet: string | undefined): Plan {
+function readPlan(text: string, file: string, name: string | undefined, fleet: string | undefined): ReadPlan {
   try {
-    const plan = loadPlan(text, file, { environ: process.env, ...(name !== undefined ? { runName: name } : {}) });
-    return fleet ? { ...plan, fleets: [fleet] } : plan;
+    const opts = { environ: process.env, ...(name !== undefined ? { runName: name } : {}) };
+    const withFleet = (plan: Plan): Plan => (fleet ? { ...plan, fleets: [fleet] } : plan);
+    if (!serviceSource(text, file)) return { plan: withFleet(loadPlan(text, file, opts)), service: null, token: null };
+    const service = loadServicePlan(text, file, opts);
+    const token = service.auth ? randomBytes(24).toString('base64url') : null;
+    return { plan: withFleet(serviceRunPlan(service, token === null ? null : [tokenHash(token)])), service, token };
   } catch (err) {
+    if (err instanceof ServiceRunError) throw new CliError(`${file}: ${err.message}`, 3);
     throw cliErrorOf(err);
   }
 }

@@ -56,7 +56,5 @@ export function renderServicePlan(plan: ServicePlan, style: Style): string[] {
       rows,
       style,
     ),
-    '',
-    ' Running services is not built yet: `troupe apply` refuses this config.',
   ];
 }
