@@ -2,8 +2,8 @@ import { z } from 'zod';
 import { RUN_NAME } from '../plan/run-name';
 
 /**
- * The gateway's routing table for one service: the contract a run pushes to every gateway (through an
- * activity, later) and the gateway keeps in its state file. The gateway decides nothing about a service
+ * The gateway's routing table for one service: the contract a run pushes to every gateway (through the
+ * pushServiceTable activity) and the gateway keeps in its state file. The gateway decides nothing about a service
  * beyond it: which replicas exist and are ready is the run's to say.
  */
 
@@ -60,6 +60,8 @@ export const RateLimitSchema = z.strictObject({
 export const ServiceTableSchema = z
   .strictObject({
     run: z.string().regex(RUN_NAME, { message: 'a run name: a lowercase letter, then 1–40 of a-z, 0-9, -' }),
+    /** Grows with each table the run pushes: a gateway refuses a lower one, so a late retry never undoes a newer table. */
+    generation: z.int().min(0),
     /** null: open to anyone. Tokens are kept as SHA-256 hashes (hex); the gateway never sees them in clear. */
     auth: z.strictObject({ token_sha256: z.array(z.string().regex(SHA256_HEX, { message: 'a SHA-256 hash, 64 lowercase hex digits' })).min(1).max(100) }).nullable(),
     /** dstack's default: the upstream sees `/x` for `/services/<run>/x`. */
