@@ -2,7 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { bearerToken, tokenHash, tokenMatchesHashes } from './token-auth';
 import type { GatewayMetrics } from './gateway-metrics';
 import type { GatewayServices } from './gateway-services';
-import { describeTableIssues, ServiceTableSchema, type ServiceTable } from './routing-table';
+import { describeTableIssues, ServiceTableSchema, type GatewayInfo, type ServiceTable } from './routing-table';
 import type { GatewayStateWriter } from './state-file';
 
 /**
@@ -32,12 +32,6 @@ async function readBody(req: IncomingMessage): Promise<string | null> {
 /** A table as `GET /services` shows it: how many tokens, never their hashes. */
 function shown(table: ServiceTable): Omit<ServiceTable, 'auth'> & { auth: { tokens: number } | null } {
   return { ...table, auth: table.auth ? { tokens: table.auth.token_sha256.length } : null };
-}
-
-/** What `GET /info` answers: where this gateway's services are, for a run to tell its user. */
-export interface GatewayInfo {
-  data_plane_url: string;
-  domain: string | null;
 }
 
 export interface AdminPlaneOptions {

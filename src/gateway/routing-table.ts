@@ -10,10 +10,11 @@ import { RUN_NAME } from '../plan/run-name';
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const HEADER_NAME = /^[a-zA-Z0-9_-]{1,500}$/;
 
-function isHttpOrigin(value: string): boolean {
+/** An http(s) origin alone: no path, query, fragment or user. */
+export function isHttpOrigin(value: string): boolean {
   if (!URL.canParse(value)) return false;
   const url = new URL(value);
-  return (url.protocol === 'http:' || url.protocol === 'https:') && (url.pathname === '/' || url.pathname === '') && !url.search && !url.hash && !url.username;
+  return (url.protocol === 'http:' || url.protocol === 'https:') && (url.pathname === '/' || url.pathname === '') && !url.search && !url.hash && !url.username && !url.password;
 }
 
 export const ReplicaSchema = z.strictObject({
@@ -88,6 +89,13 @@ export type RateLimit = z.infer<typeof RateLimitSchema>;
 export type Revision = z.infer<typeof RevisionSchema>;
 export type ServiceTable = z.infer<typeof ServiceTableSchema>;
 export type ServiceTableInput = z.input<typeof ServiceTableSchema>;
+
+/** What the admin API's `GET /info` answers: where this gateway serves, for a run to tell its user. */
+export const GatewayInfoSchema = z.strictObject({
+  data_plane_url: z.string().refine(isHttpOrigin, { message: 'expected the data plane as http://HOST:PORT' }),
+  domain: z.string().min(1).nullable(),
+});
+export type GatewayInfo = z.infer<typeof GatewayInfoSchema>;
 
 /** What a gateway keeps across restarts: every service's table. */
 export const GatewayStateSchema = z.strictObject({
