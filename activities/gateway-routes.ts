@@ -41,6 +41,14 @@ function rejections(results: PromiseSettledResult<unknown>[]): unknown[] {
   return results.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown);
 }
 
+/** The table on one gateway, and where it serves; the PUT's failure is the one told when both calls fail. */
+async function pushTo(gateway: GatewayAdmin, table: PushServiceTableInput['table']): Promise<GatewayInfo> {
+  const [put, info] = await Promise.allSettled([putServiceTable(gateway, table), gatewayInfo(gateway)]);
+  if (put.status === 'rejected') throw put.reason;
+  if (info.status === 'rejected') throw info.reason;
+  return info.value;
+}
+
 export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) {
   return {
     async pushServiceTable({ table }: PushServiceTableInput): Promise<PushServiceTableResult> {
@@ -51,7 +59,7 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
         );
       }
       // A stale answer is success: the gateway holds a newer table of this run, pushed by a later attempt.
-      const results = await Promise.allSettled(gateways.map(async (gateway) => (await Promise.all([gatewayInfo(gateway), putServiceTable(gateway, table)]))[0]));
+      const results = await Promise.allSettled(gateways.map((gateway) => pushTo(gateway, table)));
       const failed = rejections(results);
       if (failed.length > 0) throw gatewaysFailed(`the routing table of service ${table.run} (generation ${table.generation})`, gateways.length, failed);
       const infos = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
