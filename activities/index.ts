@@ -1,4 +1,6 @@
+import type { GatewayAdmin } from '../src/gateway/admin-client';
 import { createFleetActivities } from './fleet';
+import { createGatewayRouteActivities } from './gateway-routes';
 import { createJobBatchActivities } from './job-batches';
 import { createJobActivities } from './jobs';
 import { createPeersActivities } from './peers';
@@ -9,7 +11,12 @@ import type { BackendRegistry, TroupeActivities } from './types';
 
 export type * from './types';
 
-export function createActivities(backends: BackendRegistry): TroupeActivities {
+export interface ActivityOptions {
+  /** The gateways services' tables are pushed to; none: pushServiceTable fails with NoGateway. */
+  gateways?: readonly GatewayAdmin[];
+}
+
+export function createActivities(backends: BackendRegistry, options: ActivityOptions = {}): TroupeActivities {
   return {
     ...createProvisioningActivities(backends),
     ...createJobActivities(backends),
@@ -18,5 +25,6 @@ export function createActivities(backends: BackendRegistry): TroupeActivities {
     ...createPeersActivities(backends),
     ...createFleetActivities(),
     ...createRunIdentityActivities(),
+    ...createGatewayRouteActivities(options.gateways ?? []),
   };
 }

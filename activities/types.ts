@@ -3,6 +3,7 @@ import type { Backend, Instance, JobRef, LogChunk, PeersFile, ProvisionRequest, 
 import type { AddressBook } from '../workflows/messages';
 import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
 import type { BatchJobFailure } from '../src/run-core/failure-table';
+import type { ServiceTableInput } from '../src/gateway/routing-table';
 
 /** The backends a worker can drive, by the name a run asks for (`local`, `ssh`, …). */
 export type BackendRegistry = Readonly<Record<string, Backend>>;
@@ -90,6 +91,26 @@ export interface ReadLogInput extends JobCall {
   limit_bytes: number;
 }
 
+/** A service's whole routing table, for every gateway of the worker; its generation grows with each push. */
+export interface PushServiceTableInput {
+  table: ServiceTableInput;
+}
+
+/** Where users reach the service: per gateway `<data plane>/services/<run>/`, and `http://<run>.<domain>[:port]/` where it has a domain. */
+export interface PushServiceTableResult {
+  endpoints: string[];
+}
+
+export interface RemoveServiceTableInput {
+  run: string;
+}
+
+/**
+ * How the gateway activities fail. `NoGateway` (the worker has none) and `GatewayRefused` (a 4xx: a bad
+ * table, a wrong token) are not retried; `GatewayUnreachable` (no answer, a 5xx) is.
+ */
+export type GatewayFailureType = 'NoGateway' | 'GatewayRefused' | 'GatewayUnreachable';
+
 import type { ProbeHostInput, ProbeHostResult } from './fleet';
 export type { ProbeHostInput, ProbeHostResult };
 
@@ -106,4 +127,8 @@ export interface TroupeActivities {
   publishPeers(input: PublishPeersInput): Promise<PublishPeersResult>;
   readJobLog(input: ReadLogInput): Promise<LogChunk>;
   verifyRunExecution(input: VerifyRunExecutionInput): Promise<void>;
+  /** PUT the table on every gateway of this worker, in parallel. Returns each gateway's public endpoints of this service. */
+  pushServiceTable(input: PushServiceTableInput): Promise<PushServiceTableResult>;
+  /** DELETE the run's table on every gateway. */
+  removeServiceTable(input: RemoveServiceTableInput): Promise<void>;
 }

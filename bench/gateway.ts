@@ -89,7 +89,7 @@ try {
   );
   const gateway = /Gateway on (\S+)/.exec(gatewayOut)?.[1] as string;
   const admin = /admin API on (\S+)/.exec(gatewayOut)?.[1] as string;
-  const table = { run: 'bench', auth: null, current_revision: 0, revisions: [{ number: 0, entry: ['main'], groups: [{ name: 'main', replicas: [{ url: replica, state: 'ready' }] }] }] };
+  const table = { run: 'bench', generation: 0, auth: null, current_revision: 0, revisions: [{ number: 0, entry: ['main'], groups: [{ name: 'main', replicas: [{ url: replica, state: 'ready' }] }] }] };
   const put = await fetch(`${admin}/services/bench`, { method: 'PUT', headers: { authorization: `Bearer ${TOKEN}` }, body: JSON.stringify(table) });
   if (put.status !== 200) throw new Error(`PUT table: ${put.status} ${await put.text()}`);
 

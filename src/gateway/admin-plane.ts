@@ -2,12 +2,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { bearerToken, tokenHash, tokenMatchesHashes } from './token-auth';
 import type { GatewayMetrics } from './gateway-metrics';
 import type { GatewayServices } from './gateway-services';
-import { describeTableIssues, ServiceTableSchema, type ServiceTable } from './routing-table';
+import { describeTableIssues, ServiceTableSchema, type GatewayInfo, type ServiceTable } from './routing-table';
 import type { GatewayStateWriter } from './state-file';
 
 /**
- * The admin API, on its own address: what a run pushes (a service's whole table) and what a rollout's
- * drain and an operator read. Every call needs `Authorization: Bearer <admin token>`.
+ * The admin API, on its own address: what a run pushes (a service's whole table, a lower generation
+ * than the one held refused with 409) and what a rollout's drain and an operator read. Every call needs `Authorization: Bearer <admin token>`.
  */
 
 /** A table is small; a bigger body is a mistake or an attack. */
@@ -36,6 +36,8 @@ function shown(table: ServiceTable): Omit<ServiceTable, 'auth'> & { auth: { toke
 
 export interface AdminPlaneOptions {
   adminToken: string;
+  /** Read per call: the data plane's address is known once it listens. */
+  info: () => GatewayInfo;
   services: GatewayServices;
   metrics: GatewayMetrics;
   /** null: tables live in memory only. */
@@ -54,6 +56,7 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
     if (!tokenMatchesHashes(token, adminHash)) return send(res, 403, { error: 'wrong admin token' });
     const path = (req.url ?? '/').replace(/\?.*$/s, '');
     if (path === '/metrics' && req.method === 'GET') return send(res, 200, await metrics.registry.metrics(), metrics.registry.contentType);
+    if (path === '/info' && req.method === 'GET') return send(res, 200, options.info());
     if (path === '/services' && req.method === 'GET') return send(res, 200, { services: services.tables().map(shown) });
     const inflight = /^\/services\/([^/]+)\/inflight$/.exec(path);
     if (inflight && req.method === 'GET') {
@@ -75,9 +78,12 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
       const parsed = ServiceTableSchema.safeParse(data);
       if (!parsed.success) return send(res, 400, { error: `bad table: ${describeTableIssues(parsed.error)}; the service's table is unchanged` });
       if (parsed.data.run !== run) return send(res, 400, { error: `the table is for run "${parsed.data.run}", the path names "${run}"; the service's table is unchanged` });
+      // Checked and put with no await between: two PUTs at once cannot both pass the check.
+      const held = services.get(run)?.table.generation;
+      if (held !== undefined && parsed.data.generation < held) return send(res, 409, { error: `stale: generation ${parsed.data.generation} < held ${held}` });
       services.put(parsed.data);
       await persist();
-      return send(res, 200, { run, current_revision: parsed.data.current_revision });
+      return send(res, 200, { run, generation: parsed.data.generation, current_revision: parsed.data.current_revision });
     }
     if (one && req.method === 'DELETE') {
       const run = one[1] as string;
@@ -85,7 +91,7 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
       await persist();
       return send(res, 200, { run, deleted: true });
     }
-    return send(res, 404, { error: 'admin API: PUT|DELETE /services/<run>, GET /services, GET /services/<run>/inflight, GET /metrics' });
+    return send(res, 404, { error: 'admin API: PUT|DELETE /services/<run>, GET /services, GET /services/<run>/inflight, GET /info, GET /metrics' });
   };
   return (req, res) => {
     handle(req, res).catch((err: unknown) => {

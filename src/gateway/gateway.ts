@@ -52,8 +52,9 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   const data = createServer(dataPlaneHandler(services, metrics, { domain: options.domain }));
   // No timeout of the gateway's own on a request: a long LLM answer is the client's to give up on.
   data.requestTimeout = 0;
-  const admin = createServer(adminPlaneHandler({ adminToken: options.adminToken, services, metrics, state }));
   const url = await listen(data, options.listen.host, options.listen.port);
+  const info = () => ({ data_plane_url: url, domain: options.domain ?? null });
+  const admin = createServer(adminPlaneHandler({ adminToken: options.adminToken, info, services, metrics, state }));
   let adminUrl: string;
   try {
     adminUrl = await listen(admin, options.admin.host, options.admin.port);

@@ -2,18 +2,19 @@ import { z } from 'zod';
 import { RUN_NAME } from '../plan/run-name';
 
 /**
- * The gateway's routing table for one service: the contract a run pushes to every gateway (through an
- * activity, later) and the gateway keeps in its state file. The gateway decides nothing about a service
+ * The gateway's routing table for one service: the contract a run pushes to every gateway (through the
+ * pushServiceTable activity) and the gateway keeps in its state file. The gateway decides nothing about a service
  * beyond it: which replicas exist and are ready is the run's to say.
  */
 
 const SHA256_HEX = /^[0-9a-f]{64}$/;
 const HEADER_NAME = /^[a-zA-Z0-9_-]{1,500}$/;
 
-function isHttpOrigin(value: string): boolean {
+/** An http(s) origin alone: no path, query, fragment or user. */
+export function isHttpOrigin(value: string): boolean {
   if (!URL.canParse(value)) return false;
   const url = new URL(value);
-  return (url.protocol === 'http:' || url.protocol === 'https:') && (url.pathname === '/' || url.pathname === '') && !url.search && !url.hash && !url.username;
+  return (url.protocol === 'http:' || url.protocol === 'https:') && (url.pathname === '/' || url.pathname === '') && !url.search && !url.hash && !url.username && !url.password;
 }
 
 export const ReplicaSchema = z.strictObject({
@@ -60,6 +61,8 @@ export const RateLimitSchema = z.strictObject({
 export const ServiceTableSchema = z
   .strictObject({
     run: z.string().regex(RUN_NAME, { message: 'a run name: a lowercase letter, then 1–40 of a-z, 0-9, -' }),
+    /** Grows with each table the run pushes: a gateway refuses a lower one, so a late retry never undoes a newer table. */
+    generation: z.int().min(0),
     /** null: open to anyone. Tokens are kept as SHA-256 hashes (hex); the gateway never sees them in clear. */
     auth: z.strictObject({ token_sha256: z.array(z.string().regex(SHA256_HEX, { message: 'a SHA-256 hash, 64 lowercase hex digits' })).min(1).max(100) }).nullable(),
     /** dstack's default: the upstream sees `/x` for `/services/<run>/x`. */
@@ -86,6 +89,13 @@ export type RateLimit = z.infer<typeof RateLimitSchema>;
 export type Revision = z.infer<typeof RevisionSchema>;
 export type ServiceTable = z.infer<typeof ServiceTableSchema>;
 export type ServiceTableInput = z.input<typeof ServiceTableSchema>;
+
+/** What the admin API's `GET /info` answers: where this gateway serves, for a run to tell its user. */
+export const GatewayInfoSchema = z.strictObject({
+  data_plane_url: z.string().refine(isHttpOrigin, { message: 'expected the data plane as http://HOST:PORT' }),
+  domain: z.string().min(1).nullable(),
+});
+export type GatewayInfo = z.infer<typeof GatewayInfoSchema>;
 
 /** What a gateway keeps across restarts: every service's table. */
 export const GatewayStateSchema = z.strictObject({

@@ -18,6 +18,7 @@ import { metricsSinks } from './metrics-sinks';
 import { OpenTelemetryPlugin } from '@temporalio/interceptors-opentelemetry';
 import { tracingWorkflowModules, type Tracing } from '../tracing/tracing';
 import { raiseFileLimit } from './file-limit';
+import type { GatewayAdmin } from '../gateway/admin-client';
 
 export const workflowsPath = fileURLToPath(new URL('../../workflows/index.ts', import.meta.url));
 
@@ -34,6 +35,8 @@ export interface TroupeWorkerOptions {
   maxConcurrentActivities?: number;
   /** Default: troupeDataConverter() with the key file of this process (TROUPE_CODEC_KEY_FILE). */
   dataConverter?: DataConverter;
+  /** The gateways services' routing tables are pushed to (`troupe worker --gateway`); none: a service cannot start here. */
+  gateways?: readonly GatewayAdmin[];
   /** Traces (startTracing): workflows and activities traced, the bundle with the tracing interceptors. */
   tracing?: Tracing | null;
 }
@@ -66,7 +69,7 @@ export async function createTroupeWorker(opts: TroupeWorkerOptions): Promise<Wor
       (await bundleWorkflowCode({ workflowsPath, failureConverterPath, logger: quietBundler, ...(opts.tracing ? { workflowInterceptorModules: tracingWorkflowModules() } : {}) })),
     ...(opts.tracing ? { plugins: [new OpenTelemetryPlugin({ resource: opts.tracing.resource, spanProcessor: opts.tracing.spanProcessor })] } : {}),
     dataConverter: opts.dataConverter ?? troupeDataConverter(),
-    activities: createActivities(opts.backends),
+    activities: createActivities(opts.backends, { gateways: opts.gateways ?? [] }),
     // Runs tell the worker's metrics of status changes, launches, restarts and resizes (never in history).
     sinks: metricsSinks(workerMetrics),
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentActivities ?? DEFAULT_MAX_ACTIVITIES,

@@ -83,6 +83,7 @@ async function gateway(options: { domain?: string; stateFile?: string } = {}): P
 function table(run: string, replicas: Array<{ url: string; state?: 'ready' | 'draining' }>, extra: Partial<ServiceTableInput> = {}): ServiceTableInput {
   return {
     run,
+    generation: 0,
     auth: null,
     current_revision: 0,
     revisions: [{ number: 0, entry: ['main'], groups: [{ name: 'main', replicas: replicas.map((r) => ({ url: r.url, state: r.state ?? 'ready' })) }] }],
@@ -346,6 +347,33 @@ describe('the admin API', () => {
 
     expect((await admin(gw, 'DELETE', '/services/alpha')).status).toBe(200);
     expect((await get(`${gw.url}/services/alpha/`)).status).toBe(404);
+  });
+
+  it('refuses a lower generation than the one it holds (409, table kept), replaces an equal one', async () => {
+    const [r1, r2, r3] = await Promise.all([standIn('r1'), standIn('r2'), standIn('r3')]);
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: r1.url }], { generation: 2 }));
+    const stale = await admin(gw, 'PUT', '/services/alpha', table('alpha', [{ url: r2.url }], { generation: 1 }));
+    expect(stale.status).toBe(409);
+    expect(JSON.parse(stale.text)).toEqual({ error: 'stale: generation 1 < held 2' });
+    expect((await get(`${gw.url}/services/alpha/`)).replica).toBe('r1');
+    await put(gw, table('alpha', [{ url: r3.url }], { generation: 2 }));
+    expect((await get(`${gw.url}/services/alpha/`)).replica).toBe('r3');
+    // Deleted, the run's generations start again: a new run of the same name begins at 0.
+    expect((await admin(gw, 'DELETE', '/services/alpha')).status).toBe(200);
+    await put(gw, table('alpha', [{ url: r2.url }], { generation: 0 }));
+    expect((await get(`${gw.url}/services/alpha/`)).replica).toBe('r2');
+    const missing = await admin(gw, 'PUT', '/services/alpha', { ...table('alpha', [{ url: r2.url }]), generation: undefined });
+    expect(missing.status).toBe(400);
+    expect(missing.text).toMatch(/generation: /);
+  });
+
+  it('GET /info says where the data plane is and its domain, to the admin token only', async () => {
+    const plain = await gateway();
+    expect(JSON.parse((await admin(plain, 'GET', '/info')).text)).toEqual({ data_plane_url: plain.url, domain: null });
+    expect((await admin(plain, 'GET', '/info', undefined, null)).status).toBe(401);
+    const named = await gateway({ domain: 'svc.test' });
+    expect(JSON.parse((await admin(named, 'GET', '/info')).text)).toEqual({ data_plane_url: named.url, domain: 'svc.test' });
   });
 
   it('exports requests per service, group and replica', async () => {

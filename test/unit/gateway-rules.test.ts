@@ -70,6 +70,7 @@ describe('ServiceTableSchema', () => {
   it('refuses an entry group that is not a group, a revision twice, and a URL with a path', () => {
     const result = ServiceTableSchema.safeParse({
       run: 'web',
+      generation: 0,
       auth: null,
       current_revision: 1,
       revisions: [

@@ -1,11 +1,9 @@
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { startGateway } from '../../gateway/gateway';
 import { parseListenAddress } from '../../metrics/metrics-server';
 import { CliError, type Command } from '../command';
+import { GATEWAY_TOKEN_ENV, readGatewayAdminToken } from '../gateway-admin';
 import { parseOrUsage, renderUsage } from '../render/usage';
-
-const TOKEN_ENV = 'TROUPE_GATEWAY_ADMIN_TOKEN';
 
 const options = {
   listen: { type: 'string' },
@@ -28,7 +26,7 @@ const help = renderUsage(
     ['--admin HOST:PORT', 'the admin API and /metrics (keep it off the public network)'],
     ['--domain DOMAIN', 'also route Host <run>.<DOMAIN>'],
     ['--state FILE', 'keep the tables here across restarts (written atomically, mode 0600)'],
-    ['--admin-token-file FILE', `the admin API's bearer token (or env ${TOKEN_ENV}); at least 16 characters`],
+    ['--admin-token-file FILE', `the admin API's bearer token (or env ${GATEWAY_TOKEN_ENV}); at least 16 characters`],
     ['-h, --help', 'this help'],
   ],
 );
@@ -42,21 +40,6 @@ function address(flag: string, value: string | undefined): { host: string; port:
   }
 }
 
-function adminToken(file: string | undefined): string {
-  if (file !== undefined) {
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (err) {
-      throw new CliError(`cannot read --admin-token-file ${file}: ${err instanceof Error ? err.message : String(err)}`, 2);
-    }
-    return text.trim();
-  }
-  const token = process.env[TOKEN_ENV];
-  if (token === undefined || token.trim() === '') throw new CliError(`the admin API needs a token: --admin-token-file FILE or env ${TOKEN_ENV}`, 2);
-  return token.trim();
-}
-
 export const command: Command = async (args) => {
   const { values } = parseOrUsage(() => parseArgs({ args, options }), help);
   if (values.help) {
@@ -65,8 +48,7 @@ export const command: Command = async (args) => {
   }
   const listen = address('--listen', values.listen);
   const admin = address('--admin', values.admin);
-  const token = adminToken(values['admin-token-file']);
-  if (token.length < 16) throw new CliError('the admin token must be at least 16 characters', 2);
+  const token = readGatewayAdminToken('--admin-token-file', values['admin-token-file']);
   if (values.domain !== undefined && !/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/i.test(values.domain)) {
     throw new CliError(`--domain wants a DNS name such as svc.example.com, not ${JSON.stringify(values.domain)}`, 2);
   }

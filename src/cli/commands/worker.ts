@@ -10,6 +10,7 @@ import { projectRoot } from '../../devserver/dev-server';
 import { createRunReaper, createTroupeWorker, defaultBackends, runWorkerWithReaper, DEFAULT_BACKEND_NAMES, DEFAULT_MAX_ACTIVITIES } from '../../worker/create-worker';
 import { troupeDataConverter } from '../../codec/data-converter';
 import { CliError, type Command } from '../command';
+import { GATEWAY_TOKEN_ENV, GATEWAYS_ENV, workerGateways } from '../gateway-admin';
 import { connectionHelp, connectionOptions, connectionSettings, connectWorker, describeConnection } from '../connection';
 import { parseOrUsage, renderUsage } from '../render/usage';
 import { Client } from '@temporalio/client';
@@ -25,12 +26,14 @@ const options = {
   metrics: { type: 'string' },
   'local-subnet': { type: 'string' },
   'local-capacity': { type: 'string' },
+  gateway: { type: 'string', multiple: true },
+  'gateway-token-file': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   ...connectionOptions,
 } as const;
 
 const help = renderUsage(
-  'troupe worker [--backend NAME]... [--state-dir DIR]',
+  'troupe worker [--backend NAME]... [--state-dir DIR] [--gateway ADMIN_URL]... [--gateway-token-file FILE]',
   [
     "Runs a Troupe worker: it executes runs' workflows and drives the backends that provision nodes.",
     'Start as many as you like, on as many machines, on one task queue. Ctrl-C (or SIGTERM) shuts it',
@@ -46,6 +49,8 @@ const help = renderUsage(
     ['--metrics HOST:PORT', 'serve Prometheus metrics (Troupe\'s and the Temporal SDK\'s) and job usage here (env TROUPE_METRICS_ADDRESS, e.g. 127.0.0.1:9464)'],
     ['--local-subnet CIDR', "the local fleet's addresses (env TROUPE_LOCAL_SUBNET; default a /22 of 10.213.0.0/16 or 127.213.0.0/16: 1,022 nodes)"],
     ['--local-capacity N', "the local fleet's most nodes at once (env TROUPE_LOCAL_CAPACITY; default the whole subnet)"],
+    ['--gateway ADMIN_URL', `a gateway's admin API (troupe gateway --admin) that services' routing tables are pushed to (repeatable; env ${GATEWAYS_ENV}, comma-separated)`],
+    ['--gateway-token-file FILE', `the gateways' admin token (or env ${GATEWAY_TOKEN_ENV}, as troupe gateway reads it)`],
     ...connectionHelp,
   ],
 );
@@ -100,6 +105,7 @@ export const command: Command = async (args) => {
   if (capacityText !== undefined && !(/^\d+$/.test(capacityText) && Number.isSafeInteger(localCapacity))) {
     throw new CliError(`--local-capacity / TROUPE_LOCAL_CAPACITY must be a whole number ≥ 0 (got "${capacityText}")`, 2);
   }
+  const gateways = workerGateways(values.gateway, values['gateway-token-file']);
   const dataConverter = troupeDataConverter();
   // OTEL_EXPORTER_OTLP_ENDPOINT: the runs' workflows, activities and job starts traced.
   const tracing = startTracing('troupe-worker');
@@ -113,6 +119,7 @@ export const command: Command = async (args) => {
       namespace: settings.namespace,
       taskQueue: settings.taskQueue,
       backends,
+      gateways,
       dataConverter,
       tracing,
       ...(values.identity ? { identity: values.identity } : {}),
@@ -132,7 +139,7 @@ export const command: Command = async (args) => {
     process.on('SIGINT', shutdown);
     process.on('SIGTERM', shutdown);
     process.stderr.write(
-      `Troupe worker on ${describeConnection(settings)}, backends ${Object.keys(backends).join(', ')}; state in ${stateDir}\n`,
+      `Troupe worker on ${describeConnection(settings)}, backends ${Object.keys(backends).join(', ')}; state in ${stateDir}; gateways ${gateways.map((g) => g.url).join(', ') || 'none'}\n`,
     );
     const notice = LOCAL_BACKEND in backends ? isolationNotice('Warning: the local fleet') : null;
     if (notice) process.stderr.write(`${notice}\n`);

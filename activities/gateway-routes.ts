@@ -1,0 +1,75 @@
+import { ApplicationFailure } from '@temporalio/common';
+import { deleteServiceTable, gatewayInfo, GatewayAdminError, putServiceTable, type GatewayAdmin } from '../src/gateway/admin-client';
+import type { GatewayInfo } from '../src/gateway/routing-table';
+import type { GatewayFailureType, PushServiceTableInput, PushServiceTableResult, RemoveServiceTableInput } from './types';
+
+/**
+ * A service's routing table, pushed to every gateway of this worker. The gateways are the data plane:
+ * they serve from the table they hold, so a push that fails on one gateway leaves the others served,
+ * and a retry is harmless (an equal generation replaces, a lower one is refused as stale).
+ */
+
+export const NO_GATEWAY: GatewayFailureType = 'NoGateway';
+export const GATEWAY_REFUSED: GatewayFailureType = 'GatewayRefused';
+export const GATEWAY_UNREACHABLE: GatewayFailureType = 'GatewayUnreachable';
+
+/** Where a gateway serves a run: by path on its data plane, and by Host where it has a domain (data-plane.ts routeOf). */
+export function serviceEndpoints(info: GatewayInfo, run: string): string[] {
+  const dataPlane = new URL(info.data_plane_url);
+  const byPath = `${dataPlane.origin}/services/${run}/`;
+  if (info.domain === null) return [byPath];
+  // The Host names the run; the port is still the data plane's (none shown when it is the scheme's own).
+  const byHost = `${dataPlane.protocol}//${run}.${info.domain.toLowerCase()}${dataPlane.port ? `:${dataPlane.port}` : ''}/`;
+  return [byPath, byHost];
+}
+
+/**
+ * Every gateway's failure as one Temporal failure: a refusal (4xx) is not retried, since the same table
+ * would be refused again; otherwise (no answer, 5xx) it is, and the message names the gateways that failed.
+ */
+function gatewaysFailed(what: string, total: number, errors: unknown[]): ApplicationFailure {
+  const known = errors.map((err) => (err instanceof GatewayAdminError ? err : new GatewayAdminError('(unknown gateway)', 'unreachable', null, err instanceof Error ? err.message : String(err))));
+  const refused = known.filter((e) => e.failure === 'refused');
+  const shown = (list: GatewayAdminError[]) => list.map((e) => e.message).join('; ');
+  const others = total - errors.length;
+  const tail = others > 0 ? ` (the other ${others} gateway(s) took it)` : '';
+  if (refused.length > 0) return ApplicationFailure.nonRetryable(`${what} refused: ${shown(refused)}${tail}`, GATEWAY_REFUSED);
+  return ApplicationFailure.retryable(`${what} failed on ${known.map((e) => e.adminUrl).join(', ')}: ${shown(known)}${tail}`, GATEWAY_UNREACHABLE);
+}
+
+function rejections(results: PromiseSettledResult<unknown>[]): unknown[] {
+  return results.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown);
+}
+
+/** The table on one gateway, and where it serves; the PUT's failure is the one told when both calls fail. */
+async function pushTo(gateway: GatewayAdmin, table: PushServiceTableInput['table']): Promise<GatewayInfo> {
+  const [put, info] = await Promise.allSettled([putServiceTable(gateway, table), gatewayInfo(gateway)]);
+  if (put.status === 'rejected') throw put.reason;
+  if (info.status === 'rejected') throw info.reason;
+  return info.value;
+}
+
+export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) {
+  return {
+    async pushServiceTable({ table }: PushServiceTableInput): Promise<PushServiceTableResult> {
+      if (gateways.length === 0) {
+        throw ApplicationFailure.nonRetryable(
+          `service ${table.run} cannot be served: this worker has no gateway: start \`troupe gateway\` and give the worker --gateway ADMIN_URL (or env TROUPE_GATEWAYS)`,
+          NO_GATEWAY,
+        );
+      }
+      // A stale answer is success: the gateway holds a newer table of this run, pushed by a later attempt.
+      const results = await Promise.allSettled(gateways.map((gateway) => pushTo(gateway, table)));
+      const failed = rejections(results);
+      if (failed.length > 0) throw gatewaysFailed(`the routing table of service ${table.run} (generation ${table.generation})`, gateways.length, failed);
+      const infos = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+      return { endpoints: [...new Set(infos.flatMap((info) => serviceEndpoints(info, table.run)))] };
+    },
+
+    async removeServiceTable({ run }: RemoveServiceTableInput): Promise<void> {
+      // No gateway here: nothing this worker could have pushed to.
+      const failed = rejections(await Promise.allSettled(gateways.map((gateway) => deleteServiceTable(gateway, run))));
+      if (failed.length > 0) throw gatewaysFailed(`removing the routing table of service ${run}`, gateways.length, failed);
+    },
+  };
+}
