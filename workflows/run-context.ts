@@ -41,6 +41,8 @@ export interface Run {
   historyAtStart: number;
   /** The plan and state are too large for the next execution's input: no hand-over. */
   tooLargeToHandOver: boolean;
+  /** Settles once every routing-table push started so far has been answered (run-routes.ts). */
+  routesPushed: Promise<void>;
 }
 
 export function newRun(input: RunInput): Run {
@@ -70,6 +72,7 @@ export function newRun(input: RunInput): Run {
     handingOver: false,
     historyAtStart: info.historyLength,
     tooLargeToHandOver: false,
+    routesPushed: Promise.resolve(),
   };
 }
 

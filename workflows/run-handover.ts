@@ -5,6 +5,7 @@ import type { CarriedRun, RunInput, RunInputArg } from './messages';
 import { newRun, setStatus, stopAsked, type Run } from './run-context';
 import { takeEvents } from './run-events';
 import { peersSettled } from '../src/run-core/peers';
+import { routesSettled } from '../src/run-core/routing';
 import type { RunState } from './run-state';
 import type { Submission } from './submission';
 
@@ -55,6 +56,7 @@ function isQuiet(run: Run, submission: Submission): boolean {
     live.resizing.size === 0 &&
     live.unwanted.length === 0 &&
     peersSettled(run.core) &&
+    routesSettled(run.core) &&
     allHandlersFinished()
   );
 }

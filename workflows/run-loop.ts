@@ -1,6 +1,6 @@
 import { condition } from '@temporalio/workflow';
 import { addressBookOf } from '../src/run-core/jobs';
-import { nextDeadline } from '../src/run-core/outcome';
+import { nextDeadline } from '../src/run-core/decide';
 import { dependencyWaits, usesDependencies } from '../src/run-core/startup-order';
 import type { Outcome, Run } from './run-context';
 import { feed, takeEvents } from './run-events';

@@ -117,5 +117,10 @@ export const RunStateSchema = z.object({
   jobs_paged: z.boolean().default(false),
   /** Version of the live address book on the nodes (peers.json); 0 before the first. */
   peers_version: z.number().int().nonnegative().default(0),
+  /** A service's: where users call it (each gateway's endpoints) and the generation of its routing table there. Null for a task. */
+  service: z
+    .object({ endpoints: z.array(z.string()), table_generation: z.number().int().nonnegative() })
+    .nullable()
+    .default(null),
 });
 export type RunState = z.infer<typeof RunStateSchema>;

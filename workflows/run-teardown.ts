@@ -5,6 +5,7 @@ import { teardownOf } from '../src/run-core/outcome';
 import { rootMessage } from './failures';
 import { teardownActivities } from './node-group-activities';
 import { jobRefOf } from './run-job-refs';
+import { removeRoutes } from './run-routes';
 import { setStatus, type Ending, type Run } from './run-context';
 
 /** Every started process stopped, every machine released; the jobs still open end as the outcome says. */
@@ -20,6 +21,8 @@ export async function teardown(run: Run, outcome: Ending): Promise<void> {
   } catch (err) {
     state.message = `${state.message ? `${state.message}; ` : ''}teardown incomplete: ${rootMessage(err)}`;
   }
+  // A service's table goes last: until now it listed no replica, so requests got 503, not a dying one.
+  await removeRoutes(run);
   const now = new Date().toISOString();
   for (const job of state.jobs) {
     if (!isJobFinished(job)) endJob(job, status, reason, null, now);

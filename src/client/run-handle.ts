@@ -427,6 +427,7 @@ export class RunHandle {
       jobs: [],
       jobs_paged: false,
       peers_version: 0,
+      service: null,
     };
   }
 }

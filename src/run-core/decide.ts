@@ -1,7 +1,8 @@
 import type { Decision } from './effects';
 import type { RunEvent } from './events';
 import { decideHealing } from './healing';
-import { decideOutcome } from './outcome';
+import { decideOutcome, nextDeadline as outcomeDeadline } from './outcome';
+import { decideRouting, routingDeadline } from './routing';
 import { decidePeers } from './peers';
 import { decideScaling } from './scaling';
 import type { RunCore } from './state';
@@ -9,8 +10,8 @@ import type { RunCore } from './state';
 /**
  * Every policy of the run, in order, over one event: healing first (a node it replaces has not
  * failed the run), scaling (a failed node it added undoes its resize), the outcome, then the
- * live address book. Each sees the state the one before returned; their effects
- * are carried out in the same order.
+ * live address book and a service's routing table. Each sees the state the one before returned;
+ * their effects are carried out in the same order.
  */
 export function decideRun(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
   const healing = decideHealing(core, event, now);
@@ -18,5 +19,13 @@ export function decideRun(core: RunCore, event: RunEvent, now: number): Decision
   const outcome = decideOutcome(scaling.state, event, now);
   // The book goes out once the outcome is known: a submission that ended publishes nothing more.
   const peers = decidePeers(outcome.state, event, now);
-  return { state: peers.state, effects: [...healing.effects, ...scaling.effects, ...outcome.effects, ...peers.effects] };
+  // After the outcome too: a submission that ended routes no new request to its replicas.
+  const routing = decideRouting(peers.state, event, now);
+  return { state: routing.state, effects: [...healing.effects, ...scaling.effects, ...outcome.effects, ...peers.effects, ...routing.effects] };
+}
+
+/** When the loop must look again without an event (epoch ms), or null: the earliest of the policies' deadlines. */
+export function nextDeadline(core: RunCore): number | null {
+  const due = [outcomeDeadline(core), routingDeadline(core)].filter((d): d is number => d !== null);
+  return due.length === 0 ? null : Math.min(...due);
 }

@@ -1,6 +1,7 @@
 import type { Instance } from '../backends/backend';
 import type { RunStatus, RunTerminationReason } from '../../workflows/run-state';
 import type { Ending } from './ending';
+import type { ServiceTableInput } from '../gateway/routing-table';
 
 /**
  * What a policy asks the world for; the run's loop carries each one out (activities, signals,
@@ -34,6 +35,8 @@ export type Effect =
       jobs: Array<{ job_num: number; attempt: number; instance: Instance }>;
       hooks: Array<{ job_num: number; attempt: number; instance: Instance; label: string; command: string }>;
     }
+  /** Put this routing table (its generation inside) on every gateway; report `routes-pushed`. */
+  | { kind: 'push-routes'; generation: number; table: ServiceTableInput }
   /** After teardown: submit the whole run again, after this back-off. */
   | { kind: 'resubmit'; after_s: number }
   /** After teardown: the run's final status, reason and message. */

@@ -25,5 +25,7 @@ export type RunEvent =
   | { kind: 'resize-answered'; id: number }
   /** A publication of the live address book is over: the hooks that failed, or why it was not delivered. */
   | { kind: 'peers-published'; version: number; failed_hooks: Array<{ label: string; exit_code: number; output: string }>; error: string | null }
+  /** A push of the service's routing table is over: the service's endpoints, or why it did not reach every gateway. */
+  | { kind: 'routes-pushed'; generation: number; endpoints: string[]; error: string | null }
   /** Look again: time passed, or a step outside the core changed the jobs. */
   | { kind: 'tick' };

@@ -12,9 +12,9 @@ import type { JobState } from '../../workflows/run-state';
 export type LiveCore = z.infer<typeof LiveCoreSchema>;
 export type Resize = z.infer<typeof ResizeSchema>;
 
-/** A run heals, resizes or keeps live peers when any group asks for it. */
+/** A run heals, resizes or keeps live peers when any group asks for it; a service always does (it lives until stopped). */
 export function isLivePlan(plan: Plan): boolean {
-  return plan.groups.some((g) => (g.on_failure && g.on_failure.action !== 'fail-run') || g.nodes_range || g.on_peers_change || g.ready_min);
+  return plan.service !== undefined || plan.groups.some((g) => (g.on_failure && g.on_failure.action !== 'fail-run') || g.nodes_range || g.on_peers_change || g.ready_min);
 }
 
 export function newLiveCore(plan: Plan): LiveCore {

@@ -37,6 +37,7 @@ export function decideOutcome(core: RunCore, event: RunEvent, now: number): Deci
     case 'released':
     case 'resize-answered':
     case 'peers-published':
+    case 'routes-pushed':
       return { state: core, effects };
   }
 }

@@ -109,6 +109,22 @@ export const LiveCoreSchema = z.object({
   }),
 });
 
+/** A service's routing: the tables the run asked the gateways for, and what they took (routing.ts). */
+export const ServiceCoreSchema = z.object({
+  /** The generation of the last table asked for (0: none yet); a gateway refuses an older one. */
+  generation: z.number().int().nonnegative(),
+  /** That table's content without its generation: how a change is seen. */
+  key: z.string(),
+  /** The generation a push under way carries, or null. */
+  pushing: z.number().int().nullable(),
+  /** The content every gateway last took (null: none yet). */
+  delivered_key: z.string().nullable(),
+  /** After a failed push: when to push again (epoch ms). */
+  retry_at_ms: z.number().nullable(),
+  /** What last went wrong pushing (shown as the run's message), or null. */
+  problem: z.string().nullable(),
+});
+
 export const RunCoreSchema = z.object({
   /** What queries answer; its job records are changed in place by the loop's steps (jobs.ts). */
   run: RunStateSchema,
@@ -131,6 +147,8 @@ export const RunCoreSchema = z.object({
   submission: SubmissionCoreSchema,
   /** Healing and resizing (null: the run uses none of Troupe's live extensions). */
   live: LiveCoreSchema.nullable(),
+  /** A service's routing (null: a task). */
+  service: ServiceCoreSchema.nullable(),
 });
 
 /** What a run hands its next execution of its core: all of it but the plan, which the run's input has. */

@@ -3,7 +3,7 @@ import type { Plan, RetryPolicy } from '../plan/plan-schema';
 import type { RunState } from '../../workflows/run-state';
 import { freshJobsOf } from './jobs';
 import { isLivePlan, newLiveCore } from './live';
-import type { RunCoreSchema, SubmissionCoreSchema } from './state-schema';
+import type { RunCoreSchema, ServiceCoreSchema, SubmissionCoreSchema } from './state-schema';
 
 /**
  * The run's core state: plain, serialisable data that its policies decide over (its schema, with
@@ -13,12 +13,19 @@ import type { RunCoreSchema, SubmissionCoreSchema } from './state-schema';
  */
 export type RunCore = z.infer<typeof RunCoreSchema>;
 export type SubmissionCore = z.infer<typeof SubmissionCoreSchema>;
+/** A service's routing (what each field means: state-schema.ts; the policy: routing.ts). */
+export type ServiceCore = z.infer<typeof ServiceCoreSchema>;
 
 export const BACKOFF_MAX_S = 300;
 
 /** A new submission: unlocking, nothing decided yet. */
 export function newSubmissionCore(): SubmissionCore {
   return { phase: 'unlocking', addresses_due_ms: null, running_since_ms: null, group_failure: null, ending: null };
+}
+
+/** A service before its first routing table. */
+export function newServiceCore(): ServiceCore {
+  return { generation: 0, key: '', pushing: null, delivered_key: null, retry_at_ms: null, problem: null };
 }
 
 /** Who the run is (from Temporal, never from its input) and where it runs. */
@@ -52,6 +59,7 @@ export function newRunCore(args: {
     jobs: freshJobsOf(plan.jobs, iso),
     jobs_paged: false,
     peers_version: 0,
+    service: plan.service ? { endpoints: [], table_generation: 0 } : null,
   };
   return {
     run,
@@ -64,5 +72,6 @@ export function newRunCore(args: {
     failure_events: {},
     submission: newSubmissionCore(),
     live: isLivePlan(plan) ? newLiveCore(plan) : null,
+    service: plan.service ? newServiceCore() : null,
   };
 }

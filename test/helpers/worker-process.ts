@@ -3,12 +3,14 @@
  * TEMPORAL_ADDRESS, TROUPE_TASK_QUEUE, TROUPE_LOCAL_STATE_DIR, and TEST_PROVISION_DELAY_MS /
  * TEST_ONE_JOB_PER_CALL to make provisioning slow enough to be interrupted, TEST_LOCAL_CAPACITY to
  * give the local fleet fewer nodes, TEST_REAPER_INTERVAL_MS for its reaper's passes,
- * TEST_LOCAL_NETWORK=loopback for loopback addresses (no namespaces).
+ * TEST_LOCAL_NETWORK=loopback for loopback addresses (no namespaces), and TROUPE_GATEWAYS with
+ * TROUPE_GATEWAY_ADMIN_TOKEN for the gateways services are pushed to (as `troupe worker` reads them).
  */
 import { DefaultLogger, NativeConnection, Runtime, makeTelemetryFilterString } from '@temporalio/worker';
 import { LocalBackend } from '../../src/backends/local/local-backend';
 import { createRunReaper, createTroupeWorker, runWorkerWithReaper } from '../../src/worker/create-worker';
 import { RecordingBackend } from './recording-backend';
+import { workerGateways } from '../../src/cli/gateway-admin';
 
 const required = (name: string): string => {
   const value = process.env[name];
@@ -35,6 +37,7 @@ const worker = await createTroupeWorker({
   namespace: 'default',
   taskQueue: required('TROUPE_TASK_QUEUE'),
   backends: { local: backend },
+  gateways: workerGateways(undefined, undefined),
 });
 process.once('SIGTERM', () => worker.shutdown());
 console.log('worker ready');

@@ -55,6 +55,7 @@ export function pdRun(patch: Partial<RunState> = {}, jobs?: JobState[]): RunStat
     jobs: jobs ?? [job(0, 0, 'router', 0), job(1, 1, 'prefill', 0), job(2, 1, 'prefill', 1), job(3, 2, 'decode', 0)],
     jobs_paged: false,
     peers_version: 0,
+    service: null,
     ...patch,
   };
 }

@@ -48,6 +48,7 @@ function forgedCarried(victim: RunState): CarriedRun {
       failure_events: {},
       submission: { phase: 'started', addresses_due_ms: null, running_since_ms: null, group_failure: null, ending: null },
       live: null,
+      service: null,
     },
     generation: 1,
     group_provisioning: false,

@@ -1,0 +1,175 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { loadServicePlan, serviceRunPlan } from '../plan';
+import type { Plan } from '../plan/plan-schema';
+import { coreOf, exited, jobs, pass, provisioned, ready, running, T0 } from '../../test/helpers/run-core';
+import { nextDeadline } from './decide';
+import type { Effect } from './effects';
+import type { RunEvent } from './events';
+import { ROUTES_RETRY_MS, routesSettled } from './routing';
+import type { RunCore } from './state';
+
+/**
+ * A service's routing table over sequences of events, no server: pushed when what it lists changes,
+ * one push at a time with rising generations, READY replicas only, none once the end is decided, a
+ * failed push tried again after a while with its problem in the run's message.
+ */
+
+const HASH = 'b'.repeat(64);
+
+/** router (1 replica) in front of decode (2): the router is the entry; decode restarts a failed node. */
+function pd(): Plan {
+  const text = [
+    'type: service',
+    'name: pd',
+    'port: 8000',
+    'groups:',
+    '  - {name: router, replicas: 1, router: {type: smg}, commands: [route]}',
+    '  - {name: decode, replicas: 2, on_failure: restart-node, commands: [serve]}',
+  ].join('\n');
+  return serviceRunPlan(loadServicePlan(text, 'pd.yml', { environ: {} }), [HASH]);
+}
+
+type Push = Extract<Effect, { kind: 'push-routes' }>;
+const pushes = (effects: Effect[]) => effects.filter((e): e is Push => e.kind === 'push-routes');
+const pushed = (generation: number, extra: Partial<Extract<RunEvent, { kind: 'routes-pushed' }>> = {}): RunEvent => ({
+  kind: 'routes-pushed',
+  generation,
+  endpoints: ['http://gw:8080/services/pd/'],
+  error: null,
+  ...extra,
+});
+const replicasOf = (push: Push | undefined) =>
+  Object.fromEntries(push?.table.revisions[0]?.groups.map((g) => [g.name, g.replicas.map((r) => r.url)]) ?? []);
+
+/** Provisioned, started and READY everywhere, every push answered. */
+function serving(): RunCore {
+  let core = coreOf(pd());
+  const all = [0, 1, 2];
+  core = answered(pass(core, [jobs(core, all.map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000));
+  core = answered(pass(core, [jobs(core, all.map((n) => running(n)))], T0 + 2000));
+  return answered(pass(core, [jobs(core, all.map((n) => ready(n)))], T0 + 3000));
+}
+
+/** The pass's pushes (at most one) answered as done. */
+function answered(step: { core: RunCore; effects: Effect[] }): RunCore {
+  const [push] = pushes(step.effects);
+  return push ? pass(step.core, [pushed(push.generation)], T0 + 500).core : step.core;
+}
+
+describe("a service's routing table", () => {
+  it('goes out at once with no replica (503, not 404), then with each READY replica, never a RUNNING one', () => {
+    let core = coreOf(pd());
+    const first = pass(core, [], T0);
+    expect(pushes(first.effects)).toHaveLength(1);
+    expect(pushes(first.effects)[0]?.table).toMatchObject({
+      run: 'pd',
+      generation: 1,
+      auth: { token_sha256: [HASH] },
+      current_revision: 0,
+      revisions: [{ number: 0, entry: ['router'], groups: [{ name: 'router', replicas: [] }, { name: 'decode', replicas: [] }] }],
+    });
+    core = pass(first.core, [pushed(1)], T0 + 1).core;
+    expect(core.run.service).toEqual({ endpoints: ['http://gw:8080/services/pd/'], table_generation: 1 });
+
+    core = pass(core, [jobs(core, [0, 1, 2].map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000).core;
+    const runningStep = pass(core, [jobs(core, [0, 1, 2].map((n) => running(n)))], T0 + 2000);
+    expect(pushes(runningStep.effects)).toEqual([]);
+    const readyStep = pass(runningStep.core, [jobs(runningStep.core, [ready(0), ready(2)])], T0 + 3000);
+    expect(pushes(readyStep.effects).map((p) => p.generation)).toEqual([2]);
+    expect(replicasOf(pushes(readyStep.effects)[0])).toEqual({ router: ['http://10.0.0.1:8000'], decode: ['http://10.0.0.3:8000'] });
+  });
+
+  it('one push at a time: a change while one is under way goes out once it is answered, with the next generation', () => {
+    const core = serving();
+    const failed = pass(core, [jobs(core, [exited(1, 1)])], T0 + 4000);
+    const [push] = pushes(failed.effects);
+    expect(replicasOf(push).decode).toEqual(['http://10.0.0.3:8000']);
+    // The replacement comes up while the push is under way: nothing more goes out yet.
+    let next = pass(failed.core, [jobs(failed.core, [provisioned(1, 1), running(1, 1), ready(1, 1)])], T0 + 5000);
+    expect(pushes(next.effects)).toEqual([]);
+    expect(routesSettled(next.core)).toBe(false);
+    next = pass(next.core, [pushed(push!.generation)], T0 + 5100);
+    const [again] = pushes(next.effects);
+    expect(again?.generation).toBe(push!.generation + 1);
+    expect(replicasOf(again).decode).toEqual(['http://10.0.1.2:8000', 'http://10.0.0.3:8000']);
+    expect(routesSettled(pass(next.core, [pushed(again!.generation)], T0 + 5200).core)).toBe(true);
+  });
+
+  it('lists no replica once the end is decided (a stop), before teardown', () => {
+    const core = serving();
+    const stop = pass(core, [{ kind: 'stop', abort: false }], T0 + 4000);
+    expect(stop.effects.some((e) => e.kind === 'end-submission')).toBe(true);
+    const [push] = pushes(stop.effects);
+    expect(replicasOf(push)).toEqual({ router: [], decode: [] });
+    // The push comes after the end in the effects: the table changes once the decision is made.
+    expect(stop.effects.findIndex((e) => e.kind === 'push-routes')).toBeGreaterThan(stop.effects.findIndex((e) => e.kind === 'end-submission'));
+  });
+
+  it('a failed push: its problem in the message, the same generation again after ROUTES_RETRY_MS, the message cleared once through', () => {
+    const core = serving();
+    const failed = pass(core, [jobs(core, [exited(2, 1)])], T0 + 4000);
+    const [push] = pushes(failed.effects);
+    const refused = pass(failed.core, [pushed(push!.generation, { error: 'gateway http://127.0.0.1:9 did not answer' })], T0 + 4100);
+    expect(refused.core.run.message).toBe(`routing table v${push!.generation} not on every gateway: gateway http://127.0.0.1:9 did not answer`);
+    expect(pushes(refused.effects)).toEqual([]);
+    expect(nextDeadline(refused.core)).toBe(T0 + 4100 + ROUTES_RETRY_MS);
+    expect(pushes(pass(refused.core, [], T0 + 4100 + ROUTES_RETRY_MS - 1).effects)).toEqual([]);
+    const retry = pass(refused.core, [], T0 + 4100 + ROUTES_RETRY_MS);
+    expect(pushes(retry.effects).map((p) => p.generation)).toEqual([push!.generation]);
+    expect(pass(retry.core, [pushed(push!.generation)], T0 + 30_000).core.run.message).toBeNull();
+  });
+
+  it('a late answer of an older push changes nothing', () => {
+    const core = serving();
+    const generation = core.service!.generation;
+    const late = pass(core, [pushed(generation - 1, { endpoints: ['http://old/'] })], T0 + 4000);
+    expect(late.core.run.service?.endpoints).toEqual(['http://gw:8080/services/pd/']);
+    expect(pushes(late.effects)).toEqual([]);
+  });
+
+  it('a task has no routing', () => {
+    const plan = { ...pd(), service: undefined };
+    expect(pushes(pass(coreOf(plan), [], T0).effects)).toEqual([]);
+    expect(coreOf(plan).service).toBeNull();
+  });
+
+  it('whatever the order of job events and answers: generations rise, one push at a time, and settled means the table matches the state', () => {
+    const step = fc.oneof(
+      fc.record({ kind: fc.constant('job' as const), n: fc.integer({ min: 0, max: 2 }), what: fc.constantFrom('running', 'ready', 'exited') }),
+      fc.record({ kind: fc.constant('answer' as const), ok: fc.boolean() }),
+      fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 0, max: 20_000 }) }),
+    );
+    fc.assert(
+      fc.property(fc.array(step, { maxLength: 40 }), (steps) => {
+        let core = serving();
+        let now = T0 + 4000;
+        let inFlight: number | null = null;
+        let last = core.service!.generation;
+        for (const s of steps) {
+          let events: RunEvent[] = [];
+          if (s.kind === 'wait') now += s.ms;
+          if (s.kind === 'answer' && inFlight !== null) {
+            events = [pushed(inFlight, s.ok ? {} : { error: 'down' })];
+            inFlight = null;
+          }
+          if (s.kind === 'job') {
+            const job = core.run.jobs[s.n]!;
+            const ev = s.what === 'running' ? running(s.n, job.attempt) : s.what === 'ready' ? ready(s.n, job.attempt) : exited(s.n, 1, job.attempt);
+            events = [jobs(core, [ev])];
+          }
+          const out = pass(core, events, now);
+          core = out.core;
+          for (const p of pushes(out.effects)) {
+            expect(inFlight).toBeNull();
+            expect(p.generation).toBeGreaterThanOrEqual(last);
+            last = p.generation;
+            inFlight = p.generation;
+          }
+        }
+        if (inFlight === null && routesSettled(core)) expect(core.service!.delivered_key).toBe(core.service!.key);
+      }),
+      { numRuns: 200 },
+    );
+  });
+});

@@ -1,0 +1,96 @@
+import type { ServiceTableInput } from '../gateway/routing-table';
+import type { Decision, Effect } from './effects';
+import type { RunEvent } from './events';
+import { activeJobs, isJobFinished } from './jobs';
+import type { RunCore, ServiceCore } from './state';
+
+/**
+ * A service's routing: the table every gateway routes its requests by (src/gateway/routing-table.ts),
+ * made from the run's state — a replica is in it while it is READY on its current machine — and
+ * pushed whenever its content changes, one push at a time, each with a higher generation (a gateway
+ * refuses an older one, so a late push never undoes a newer). Once the submission's end is decided
+ * the table lists no replica: new requests get 503 at once instead of a replica going away. A push
+ * that fails is tried again after ROUTES_RETRY_MS, its problem shown as the run's message meanwhile.
+ * Pure: the run's loop carries a push out and reports it back (`routes-pushed`).
+ */
+
+/** How long after a failed push the next one goes (the activity itself has retried for a while). */
+export const ROUTES_RETRY_MS = 15_000;
+
+/** The revision every replica of this first slice belongs to (deployments will number theirs). */
+const REVISION = 0;
+
+export function decideRouting(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
+  const service = core.service;
+  if (!service) return { state: core, effects: [] };
+  const state = event.kind === 'routes-pushed' ? pushed(core, service, event, now) : core;
+  return pushIfChanged(state, now);
+}
+
+/** When the loop must look again without an event: a failed push's retry. */
+export function routingDeadline(core: RunCore): number | null {
+  const service = core.service;
+  if (!service || service.pushing !== null || service.key === service.delivered_key) return null;
+  return service.retry_at_ms;
+}
+
+/** Every gateway has the table as the run's state makes it now, and no push is under way. */
+export function routesSettled(core: RunCore): boolean {
+  const service = core.service;
+  return service === null || (service.pushing === null && service.delivered_key === JSON.stringify(tableOf(core)));
+}
+
+/** The table as the run's state makes it now, without its generation. */
+export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
+  const { plan } = core;
+  const service = plan.service;
+  if (!service) throw new Error(`run ${plan.run_name} is not a service`);
+  const ending = core.submission.ending !== null;
+  const jobs = activeJobs(core.run);
+  return {
+    run: plan.run_name,
+    auth: service.auth,
+    strip_prefix: service.strip_prefix,
+    rate_limits: service.rate_limits,
+    current_revision: REVISION,
+    revisions: [
+      {
+        number: REVISION,
+        entry: service.entry.map((index) => plan.groups[index]?.name ?? String(index)),
+        groups: plan.groups.map((group) => ({
+          name: group.name,
+          replicas: ending
+            ? []
+            : jobs
+                .filter((job) => job.group_index === group.index && job.ready_at !== null && !isJobFinished(job) && job.instance !== null)
+                .map((job) => ({ url: `http://${job.instance?.internal_ip}:${service.port}`, state: 'ready' as const })),
+        })),
+      },
+    ],
+  };
+}
+
+function pushIfChanged(core: RunCore, now: number): Decision<RunCore> {
+  const service = core.service;
+  if (!service || service.pushing !== null) return { state: core, effects: [] };
+  const table = tableOf(core);
+  const key = JSON.stringify(table);
+  if (key === service.delivered_key) return { state: core, effects: [] };
+  // The same content again (after a failure) keeps its generation: the gateways that took it take it again.
+  const changed = key !== service.key;
+  if (!changed && service.retry_at_ms !== null && now < service.retry_at_ms) return { state: core, effects: [] };
+  const generation = changed ? service.generation + 1 : service.generation;
+  const effect: Effect = { kind: 'push-routes', generation, table: { ...table, generation } };
+  return { state: { ...core, service: { ...service, generation, key, pushing: generation, retry_at_ms: null } }, effects: [effect] };
+}
+
+function pushed(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { kind: 'routes-pushed' }>, now: number): RunCore {
+  if (service.pushing !== event.generation) return core;
+  const problem = event.error === null ? null : `routing table v${event.generation} not on every gateway: ${event.error}`;
+  if (core.run.message === service.problem) core.run.message = problem;
+  if (event.error === null) {
+    core.run.service = { endpoints: event.endpoints, table_generation: event.generation };
+    return { ...core, service: { ...service, pushing: null, delivered_key: service.key, retry_at_ms: null, problem } };
+  }
+  return { ...core, service: { ...service, pushing: null, retry_at_ms: now + ROUTES_RETRY_MS, problem } };
+}
