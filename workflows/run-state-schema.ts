@@ -117,9 +117,12 @@ export const RunStateSchema = z.object({
   jobs_paged: z.boolean().default(false),
   /** Version of the live address book on the nodes (peers.json); 0 before the first. */
   peers_version: z.number().int().nonnegative().default(0),
-  /** A service's: where users call it (each gateway's endpoints) and the generation of its routing table there. Null for a task. */
+  /**
+   * A service's: where users call it (each gateway's endpoints, none before its first table is on
+   * them), whether calls need its token, and the generation of its routing table there. Null for a task.
+   */
   service: z
-    .object({ endpoints: z.array(z.string()), table_generation: z.number().int().nonnegative() })
+    .object({ endpoints: z.array(z.string()), auth: z.boolean(), table_generation: z.number().int().nonnegative() })
     .nullable()
     .default(null),
 });

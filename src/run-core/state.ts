@@ -59,7 +59,7 @@ export function newRunCore(args: {
     jobs: freshJobsOf(plan.jobs, iso),
     jobs_paged: false,
     peers_version: 0,
-    service: plan.service ? { endpoints: [], table_generation: 0 } : null,
+    service: plan.service ? { endpoints: [], auth: plan.service.auth !== null, table_generation: 0 } : null,
   };
   return {
     run,

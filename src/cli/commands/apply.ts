@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { loadPlan, loadServicePlan, serviceRunPlan, ServiceRunError, serviceSource, type Plan, type ServicePlan } from '../../plan';
 import { tokenHash } from '../../gateway/token-auth';
 import { renderServicePlan } from '../render/service-plan-table';
+import { serviceEndpointLines } from '../render/service-lines';
 import { CliError, type Command } from '../command';
 import { readConfigText } from '../config-text';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings, describeConnection, workflowUrl } from '../connection';
@@ -95,9 +96,10 @@ export const command: Command = async (args) => {
     process.stderr.write(
       `Submitted run ${paint(style, 'bold', plan.run_name)} to ${describeConnection(settings)}.\n` +
         (url ? `Web UI: ${url}\n` : '') +
-        (token ? `The service's token (shown once; send it as Authorization: Bearer TOKEN): ${token}\n` : ''),
+        (token ? `The service's token, shown once (calls send it as Authorization: Bearer $TOKEN):\n  export TOKEN=${token}\n` : ''),
     );
     if (values.detach) {
+      if (service) process.stderr.write(await endpointsOnceKnown(handle, style));
       process.stderr.write(reattachHelp(plan.run_name));
       return 0;
     }
@@ -129,6 +131,27 @@ function readPlan(text: string, file: string, name: string | undefined, fleet: s
     if (err instanceof ServiceRunError) throw new CliError(`${file}: ${err.message}`, 3);
     throw cliErrorOf(err);
   }
+}
+
+/** How long `troupe apply -d` of a service waits for its first routing table to be on the gateways. */
+const ENDPOINTS_WAIT_MS = 30_000;
+
+/** A detached service's endpoints, once its first table is on the gateways (or why not yet). */
+async function endpointsOnceKnown(handle: RunHandle, style: Style): Promise<string> {
+  const signal = AbortSignal.timeout(ENDPOINTS_WAIT_MS);
+  let last: RunState | null = null;
+  try {
+    for await (const state of handle.watch({ signal })) {
+      last = state;
+      if ((state.service?.endpoints.length ?? 0) > 0 || isFinished(state.status)) break;
+    }
+  } catch {
+    // Past the wait: said below.
+  }
+  const lines = last ? serviceEndpointLines(last, style) : [];
+  if (lines.length > 0) return `${lines.join('\n')}\n`;
+  const why = last?.message ? `: ${last.message}` : '';
+  return `${paint(style, 'yellow', `Not on a gateway yet${why}`)} (\`troupe ps --json\` shows its endpoints once it is)\n`;
 }
 
 function reattachHelp(runName: string): string {

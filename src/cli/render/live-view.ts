@@ -1,3 +1,4 @@
+import { endpointsChanged, serviceEndpointLines } from './service-lines';
 import { writeRaw } from './control-chars';
 import type { JobState, RunState } from '../../../workflows/run-state';
 import { jobReason, nodeName, renderJobsTable, renderRunHeadline } from './run-table';
@@ -59,6 +60,7 @@ export function describeStateChanges(prev: RunState | null, next: RunState, styl
     runLine = { line: `${paint(style, 'bold', next.run_name)}: ${paintStatus(style, next.status)}${reason ? ` (${reason})` : ''}`, reason };
   }
   if (runLine && next.finished_at === null) lines.push(runLine);
+  if (next.finished_at === null && endpointsChanged(prev, next)) lines.push(...serviceEndpointLines(next, style).map((line) => ({ line, reason: '' })));
   for (const group of next.groups) {
     const before = prev && !resubmitted ? prev.groups.find((g) => g.index === group.index) : undefined;
     if (group.waiting_for !== null && group.waiting_for !== before?.waiting_for) {
@@ -118,6 +120,7 @@ export class LiveView {
       this.clearFrame();
       const frame = [
         renderRunHeadline(state, this.style, this.now()),
+        ...serviceEndpointLines(state, this.style),
         ...renderJobsTable(state, this.style, this.out.columns),
         ...renderGroupWaits(state, this.style),
       ];
