@@ -2,7 +2,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Instance } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
-import { cgroupDirs, DEFAULT_PIDS_MAX, jobLimits } from '../../src/backends/local/cgroup';
+import { cgroupDirs, DEFAULT_PIDS_MAX, jobLimits, noLimitsLine } from '../../src/backends/local/cgroup';
 import { cgroupHierarchy, jobCpuSeconds } from '../../src/backends/local/job-cgroup';
 import { fleetWallPrefix, jobCgroupName } from '../../src/backends/local/local-names';
 import { jobRef, LocalFleetHarness, makeRun, resources, waitFor, type TestRun } from './local-fixtures';
@@ -110,5 +110,20 @@ describe.skipIf(!usable)(`a local job's limits (cgroup v${usable?.version ?? '-'
     expect(cgroupLeft(name).length).toBeGreaterThan(0);
     await backend().heldRuns();
     expect(cgroupLeft(name)).toEqual([]);
+  });
+});
+
+describe('a local job where the machine has no usable cgroup hierarchy', () => {
+  it('still runs, and the first line of its log says that no limits are applied and why', async () => {
+    const why = 'no cgroup hierarchy has the memory, cpu and pids controllers (cgroup v1 lacks pids)';
+    const none = h.backend({ network: 'loopback', subnet: '127.213.243.0/24', releaseGraceSeconds: 1, cgroups: { version: null, why } });
+    const run = limitedRun(['echo ran'], 0.25, 1);
+    const instances = await h.provision(none, run);
+    await h.start(none, run, instances);
+    const ref = jobRef(run, 0, instances[0]!);
+    await waitFor('the job to end', async () => (await none.jobState(ref)).state === 'exited');
+    expect(await none.jobState(ref)).toMatchObject({ exit_code: 0 });
+    expect((await none.readLog(ref, 0, 10_000)).data).toBe(`${noLimitsLine(why)}ran\n`);
+    await none.releaseRun(run.runId, run.submission);
   });
 });

@@ -77,16 +77,32 @@ export interface SpawnOptions {
   /** Run inside this network namespace (`ip netns exec`). */
   netns: string | null;
   env: Record<string, string>;
+  /** The job's cgroup (job-cgroup.ts): the `cgroup.procs` files the wrapper's process is written into before anything runs. */
+  cgroupProcs?: readonly string[];
 }
+
+/**
+ * Moves its own process into each cgroup named by `$1` files after it, then becomes the command
+ * after them (exec: the same pid), so the wrapper and all the job starts are born in the job's
+ * cgroup. Done before `ip netns exec`, which mounts a /sys of its own without the cgroup mounts.
+ */
+const JOIN_CGROUP = [
+  'n=$1; shift',
+  'for f in "${@:1:n}"; do printf \'%s\\n\' "$$" > "$f" || { echo "troupe: cannot enter the job\'s cgroup ($f)" >&2; exit 1; }; done',
+  'shift "$n"',
+  'exec "$@"',
+].join('\n');
 
 /**
  * Starts the wrapper detached (a new session: it outlives this worker and leads the job's
  * process group). `exited` tells its exit code when it ends: a wrapper that lost the claim ends at
- * once; one that could not start ends non-zero.
+ * once; one that could not start (nor enter its cgroup) ends non-zero.
  */
 export function spawnWrapper(jobDir: string, opts: SpawnOptions): Detached {
   const wrapper = join(jobDir, L.wrapper);
-  const [command, args] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, BASH, wrapper]] : [BASH, [wrapper]];
+  const [run, runArgs] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, BASH, wrapper]] : [BASH, [wrapper]];
+  const procs = opts.cgroupProcs ?? [];
+  const [command, args] = procs.length > 0 ? [BASH, ['--noprofile', '--norc', '-c', JOIN_CGROUP, 'troupe-cgroup', String(procs.length), ...procs, run, ...runArgs]] : [run, runArgs];
   // stdin from /dev/null also keeps bash from reading ~/.bashrc (it does when stdin is a socket).
   return spawner.startDetached(command, args, { cwd: jobDir, env: opts.env, log: join(jobDir, L.wrapperLog) });
 }

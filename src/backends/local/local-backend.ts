@@ -44,7 +44,7 @@ import {
   type JobProcessTarget,
 } from './job-process';
 import { fleetWallPrefix, jobCgroupName, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
-import { jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, type JobLimits } from './cgroup';
+import { jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, type CgroupHierarchy, type JobLimits } from './cgroup';
 import { cgroupHierarchy, createJobCgroup, jobCgroupsNamed, jobOomKills, removeJobCgroup } from './job-cgroup';
 import { addToRunWall, firewallUnavailable, removeFromRunWall, removeWalls } from './firewall';
 import { chooseNetworkMode } from './network-mode';
@@ -103,6 +103,8 @@ export interface LocalBackendOptions {
   codecKeyFile?: string | null;
   /** Most processes (and threads) of one job at once, Troupe's own limit (cgroup.ts); default TROUPE_LOCAL_PIDS_MAX, else DEFAULT_PIDS_MAX. */
   pidsMax?: number;
+  /** The cgroup hierarchy jobs' limits go in; default: this machine's (cgroupHierarchy). `{ version: null, why }`: none, and each job's log says why. */
+  cgroups?: CgroupHierarchy;
 }
 
 /** The default state directory of the local fleet (TROUPE_LOCAL_STATE_DIR overrides it). */
@@ -335,10 +337,10 @@ export class LocalBackend implements Backend {
         ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
         ...(isolated && files.node ? [writeFileAtomic(join(dir, L.hosts), files.node.hosts, 0o644)] : []),
         ...(isolated && record.netns ? [writeFileAtomic(join(dir, L.resolvConf), RESOLV_CONF, 0o644)] : []),
-        writeFileAtomic(join(dir, L.wrapper), renderJobWrapper({ ...(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), cgroupProcs }), user ? 0o700 : 0o755),
+        writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
         ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
       ]);
-      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record) });
+      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record), cgroupProcs });
       return await this.removeEnvIfRefused(dir, this.waitForStart(job, dir, spawned.exited));
     }
     return await this.waitForStart(job, dir, null);
@@ -399,12 +401,16 @@ export class LocalBackend implements Backend {
    * has no usable hierarchy, the job runs without limits and the first line of its log says why.
    */
   private async jobCgroup(dir: string, record: LocalInstanceRecord): Promise<string[]> {
-    const h = await cgroupHierarchy();
+    const h = await this.cgroups();
     if (h.version === null) {
       await appendFile(join(dir, L.log), noLimitsLine(h.why));
       return [];
     }
     return await createJobCgroup(h, jobCgroupName(this.options.stateDir, record.instance_id), this.limitsOf(record));
+  }
+
+  private async cgroups(): Promise<CgroupHierarchy> {
+    return this.options.cgroups ?? (await cgroupHierarchy());
   }
 
   private limitsOf(record: LocalInstanceRecord): JobLimits {
@@ -414,7 +420,7 @@ export class LocalBackend implements Backend {
   /** Why a job that exited with `code` ended, when its cgroup counted an OOM kill (null otherwise, or once it is removed). */
   private async exitReason(job: JobRef, code: number): Promise<string | null> {
     if (code === 0) return null;
-    const h = await cgroupHierarchy();
+    const h = await this.cgroups();
     const record = h.version === null ? null : await this.store.readRecord(job.instance.instance_id);
     if (h.version === null || !record) return null;
     const limits = this.limitsOf(record);
@@ -657,7 +663,7 @@ export class LocalBackend implements Backend {
 
   /** At the reaper's passes: cgroups of this fleet whose instance record is gone (a worker killed between the two). */
   private async reconcileCgroups(): Promise<void> {
-    const h = await cgroupHierarchy();
+    const h = await this.cgroups();
     if (h.version === null) return;
     // Cgroups first: a job's record is written before its cgroup, so one listed here without a record listed after has none.
     const names = await jobCgroupsNamed(h, fleetWallPrefix(this.options.stateDir));
@@ -667,7 +673,7 @@ export class LocalBackend implements Backend {
 
   /** Removes an instance: its cgroup (what is left in it killed), its namespace and links, its address lease, its record. */
   private async forget(record: LocalInstanceRecord): Promise<void> {
-    const h = await cgroupHierarchy();
+    const h = await this.cgroups();
     if (h.version !== null) await removeJobCgroup(h, jobCgroupName(this.options.stateDir, record.instance_id));
     const names = linkNames(record);
     if (names) await removeNodeNetwork(names);
