@@ -87,6 +87,12 @@ describe.skipIf(!usable)(`a local job's limits (cgroup v${usable?.version ?? '-'
     const busy = `timeout ${busyS} sh -c 'while :; do :; done'`;
     const run = limitedRun([show, `${busy} & ${busy} & wait`], null, 1);
     const { instance, name } = await startOne(run);
+    // What `troupe metrics` reads of it: its cgroup's counts, and its limit (dstack's default memory: 8GB..).
+    const usage = await waitFor('a reading of the busy job', async () => {
+      const u = await backend().usage(jobRef(run, 0, instance));
+      return u && u.cpu_seconds > 0.2 && u;
+    });
+    expect(usage).toMatchObject({ source: 'cgroup', memory_limit_bytes: 8 * 1024 ** 3 });
     const state = await ended(run, instance);
     // `wait` with no operand: 0 whatever the loops' (timeout's 124).
     expect(state).toMatchObject({ state: 'exited', exit_code: 0 });

@@ -8,6 +8,7 @@ import {
   parseCpuSeconds,
   parseOomKills,
   pidsMaxFrom,
+  workingSetBytes,
 } from '../../src/backends/local/cgroup';
 import { defaultResources } from '../../src/config/resources';
 
@@ -127,6 +128,13 @@ describe('what a job\'s cgroup counted', () => {
   it('reads CPU time from cpu.stat and cpuacct.usage', () => {
     expect(parseCpuSeconds('usage_usec 2500000\nuser_usec 2000000\n', 'usage_usec')).toBe(2.5);
     expect(parseCpuSeconds('1500000000\n', 'ns')).toBe(1.5);
+  });
+
+  it('reads the working set: the memory count less inactive file pages (v2 inactive_file, v1 total_inactive_file)', () => {
+    expect(workingSetBytes('1000\n', 'active_file 300\ninactive_file 200\n', 'inactive_file')).toBe(800);
+    expect(workingSetBytes('1000\n', 'inactive_file 5\ntotal_inactive_file 400\n', 'total_inactive_file')).toBe(600);
+    expect(workingSetBytes('1000\n', '', 'inactive_file')).toBe(1000);
+    expect(workingSetBytes('max\n', '', 'inactive_file')).toBeNull();
   });
 
   it('names the limit in the out-of-memory reason', () => {

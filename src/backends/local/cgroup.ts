@@ -97,6 +97,8 @@ export interface CgroupPlan {
   oomFile: string;
   /** The job's CPU time: v2 cpu.stat (`usage_usec`), v1 cpuacct.usage (ns); null when v1 has no cpuacct. */
   cpuFile: { path: string; unit: 'usage_usec' | 'ns' } | null;
+  /** The memory the job uses now: its count (page cache included) and the stat whose inactive file pages it may drop (workingSetBytes). */
+  memory: { usage: string; stat: string; inactiveFile: 'inactive_file' | 'total_inactive_file' };
 }
 
 /** The directory every job's cgroup is made in, in each mount of the hierarchy (one per v1 mount). */
@@ -131,6 +133,7 @@ export function cgroupPlan(h: Exclude<CgroupHierarchy, { version: null }>, name:
       procs: [`${leaf}/cgroup.procs`],
       oomFile: `${leaf}/memory.events`,
       cpuFile: { path: `${leaf}/cpu.stat`, unit: 'usage_usec' },
+      memory: { usage: `${leaf}/memory.current`, stat: `${leaf}/memory.stat`, inactiveFile: 'inactive_file' },
     };
   }
   const at = (mount: string) => `${mount}/${CGROUP_PARENT}/${name}`;
@@ -148,6 +151,7 @@ export function cgroupPlan(h: Exclude<CgroupHierarchy, { version: null }>, name:
     procs: leaves.map((leaf) => `${leaf}/cgroup.procs`),
     oomFile: `${at(h.memory)}/memory.oom_control`,
     cpuFile: h.cpuacct ? { path: `${at(h.cpuacct)}/cpuacct.usage`, unit: 'ns' } : null,
+    memory: { usage: `${at(h.memory)}/memory.usage_in_bytes`, stat: `${at(h.memory)}/memory.stat`, inactiveFile: 'total_inactive_file' },
   };
 }
 
@@ -162,6 +166,17 @@ export function parseCpuSeconds(text: string, unit: 'usage_usec' | 'ns'): number
   if (unit === 'ns') return /^\d+$/.test(text.trim()) ? Number(text.trim()) / 1e9 : null;
   const match = /^usage_usec (\d+)$/m.exec(text);
   return match ? Number(match[1]) / 1e6 : null;
+}
+
+/**
+ * The job's working set, as the kubelet and `docker stats` read a cgroup: its memory count less the
+ * inactive file pages the kernel would drop before an OOM kill; null when unreadable.
+ */
+export function workingSetBytes(usage: string, stat: string, inactiveFile: string): number | null {
+  const used = Number(usage.trim());
+  if (!Number.isSafeInteger(used)) return null;
+  const inactive = new RegExp(`^${inactiveFile} (\\d+)$`, 'm').exec(stat);
+  return Math.max(0, used - (inactive ? Number(inactive[1]) : 0));
 }
 
 const MiB = 1024 ** 2;

@@ -1,6 +1,6 @@
 import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { cgroupDirs, cgroupParents, cgroupPlan, detectCgroups, parseCpuSeconds, parseOomKills, type CgroupHierarchy, type JobLimits } from './cgroup';
+import { cgroupDirs, cgroupParents, cgroupPlan, detectCgroups, parseCpuSeconds, parseOomKills, workingSetBytes, type CgroupHierarchy, type JobLimits } from './cgroup';
 import { isErrno } from './state-files';
 
 /**
@@ -65,6 +65,14 @@ export async function jobCpuSeconds(h: UsableHierarchy, name: string, limits: Jo
   const file = cgroupPlan(h, name, limits).cpuFile;
   const text = file ? await readText(file.path) : null;
   return file && text !== null ? parseCpuSeconds(text, file.unit) : null;
+}
+
+/** What the job's cgroup counted so far: CPU seconds and the memory in use, or null when it is gone (or counts no CPU time). */
+export async function jobCgroupUsage(h: UsableHierarchy, name: string, limits: JobLimits): Promise<{ cpu_seconds: number; memory_bytes: number } | null> {
+  const { memory } = cgroupPlan(h, name, limits);
+  const [cpu, usage, stat] = await Promise.all([jobCpuSeconds(h, name, limits), readText(memory.usage), readText(memory.stat)]);
+  const bytes = usage === null ? null : workingSetBytes(usage, stat ?? '', memory.inactiveFile);
+  return cpu === null || bytes === null ? null : { cpu_seconds: cpu, memory_bytes: bytes };
 }
 
 async function pidsIn(dir: string): Promise<number[]> {

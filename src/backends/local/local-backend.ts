@@ -45,7 +45,7 @@ import {
 } from './job-process';
 import { fleetWallPrefix, jobCgroupName, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
 import { jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, type CgroupHierarchy, type JobLimits } from './cgroup';
-import { cgroupHierarchy, createJobCgroup, jobCgroupsNamed, jobOomKills, removeJobCgroup } from './job-cgroup';
+import { cgroupHierarchy, createJobCgroup, jobCgroupsNamed, jobCgroupUsage, jobOomKills, removeJobCgroup } from './job-cgroup';
 import { addToRunWall, firewallUnavailable, removeFromRunWall, removeWalls } from './firewall';
 import { chooseNetworkMode } from './network-mode';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
@@ -516,7 +516,12 @@ export class LocalBackend implements Backend {
 
   async usage(job: JobRef): Promise<JobUsage | null> {
     const claim = await readClaim(this.jobDirectory(job));
-    return claim.kind === 'started' ? await readLocalJobUsage(claim.leader) : null;
+    if (claim.kind !== 'started') return null;
+    const [h, record] = await Promise.all([this.cgroups(), this.store.readRecord(job.instance.instance_id)]);
+    if (h.version === null || !record) return await readLocalJobUsage(claim.leader, null);
+    const name = jobCgroupName(this.options.stateDir, record.instance_id);
+    const limits = this.limitsOf(record);
+    return await readLocalJobUsage(claim.leader, { read: () => jobCgroupUsage(h, name, limits), memory_limit_bytes: limits.memory_bytes });
   }
 
   async stopJob(job: JobRef, graceSeconds: number): Promise<void> {
