@@ -110,6 +110,21 @@ describe.skipIf(!usable)(`a local job's limits (cgroup v${usable?.version ?? '-'
     expect(cgroupLeft(name)).toEqual([]);
   });
 
+  it('stops a fork loop at the pids limit (TROUPE_LOCAL_PIDS_MAX, here 24); its release ends the processes it made', async () => {
+    const small = h.backend({ network: 'loopback', subnet: '127.213.242.0/24', releaseGraceSeconds: 1, pidsMax: 24 });
+    // perl's fork fails at once when refused (bash's retries for seconds).
+    const forks = 'perl -e \'my $n = 0; for (1 .. 100) { my $p = fork; if (!defined $p) { print "fork refused after $n: $!\\n"; last } if (!$p) { sleep 1; exit 0 } $n++ } 1 while wait != -1\'';
+    const run = limitedRun([forks], null, null);
+    const instances = await h.provision(small, run);
+    await h.start(small, run, instances);
+    const ref = jobRef(run, 0, instances[0]!);
+    const log = await waitFor('the fork loop to be refused', async () => /fork refused after (\d+)/.exec((await small.readLog(ref, 0, 10_000)).data));
+    expect(Number(log[1])).toBeLessThan(24);
+    expect(log.input).toContain('Resource temporarily unavailable');
+    await small.releaseRun(run.runId, run.submission);
+    expect(cgroupLeft(jobCgroupName(h.stateDir, instances[0]!.instance_id))).toEqual([]);
+  });
+
   it('removes at the reaper\'s pass a cgroup of the fleet whose instance is gone (a worker killed mid-teardown)', async () => {
     const name = `${fleetWallPrefix(h.stateDir)}local-0000000000000000`;
     for (const dir of cgroupDirs(usable!, name)) mkdirSync(dir, { recursive: true });
