@@ -2,7 +2,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Instance } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
-import { cgroupDirs, DEFAULT_PIDS_MAX, jobLimits, noLimitsLine } from '../../src/backends/local/cgroup';
+import { CGROUP_PARENT, cgroupDirs, DEFAULT_PIDS_MAX, jobLimits, noLimitsLine } from '../../src/backends/local/cgroup';
 import { cgroupHierarchy, jobCpuSeconds } from '../../src/backends/local/job-cgroup';
 import { fleetWallPrefix, jobCgroupName } from '../../src/backends/local/local-names';
 import { jobRef, LocalFleetHarness, makeRun, resources, waitFor, type TestRun } from './local-fixtures';
@@ -93,6 +93,9 @@ describe.skipIf(!usable)(`a local job's limits (cgroup v${usable?.version ?? '-'
       return u && u.cpu_seconds > 0.2 && u;
     });
     expect(usage).toMatchObject({ source: 'cgroup', memory_limit_bytes: 8 * 1024 ** 3 });
+    // A probe (a ready command, a peers hook) is the task's code: it runs in the job's cgroup too.
+    const probe = await backend().exec(jobRef(run, 0, instance), "sed -n 's/^[0-9]*:pids://p; s/^0:://p' /proc/self/cgroup | grep troupe", 5_000);
+    expect(probe).toEqual({ exit_code: 0, output: `/${CGROUP_PARENT}/${name}` });
     const state = await ended(run, instance);
     // `wait` with no operand: 0 whatever the loops' (timeout's 124).
     expect(state).toMatchObject({ state: 'exited', exit_code: 0 });

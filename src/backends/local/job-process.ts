@@ -5,6 +5,7 @@ import { JobLayout as L } from '../../runner/job-layout';
 import { BASH } from '../../runner/job-wrapper';
 import { scanProcesses, type ProcessIdentity, type ProcStat, type ScannedProcess } from './proc';
 import { spawner, type Detached } from './spawner';
+import { inJobCgroup } from './job-cgroup';
 import { isErrno, pathExists, writeFileAtomic } from './state-files';
 
 /**
@@ -77,21 +78,10 @@ export interface SpawnOptions {
   /** Run inside this network namespace (`ip netns exec`). */
   netns: string | null;
   env: Record<string, string>;
-  /** The job's cgroup (job-cgroup.ts): the `cgroup.procs` files the wrapper's process is written into before anything runs. */
+  /** The job's cgroup (job-cgroup.ts): the `cgroup.procs` files the wrapper's process is written into before anything runs (inJobCgroup). */
   cgroupProcs?: readonly string[];
 }
 
-/**
- * Moves its own process into each cgroup named by `$1` files after it, then becomes the command
- * after them (exec: the same pid), so the wrapper and all the job starts are born in the job's
- * cgroup. Done before `ip netns exec`, which mounts a /sys of its own without the cgroup mounts.
- */
-const JOIN_CGROUP = [
-  'n=$1; shift',
-  'for f in "${@:1:n}"; do printf \'%s\\n\' "$$" > "$f" || { echo "troupe: cannot enter the job\'s cgroup ($f)" >&2; exit 1; }; done',
-  'shift "$n"',
-  'exec "$@"',
-].join('\n');
 
 /**
  * Starts the wrapper detached (a new session: it outlives this worker and leads the job's
@@ -101,8 +91,7 @@ const JOIN_CGROUP = [
 export function spawnWrapper(jobDir: string, opts: SpawnOptions): Detached {
   const wrapper = join(jobDir, L.wrapper);
   const [run, runArgs] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, BASH, wrapper]] : [BASH, [wrapper]];
-  const procs = opts.cgroupProcs ?? [];
-  const [command, args] = procs.length > 0 ? [BASH, ['--noprofile', '--norc', '-c', JOIN_CGROUP, 'troupe-cgroup', String(procs.length), ...procs, run, ...runArgs]] : [run, runArgs];
+  const [command = run, ...args] = inJobCgroup(opts.cgroupProcs ?? [], [run, ...runArgs]);
   // stdin from /dev/null also keeps bash from reading ~/.bashrc (it does when stdin is a socket).
   return spawner.startDetached(command, args, { cwd: jobDir, env: opts.env, log: join(jobDir, L.wrapperLog) });
 }

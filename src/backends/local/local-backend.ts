@@ -44,7 +44,7 @@ import {
   type JobProcessTarget,
 } from './job-process';
 import { fleetWallPrefix, jobCgroupName, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
-import { jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, type CgroupHierarchy, type JobLimits } from './cgroup';
+import { cgroupPlan, jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, type CgroupHierarchy, type JobLimits } from './cgroup';
 import { cgroupHierarchy, createJobCgroup, jobCgroupsNamed, jobCgroupUsage, jobOomKills, removeJobCgroup } from './job-cgroup';
 import { addToRunWall, firewallUnavailable, removeFromRunWall, removeWalls } from './firewall';
 import { chooseNetworkMode } from './network-mode';
@@ -413,6 +413,12 @@ export class LocalBackend implements Backend {
     return this.options.cgroups ?? (await cgroupHierarchy());
   }
 
+  /** The files a process enters the job's cgroup by (none without a hierarchy). */
+  private async cgroupProcsOf(record: LocalInstanceRecord): Promise<string[]> {
+    const h = await this.cgroups();
+    return h.version === null ? [] : cgroupPlan(h, jobCgroupName(this.options.stateDir, record.instance_id), this.limitsOf(record)).procs;
+  }
+
   private limitsOf(record: LocalInstanceRecord): JobLimits {
     return record.limits ?? { memory_bytes: null, cpus: null, pids: this.pidsMax };
   }
@@ -699,7 +705,9 @@ export class LocalBackend implements Backend {
     const withEnv = started ? `. ./${L.env} || exit 126\n${script}` : script;
     const env = this.baseEnv(record);
     delete env[MARKER_NAME];
-    return await execOnNode(withEnv, { netns: record.netns, cwd: started ? dir : '/', env, timeoutMs });
+    // Once started, in the job's cgroup (made before its files): the probe is the task's code.
+    const cgroupProcs = started ? await this.cgroupProcsOf(record) : [];
+    return await execOnNode(withEnv, { netns: record.netns, cwd: started ? dir : '/', env, timeoutMs, cgroupProcs });
   }
 
   /**
@@ -715,7 +723,8 @@ export class LocalBackend implements Backend {
     if (!init || !user) return { exit_code: 1, output: `${job.job_name} is not running` };
     const env = { ...this.baseEnv(record), ...userEnv(dir, user) };
     delete env[MARKER_NAME];
-    return await execOnNode(`. ./${L.env} || exit 126\n${script}`, { netns: null, enter: enterJobCommand(tools, init, dir, user), cwd: '/', env, timeoutMs });
+    const cgroupProcs = await this.cgroupProcsOf(record);
+    return await execOnNode(`. ./${L.env} || exit 126\n${script}`, { netns: null, enter: enterJobCommand(tools, init, dir, user), cwd: '/', env, timeoutMs, cgroupProcs });
   }
 
   async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {
