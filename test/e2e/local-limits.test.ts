@@ -150,4 +150,21 @@ describe('a local job where the machine has no usable cgroup hierarchy', () => {
     expect((await none.readLog(ref, 0, 10_000)).data).toBe(`${noLimitsLine(why)}ran\n`);
     await none.releaseRun(run.runId, run.submission);
   });
+
+  it('still runs when the kernel refuses its cgroup, and its log says so', async () => {
+    const refusing = h.backend({
+      network: 'loopback',
+      subnet: '127.213.241.0/24',
+      releaseGraceSeconds: 1,
+      cgroups: { version: 1, memory: '/dev/null', cpu: '/dev/null', pids: '/dev/null', cpuacct: null },
+    });
+    const run = limitedRun(['echo ran'], 0.25, 1);
+    const instances = await h.provision(refusing, run);
+    await h.start(refusing, run, instances);
+    const ref = jobRef(run, 0, instances[0]!);
+    await waitFor('the job to end', async () => (await refusing.jobState(ref)).state === 'exited');
+    expect(await refusing.jobState(ref)).toMatchObject({ exit_code: 0 });
+    expect((await refusing.readLog(ref, 0, 10_000)).data).toBe(`${noLimitsLine("ENOTDIR: not a directory, mkdir '/dev/null/troupe'")}ran\n`);
+    await refusing.releaseRun(run.runId, run.submission);
+  });
 });

@@ -117,7 +117,8 @@ export async function removeJobCgroup(h: UsableHierarchy, name: string): Promise
       try {
         await rmdir(dir);
       } catch (err) {
-        if (isErrno(err, 'ENOENT')) continue;
+        // Gone, or never made (a path that is no directory: a cgroup the kernel refused).
+        if (isErrno(err, 'ENOENT') || isErrno(err, 'ENOTDIR')) continue;
         if (!isErrno(err, 'EBUSY')) throw err;
         left.push(dir);
       }

@@ -398,15 +398,25 @@ export class LocalBackend implements Backend {
 
   /**
    * Makes the job's cgroup with its limits; the files its wrapper joins it by. Where this machine
-   * has no usable hierarchy, the job runs without limits and the first line of its log says why.
+   * has no usable hierarchy (or the kernel refuses the cgroup: a v2 tree whose root holds processes,
+   * in a container), the job runs without limits and the first line of its log says why.
    */
   private async jobCgroup(dir: string, record: LocalInstanceRecord): Promise<string[]> {
     const h = await this.cgroups();
+    let why: string;
     if (h.version === null) {
-      await appendFile(join(dir, L.log), noLimitsLine(h.why));
-      return [];
+      why = h.why;
+    } else {
+      const name = jobCgroupName(this.options.stateDir, record.instance_id);
+      try {
+        return await retryFdShortage(() => createJobCgroup(h, name, this.limitsOf(record)));
+      } catch (err) {
+        why = err instanceof Error ? err.message : String(err);
+        await removeJobCgroup(h, name).catch(() => undefined);
+      }
     }
-    return await createJobCgroup(h, jobCgroupName(this.options.stateDir, record.instance_id), this.limitsOf(record));
+    await appendFile(join(dir, L.log), noLimitsLine(why));
+    return [];
   }
 
   private async cgroups(): Promise<CgroupHierarchy> {
