@@ -2,7 +2,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Instance } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
-import { CGROUP_PARENT, cgroupDirs, DEFAULT_PIDS_MAX, jobLimits, noLimitsLine } from '../../src/backends/local/cgroup';
+import { CGROUP_PARENT, cgroupDirs, DEFAULT_PIDS_MAX, jobLimits, noLimitsLine, type CgroupHierarchy } from '../../src/backends/local/cgroup';
 import { cgroupHierarchy, jobCpuSeconds } from '../../src/backends/local/job-cgroup';
 import { fleetWallPrefix, jobCgroupName } from '../../src/backends/local/local-names';
 import { jobRef, LocalFleetHarness, makeRun, resources, waitFor, type TestRun } from './local-fixtures';
@@ -138,33 +138,29 @@ describe.skipIf(!usable)(`a local job's limits (cgroup v${usable?.version ?? '-'
 });
 
 describe('a local job where the machine has no usable cgroup hierarchy', () => {
+  /** Runs `echo ran` (asking for 256MB and 1 CPU) on a fleet that takes `cgroups` as its hierarchy; its exit code and log. */
+  async function runWithout(cgroups: CgroupHierarchy, subnet: string): Promise<{ code: number | null; log: string }> {
+    const fleet = h.backend({ network: 'loopback', subnet, releaseGraceSeconds: 1, cgroups });
+    const run = limitedRun(['echo ran'], 0.25, 1);
+    const instances = await h.provision(fleet, run);
+    await h.start(fleet, run, instances);
+    const ref = jobRef(run, 0, instances[0]!);
+    const state = await waitFor('the job to end', async () => {
+      const s = await fleet.jobState(ref);
+      return s.state === 'exited' && s;
+    });
+    const { data } = await fleet.readLog(ref, 0, 10_000);
+    await fleet.releaseRun(run.runId, run.submission);
+    return { code: state.exit_code, log: data };
+  }
+
   it('still runs, and the first line of its log says that no limits are applied and why', async () => {
     const why = 'no cgroup hierarchy has the memory, cpu and pids controllers (cgroup v1 lacks pids)';
-    const none = h.backend({ network: 'loopback', subnet: '127.213.243.0/24', releaseGraceSeconds: 1, cgroups: { version: null, why } });
-    const run = limitedRun(['echo ran'], 0.25, 1);
-    const instances = await h.provision(none, run);
-    await h.start(none, run, instances);
-    const ref = jobRef(run, 0, instances[0]!);
-    await waitFor('the job to end', async () => (await none.jobState(ref)).state === 'exited');
-    expect(await none.jobState(ref)).toMatchObject({ exit_code: 0 });
-    expect((await none.readLog(ref, 0, 10_000)).data).toBe(`${noLimitsLine(why)}ran\n`);
-    await none.releaseRun(run.runId, run.submission);
+    expect(await runWithout({ version: null, why }, '127.213.243.0/24')).toEqual({ code: 0, log: `${noLimitsLine(why)}ran\n` });
   });
 
   it('still runs when the kernel refuses its cgroup, and its log says so', async () => {
-    const refusing = h.backend({
-      network: 'loopback',
-      subnet: '127.213.241.0/24',
-      releaseGraceSeconds: 1,
-      cgroups: { version: 1, memory: '/dev/null', cpu: '/dev/null', pids: '/dev/null', cpuacct: null },
-    });
-    const run = limitedRun(['echo ran'], 0.25, 1);
-    const instances = await h.provision(refusing, run);
-    await h.start(refusing, run, instances);
-    const ref = jobRef(run, 0, instances[0]!);
-    await waitFor('the job to end', async () => (await refusing.jobState(ref)).state === 'exited');
-    expect(await refusing.jobState(ref)).toMatchObject({ exit_code: 0 });
-    expect((await refusing.readLog(ref, 0, 10_000)).data).toBe(`${noLimitsLine("ENOTDIR: not a directory, mkdir '/dev/null/troupe'")}ran\n`);
-    await refusing.releaseRun(run.runId, run.submission);
+    const refused = await runWithout({ version: 1, memory: '/dev/null', cpu: '/dev/null', pids: '/dev/null', cpuacct: null }, '127.213.241.0/24');
+    expect(refused).toEqual({ code: 0, log: `${noLimitsLine("ENOTDIR: not a directory, mkdir '/dev/null/troupe'")}ran\n` });
   });
 });
