@@ -82,7 +82,6 @@ export interface SpawnOptions {
   cgroupProcs?: readonly string[];
 }
 
-
 /**
  * Starts the wrapper detached (a new session: it outlives this worker and leads the job's
  * process group). `exited` tells its exit code when it ends: a wrapper that lost the claim ends at
