@@ -89,7 +89,8 @@ export interface Room {
 
 export type JobProcessState =
   | { state: 'running'; pid: number }
-  | { state: 'exited'; pid: number; exit_code: number }
+  /** `reason`: why it ended in a user's words, when the backend knows more than the code (the kernel killed it for its memory limit). */
+  | { state: 'exited'; pid: number; exit_code: number; reason?: string }
   /** Never started on this instance (or its directory is gone). */
   | { state: 'absent' };
 

@@ -8,7 +8,7 @@ import { LocalBackend } from '../../src/backends/local/local-backend';
 import { lookupUser, runUserName } from '../../src/backends/local/run-user';
 import { JobLayout } from '../../src/runner/job-layout';
 import type { RunState } from '../../workflows/run-state';
-import { useLocalTroupe } from '../helpers/local-troupe';
+import { stopRunsLeftGoing, useLocalTroupe } from '../helpers/local-troupe';
 import { deriveRunSshKeys } from '../../src/secrets/run-ssh-keys';
 import { loadSecretKey } from '../../src/secrets/sealed-env';
 import { loadCodecKeyring } from '../../src/codec/codec-keys';
@@ -31,14 +31,7 @@ const started: string[] = [];
 
 // Before the worker stops (hooks run in reverse): a run a failed test left going is torn down, not leaked.
 afterAll(async () => {
-  await Promise.all(
-    started.map(async (name) => {
-      const run = env.troupe.run(name);
-      if (['DONE', 'FAILED', 'TERMINATED'].includes((await run.state()).status)) return;
-      await run.stop();
-      await run.wait();
-    }),
-  );
+  await stopRunsLeftGoing(env.troupe, started);
 });
 
 function submit(request: SubmitRequest & { runName: string }) {

@@ -57,3 +57,15 @@ export function useLocalTroupe(fleet: ReturnType<typeof makeLocalFleet>, options
   });
   return env;
 }
+
+/** Stops each named run that is still going and waits for its end: a run a failed test left going is torn down, not leaked. */
+export async function stopRunsLeftGoing(troupe: TroupeClient, names: readonly string[]): Promise<void> {
+  await Promise.all(
+    names.map(async (name) => {
+      const run = troupe.run(name);
+      if (['DONE', 'FAILED', 'TERMINATED'].includes((await run.state()).status)) return;
+      await run.stop();
+      await run.wait();
+    }),
+  );
+}

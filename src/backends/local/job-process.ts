@@ -5,6 +5,7 @@ import { JobLayout as L } from '../../runner/job-layout';
 import { BASH } from '../../runner/job-wrapper';
 import { scanProcesses, type ProcessIdentity, type ProcStat, type ScannedProcess } from './proc';
 import { spawner, type Detached } from './spawner';
+import { inJobCgroup } from './job-cgroup';
 import { isErrno, pathExists, writeFileAtomic } from './state-files';
 
 /**
@@ -77,16 +78,19 @@ export interface SpawnOptions {
   /** Run inside this network namespace (`ip netns exec`). */
   netns: string | null;
   env: Record<string, string>;
+  /** The job's cgroup (job-cgroup.ts): the `cgroup.procs` files the wrapper's process is written into before anything runs (inJobCgroup). */
+  cgroupProcs?: readonly string[];
 }
 
 /**
  * Starts the wrapper detached (a new session: it outlives this worker and leads the job's
  * process group). `exited` tells its exit code when it ends: a wrapper that lost the claim ends at
- * once; one that could not start ends non-zero.
+ * once; one that could not start (nor enter its cgroup) ends non-zero.
  */
 export function spawnWrapper(jobDir: string, opts: SpawnOptions): Detached {
   const wrapper = join(jobDir, L.wrapper);
-  const [command, args] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, BASH, wrapper]] : [BASH, [wrapper]];
+  const [run, runArgs] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, BASH, wrapper]] : [BASH, [wrapper]];
+  const [command = run, ...args] = inJobCgroup(opts.cgroupProcs ?? [], [run, ...runArgs]);
   // stdin from /dev/null also keeps bash from reading ~/.bashrc (it does when stdin is a socket).
   return spawner.startDetached(command, args, { cwd: jobDir, env: opts.env, log: join(jobDir, L.wrapperLog) });
 }

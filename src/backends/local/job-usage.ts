@@ -1,12 +1,12 @@
 import { execFileSync } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import type { JobUsage } from '../../metrics/job-usage';
-import { listPids, readProcStat, type ProcessIdentity, type ProcStat } from './proc';
+import { isAlive, listPids, readProcStat, type ProcessIdentity, type ProcStat } from './proc';
 
 /**
- * What a local job uses, read on this machine: from the job's own cgroup (cgroup v2) when its
- * leader is in one other than the worker's, else summed over its processes in /proc (the
- * leader's session and process group).
+ * What a local job uses, read on this machine: from the job's own cgroup (job-cgroup.ts; v1 or
+ * v2) when it has one, its limit that of the cgroup; else summed over its processes in /proc (the
+ * leader's session and process group), its limit the machine's memory.
  */
 
 /** Linux reports CPU time in USER_HZ, 100 on every architecture Node runs on. */
@@ -41,26 +41,16 @@ async function readText(path: string): Promise<string | null> {
   }
 }
 
-/** The cgroup v2 path of a process (`0::/path`), or null. */
-export async function cgroupOf(pid: number | 'self'): Promise<string | null> {
-  const text = await readText(`/proc/${pid}/cgroup`);
-  const line = text?.split('\n').find((l) => l.startsWith('0::'));
-  return line ? line.slice(3) : null;
-}
-
-/** `memory.max` or `/proc/meminfo`'s MemTotal: what the job may use at most. */
+/** `/proc/meminfo`'s MemTotal: what a job without a memory limit may use at most. */
 async function nodeMemoryBytes(): Promise<number | null> {
   const match = /^MemTotal:\s+(\d+) kB/m.exec((await readText('/proc/meminfo')) ?? '');
   return match ? Number(match[1]) * 1024 : null;
 }
 
-async function fromCgroup(path: string, at_ms: number): Promise<JobUsage | null> {
-  const dir = `/sys/fs/cgroup${path}`;
-  const [current, max, cpuStat] = await Promise.all([readText(`${dir}/memory.current`), readText(`${dir}/memory.max`), readText(`${dir}/cpu.stat`)]);
-  const usec = /^usage_usec (\d+)$/m.exec(cpuStat ?? '');
-  if (current === null || !usec) return null;
-  const limit = max === null || max.trim() === 'max' ? await nodeMemoryBytes() : Number(max.trim());
-  return { at_ms, cpu_seconds: Number(usec[1]) / 1e6, memory_bytes: Number(current.trim()), memory_limit_bytes: limit, source: 'cgroup', gpus: [] };
+/** The job's cgroup as its usage is read: what it counted so far (null once gone), and its memory limit (null: none). */
+export interface CgroupUsageSource {
+  read(): Promise<{ cpu_seconds: number; memory_bytes: number } | null>;
+  memory_limit_bytes: number | null;
 }
 
 /**
@@ -74,12 +64,11 @@ async function proportionalBytes(pid: number): Promise<number | null> {
 }
 
 /** The job's usage now, or null when its leader is gone. */
-export async function readLocalJobUsage(leader: ProcessIdentity): Promise<JobUsage | null> {
+export async function readLocalJobUsage(leader: ProcessIdentity, cgroup: CgroupUsageSource | null): Promise<JobUsage | null> {
   const at_ms = Date.now();
-  const [own, its] = await Promise.all([cgroupOf('self'), cgroupOf(leader.pid)]);
-  if (its !== null && its !== own && its !== '/') {
-    const usage = await fromCgroup(its, at_ms);
-    if (usage) return usage;
+  const counted = cgroup ? await cgroup.read() : null;
+  if (cgroup && counted && (await isAlive(leader))) {
+    return { at_ms, ...counted, memory_limit_bytes: cgroup.memory_limit_bytes ?? (await nodeMemoryBytes()), source: 'cgroup', gpus: [] };
   }
   const found = (await processes()).filter((s) => s.session === leader.pid || s.pgrp === leader.pid);
   if (!found.some((s) => s.pid === leader.pid && s.starttime === leader.starttime)) return null;

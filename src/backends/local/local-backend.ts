@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { constants } from 'node:fs';
-import { mkdir, open } from 'node:fs/promises';
+import { appendFile, mkdir, open } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
   NoCapacityError,
@@ -43,7 +43,9 @@ import {
   KILLED_EXIT_CODE,
   type JobProcessTarget,
 } from './job-process';
-import { fleetWallPrefix, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
+import { fleetWallPrefix, jobCgroupName, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
+import { cgroupPlan, jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, type CgroupHierarchy, type JobLimits } from './cgroup';
+import { cgroupHierarchy, createJobCgroup, jobCgroupsNamed, jobCgroupUsage, jobOomKills, removeJobCgroup } from './job-cgroup';
 import { addToRunWall, firewallUnavailable, removeFromRunWall, removeWalls } from './firewall';
 import { chooseNetworkMode } from './network-mode';
 import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
@@ -99,6 +101,10 @@ export interface LocalBackendOptions {
   secretKeyFile?: string | null;
   /** Hidden the same way; default: the codec key file of this process (TROUPE_CODEC_KEY_FILE). */
   codecKeyFile?: string | null;
+  /** Most processes (and threads) of one job at once, Troupe's own limit (cgroup.ts); default TROUPE_LOCAL_PIDS_MAX, else DEFAULT_PIDS_MAX. */
+  pidsMax?: number;
+  /** The cgroup hierarchy jobs' limits go in; default: this machine's (cgroupHierarchy). `{ version: null, why }`: none, and each job's log says why. */
+  cgroups?: CgroupHierarchy;
 }
 
 /** The default state directory of the local fleet (TROUPE_LOCAL_STATE_DIR overrides it). */
@@ -153,8 +159,10 @@ export class LocalBackend implements Backend {
   private readonly pools = new Map<NetworkMode, string[]>();
   /** The programs isolation runs, when jobs are isolated (looked up once). */
   private readonly isolation: { tools: () => IsolationTools } | null;
+  private readonly pidsMax: number;
 
   constructor(private readonly options: LocalBackendOptions) {
+    this.pidsMax = options.pidsMax ?? pidsMaxFrom(process.env);
     this.store = new InstanceStore(options.stateDir);
     this.groupProvisioning = options.groupProvisioning ?? true;
     const isolate = options.isolation ?? isolationWanted();
@@ -236,6 +244,7 @@ export class LocalBackend implements Backend {
         node_link: names?.nodeLink ?? null,
         job_dir: this.store.jobDir(req.run_id, req.submission, job.job_name, job.attempt),
         shm_size_gb: req.group.resources.shm_size,
+        limits: jobLimits(req.group.resources, this.pidsMax),
       };
       const record = await this.store.createRecord(candidate);
       // A concurrent call for the same job won with another address: give ours back.
@@ -319,6 +328,7 @@ export class LocalBackend implements Backend {
       // Inter-node SSH needs a port 22 of the node's own: netns mode only (node-ssh.ts).
       const entry = files.ssh && record.netns ? await writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
       const isolated = user ? await this.isolatedFiles(dir, record, user, entry, files.node ?? null) : null;
+      const cgroupProcs = await this.jobCgroup(dir, record);
       // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
       await Promise.all([
         writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
@@ -330,7 +340,7 @@ export class LocalBackend implements Backend {
         writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
         ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
       ]);
-      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record) });
+      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record), cgroupProcs });
       return await this.removeEnvIfRefused(dir, this.waitForStart(job, dir, spawned.exited));
     }
     return await this.waitForStart(job, dir, null);
@@ -384,6 +394,54 @@ export class LocalBackend implements Backend {
       entry,
     });
     return { launch, unshare: tools.unshare };
+  }
+
+  /**
+   * Makes the job's cgroup with its limits; the files its wrapper joins it by. Where this machine
+   * has no usable hierarchy (or the kernel refuses the cgroup: a v2 tree whose root holds processes,
+   * in a container), the job runs without limits and the first line of its log says why.
+   */
+  private async jobCgroup(dir: string, record: LocalInstanceRecord): Promise<string[]> {
+    const h = await this.cgroups();
+    let why: string;
+    if (h.version === null) {
+      why = h.why;
+    } else {
+      const name = jobCgroupName(this.options.stateDir, record.instance_id);
+      try {
+        return await retryFdShortage(() => createJobCgroup(h, name, this.limitsOf(record)));
+      } catch (err) {
+        why = err instanceof Error ? err.message : String(err);
+        await removeJobCgroup(h, name).catch(() => undefined);
+      }
+    }
+    await appendFile(join(dir, L.log), noLimitsLine(why));
+    return [];
+  }
+
+  private async cgroups(): Promise<CgroupHierarchy> {
+    return this.options.cgroups ?? (await cgroupHierarchy());
+  }
+
+  /** The files a process enters the job's cgroup by (none without a hierarchy). */
+  private async cgroupProcsOf(record: LocalInstanceRecord): Promise<string[]> {
+    const h = await this.cgroups();
+    return h.version === null ? [] : cgroupPlan(h, jobCgroupName(this.options.stateDir, record.instance_id), this.limitsOf(record)).procs;
+  }
+
+  private limitsOf(record: LocalInstanceRecord): JobLimits {
+    return record.limits ?? { memory_bytes: null, cpus: null, pids: this.pidsMax };
+  }
+
+  /** Why a job that exited with `code` ended, when its cgroup counted an OOM kill (null otherwise, or once it is removed). */
+  private async exitReason(job: JobRef, code: number): Promise<string | null> {
+    if (code === 0) return null;
+    const h = await this.cgroups();
+    const record = h.version === null ? null : await this.store.readRecord(job.instance.instance_id);
+    if (h.version === null || !record) return null;
+    const limits = this.limitsOf(record);
+    const kills = await jobOomKills(h, jobCgroupName(this.options.stateDir, record.instance_id), limits);
+    return kills ? outOfMemoryReason(limits.memory_bytes) : null;
   }
 
   private requireIsolation(): { tools: () => IsolationTools } {
@@ -453,12 +511,14 @@ export class LocalBackend implements Backend {
     const claim = await settledClaim(dir, 2_000);
     if (claim.kind !== 'started') return { state: 'absent' };
     const { pid } = claim.leader;
-    const recorded = await readExitCode(dir);
-    if (recorded !== null) return { state: 'exited', pid, exit_code: recorded };
-    if (await isAlive(claim.leader)) return { state: 'running', pid };
-    // It may have written its code just after the first look.
-    const late = await readExitCode(dir);
-    return { state: 'exited', pid, exit_code: late ?? KILLED_EXIT_CODE };
+    let code = await readExitCode(dir);
+    if (code === null) {
+      if (await isAlive(claim.leader)) return { state: 'running', pid };
+      // It may have written its code just after the first look.
+      code = (await readExitCode(dir)) ?? KILLED_EXIT_CODE;
+    }
+    const reason = await this.exitReason(job, code);
+    return { state: 'exited', pid, exit_code: code, ...(reason ? { reason } : {}) };
   }
 
   /** Ends pushed by the spawn helper (job-ends.ts): a running job costs no check until its wrapper exits. */
@@ -472,7 +532,12 @@ export class LocalBackend implements Backend {
 
   async usage(job: JobRef): Promise<JobUsage | null> {
     const claim = await readClaim(this.jobDirectory(job));
-    return claim.kind === 'started' ? await readLocalJobUsage(claim.leader) : null;
+    if (claim.kind !== 'started') return null;
+    const [h, record] = await Promise.all([this.cgroups(), this.store.readRecord(job.instance.instance_id)]);
+    if (h.version === null || !record) return await readLocalJobUsage(claim.leader, null);
+    const name = jobCgroupName(this.options.stateDir, record.instance_id);
+    const limits = this.limitsOf(record);
+    return await readLocalJobUsage(claim.leader, { read: () => jobCgroupUsage(h, name, limits), memory_limit_bytes: limits.memory_bytes });
   }
 
   async stopJob(job: JobRef, graceSeconds: number): Promise<void> {
@@ -534,6 +599,7 @@ export class LocalBackend implements Backend {
   async heldRuns(): Promise<HeldRun[]> {
     // A wall that cannot be listed or removed now does not keep the reaper from the runs it holds.
     await this.reconcileWalls().catch((err: unknown) => console.error(`local fleet: ${err instanceof Error ? err.message : String(err)}`));
+    await this.reconcileCgroups().catch((err: unknown) => console.error(err instanceof Error ? err.message : String(err)));
     const [owners, records] = await Promise.all([this.store.owners(), this.store.allRecords()]);
     const held: HeldRun[] = [];
     for (const owner of owners) {
@@ -616,8 +682,20 @@ export class LocalBackend implements Backend {
     if (mode === 'netns') await this.removeWalls();
   }
 
-  /** Removes an instance: its namespace and links, its address lease, its record. */
+  /** At the reaper's passes: cgroups of this fleet whose instance record is gone (a worker killed between the two). */
+  private async reconcileCgroups(): Promise<void> {
+    const h = await this.cgroups();
+    if (h.version === null) return;
+    // Cgroups first: a job's record is written before its cgroup, so one listed here without a record listed after has none.
+    const names = await jobCgroupsNamed(h, fleetWallPrefix(this.options.stateDir));
+    const live = new Set((await this.store.allRecords()).map((r) => jobCgroupName(this.options.stateDir, r.instance_id)));
+    for (const name of names) if (!live.has(name)) await removeJobCgroup(h, name);
+  }
+
+  /** Removes an instance: its cgroup (what is left in it killed), its namespace and links, its address lease, its record. */
   private async forget(record: LocalInstanceRecord): Promise<void> {
+    const h = await this.cgroups();
+    if (h.version !== null) await removeJobCgroup(h, jobCgroupName(this.options.stateDir, record.instance_id));
     const names = linkNames(record);
     if (names) await removeNodeNetwork(names);
     await this.store.releaseAddress(record.ip, record.instance_id);
@@ -637,7 +715,9 @@ export class LocalBackend implements Backend {
     const withEnv = started ? `. ./${L.env} || exit 126\n${script}` : script;
     const env = this.baseEnv(record);
     delete env[MARKER_NAME];
-    return await execOnNode(withEnv, { netns: record.netns, cwd: started ? dir : '/', env, timeoutMs });
+    // Once started, in the job's cgroup (made before its files): the probe is the task's code.
+    const cgroupProcs = started ? await this.cgroupProcsOf(record) : [];
+    return await execOnNode(withEnv, { netns: record.netns, cwd: started ? dir : '/', env, timeoutMs, cgroupProcs });
   }
 
   /**
@@ -653,7 +733,8 @@ export class LocalBackend implements Backend {
     if (!init || !user) return { exit_code: 1, output: `${job.job_name} is not running` };
     const env = { ...this.baseEnv(record), ...userEnv(dir, user) };
     delete env[MARKER_NAME];
-    return await execOnNode(`. ./${L.env} || exit 126\n${script}`, { netns: null, enter: enterJobCommand(tools, init, dir, user), cwd: '/', env, timeoutMs });
+    const cgroupProcs = await this.cgroupProcsOf(record);
+    return await execOnNode(`. ./${L.env} || exit 126\n${script}`, { netns: null, enter: enterJobCommand(tools, init, dir, user), cwd: '/', env, timeoutMs, cgroupProcs });
   }
 
   async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {

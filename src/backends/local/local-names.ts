@@ -53,3 +53,12 @@ export function pathSegment(name: string): string {
   const readable = name.replace(/[^A-Za-z0-9._-]/g, '_').replace(/^\.+/, '').slice(0, 60);
   return `${readable}-${shortHash(name, 10)}`;
 }
+
+/**
+ * A job attempt's cgroup (under CGROUP_PARENT in each hierarchy): the fleet and the instance, so
+ * fleets of different state directories on one machine never share one, and the reaper finds its
+ * fleet's by the prefix. Nothing in it comes from a job.
+ */
+export function jobCgroupName(stateDir: string, instanceId: string): string {
+  return `${fleetWallPrefix(stateDir)}${instanceId}`;
+}

@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { ExecResult } from '../backend';
 import { BASH } from '../../runner/job-wrapper';
+import { inJobCgroup } from './job-cgroup';
 
 const MAX_OUTPUT = 64 * 1024;
 /** What `timeout` reports, so a probe that hangs reads like one that timed out in a shell. */
@@ -9,15 +10,16 @@ export const TIMED_OUT_EXIT_CODE = 124;
 /**
  * Runs a short bash script where a job runs (inside its namespace when it has one, or through
  * `enter`: the argv that enters an isolated job's namespaces as its user), in its own process
- * group so a timeout kills everything it started. Output is stdout and stderr together.
+ * group so a timeout kills everything it started; in the job's cgroup when `cgroupProcs` names it
+ * (a probe is the task's code: the job's limits hold it too). Output is stdout and stderr together.
  */
 export function execOnNode(
   script: string,
-  opts: { netns: string | null; enter?: readonly string[]; cwd: string; env: Record<string, string>; timeoutMs: number },
+  opts: { netns: string | null; enter?: readonly string[]; cwd: string; env: Record<string, string>; timeoutMs: number; cgroupProcs?: readonly string[] },
 ): Promise<ExecResult> {
   const bash = [BASH, '--noprofile', '--norc', '-c', script];
   const argv = opts.enter ? [...opts.enter, ...bash] : opts.netns ? ['ip', 'netns', 'exec', opts.netns, ...bash] : bash;
-  const [command = BASH, ...args] = argv;
+  const [command = BASH, ...args] = inJobCgroup(opts.cgroupProcs ?? [], argv);
   return new Promise((resolve) => {
     // stdin from /dev/null: on a socket stdin bash would source ~/.bashrc.
     const child = spawn(command, args, { cwd: opts.cwd, env: opts.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
