@@ -125,7 +125,9 @@ async function stopService(troupe: TroupeClient): Promise<void> {
   const run = troupe.run(runName);
   if (!(await run.stop().catch(() => false))) return;
   console.log(`stopping ${runName}…`);
-  const final = await Promise.race([run.wait(), new Promise<null>((r) => setTimeout(() => r(null), 120_000))]);
+  let timer: NodeJS.Timeout | undefined;
+  const final = await Promise.race([run.wait(), new Promise<null>((r) => (timer = setTimeout(() => r(null), 120_000)))]);
+  clearTimeout(timer);
   console.log(final ? `${runName}: ${final.status}${final.termination_reason ? ` (${final.termination_reason})` : ''}` : `${runName} did not end within 120 s: see troupe ps`);
 }
 
