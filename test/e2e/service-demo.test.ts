@@ -1,10 +1,10 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pidAlive, projectRoot } from '../../src/devserver/dev-server';
-import { freePort } from '../helpers/free-port';
+import { demoEnv, runDemo } from '../helpers/demo-script';
 
 /**
  * `npm run demo -- --service` as a user runs it (its script, on ports and state directories of its
@@ -17,27 +17,6 @@ const scratch = mkdtempSync(join(tmpdir(), 'troupe-service-demo-'));
 const standIn = join(projectRoot, 'examples', 'services', 'stand-in-model.py');
 let env: NodeJS.ProcessEnv;
 
-interface Demo {
-  code: number;
-  output: string;
-}
-
-/** The demo's script; `onOutput` sees the output so far and may signal the demo (Ctrl-C). */
-function demo(args: string[], onOutput?: (output: string, child: ReturnType<typeof spawn>) => void): Promise<Demo> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/demo.ts', ...args], { cwd: projectRoot, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    const take = (d: Buffer) => {
-      output += d.toString();
-      onOutput?.(output, child);
-    };
-    child.stdout.on('data', take);
-    child.stderr.on('data', take);
-    child.once('error', reject);
-    child.once('exit', (code, signal) => resolve({ code: code ?? (signal ? 128 : 1), output }));
-  });
-}
-
 /** The pids the demo says it started (dev server, gateway, worker). */
 function startedPids(output: string): number[] {
   return [...output.matchAll(/(?:Temporal dev server at \S+ \(pid |started a gateway \(pid |started a worker \(pid )(\d+)/g)].map((m) => Number(m[1]));
@@ -49,35 +28,26 @@ function leftoverProcesses(): string[] {
   return ps.stdout.split('\n').filter((line) => line.includes(scratch) || line.includes(standIn));
 }
 
-async function expectNothingLeft(output: string): Promise<void> {
+async function expectNothingLeft(output: string, started = 3): Promise<void> {
   const pids = startedPids(output);
-  expect(pids.length, output).toBe(3);
+  expect(pids.length, output).toBe(started);
   await expect.poll(() => pids.filter(pidAlive), { timeout: 10_000 }).toEqual([]);
   await expect.poll(leftoverProcesses, { timeout: 10_000 }).toEqual([]);
 }
 
 beforeAll(async () => {
-  const [port, uiPort, codecPort] = [await freePort(), await freePort(), await freePort()];
-  env = {
-    ...process.env,
-    NO_COLOR: '1',
-    TROUPE_DEV_SERVER_PORT: String(port),
-    TROUPE_DEV_SERVER_UI_PORT: String(uiPort),
-    TROUPE_CODEC_ENDPOINT: `http://127.0.0.1:${codecPort}`,
-    TROUPE_STATE_DIR: join(scratch, 'state'),
-    TROUPE_LOCAL_STATE_DIR: join(scratch, 'local'),
-  };
+  ({ env } = await demoEnv(scratch));
 });
 
 afterAll(async () => {
   // Only if a failed test left something: the demo's own clean-up.
-  await demo(['--stop']);
+  await runDemo(env, ['--stop']);
   rmSync(scratch, { recursive: true, force: true });
 }, 60_000);
 
 describe('npm run demo -- --service', () => {
   it('serves the PD service, answers its curl through router, prefill and decode, and leaves nothing running', async () => {
-    const run = await demo(['--service']);
+    const run = await runDemo(env, ['--service']);
     expect(run.code, run.output).toBe(0);
     const curl = /^ {2}curl -sS (http:\/\/127\.0\.0\.1:\d+\/services\/pd-service-local\/)v1\/chat\/completions -H 'Authorization: Bearer (\S+)' .*$/m.exec(run.output);
     expect(curl, run.output).not.toBeNull();
@@ -91,7 +61,7 @@ describe('npm run demo -- --service', () => {
 
   it('stops the service and all it started on Ctrl-C', async () => {
     let interrupted = false;
-    const run = await demo(['--service'], (output, child) => {
+    const run = await runDemo(env, ['--service'], (output, child) => {
       if (!interrupted && /pd-service-local: RUNNING/.test(output)) {
         interrupted = true;
         child.kill('SIGINT');
@@ -101,6 +71,23 @@ describe('npm run demo -- --service', () => {
     expect(run.code, run.output).toBe(130);
     expect(run.output).toContain('Interrupted: stopping the service');
     expect(run.output).toContain('pd-service-local: TERMINATED (STOPPED_BY_USER)');
+    await expectNothingLeft(run.output);
+  }, 90_000);
+
+  it('leaves what a killed demo started to npm run demo -- --stop', async () => {
+    let killed = false;
+    const run = await runDemo(env, ['--service'], (output, child) => {
+      if (!killed && /started a worker \(pid \d+/.test(output)) {
+        killed = true;
+        child.kill('SIGKILL');
+      }
+    });
+    expect(killed, run.output).toBe(true);
+    expect(startedPids(run.output).filter(pidAlive).length, run.output).toBe(3);
+    const stop = await runDemo(env, ['--stop']);
+    expect(stop.code, stop.output).toBe(0);
+    expect(stop.output).toContain("service demo's worker stopped");
+    expect(stop.output).toContain("service demo's gateway stopped");
     await expectNothingLeft(run.output);
   }, 90_000);
 });
