@@ -12,7 +12,7 @@ DSTACK_NODE_GROUP_NODE_RANK) and, where its env has one, TROUPE_REVISION or TROU
                          address book ($TROUPE_PEERS_FILE, read again on every request, `ready` nodes
                          only) and says in its answer which ones it used.
 
-It listens on 0.0.0.0:PORT, serves requests concurrently and stops cleanly on SIGTERM.
+It listens on 0.0.0.0:PORT (--host to narrow it), serves requests concurrently and stops cleanly on SIGTERM.
 """
 
 import argparse
@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--role", choices=["router", "prefill", "decode"], required=True)
 parser.add_argument("--port", type=int, default=8000)
+parser.add_argument("--host", default="0.0.0.0", help="the address to listen on (a node's every address by default)")
 parser.add_argument("--model", default=os.environ.get("MODEL", "stand-in"))
 parser.add_argument("--warmup", type=float, default=0.0, help="seconds /health answers 503 (loading the model)")
 parser.add_argument("--worker-port", type=int, help="the prefill and decode replicas' port (default: --port)")
@@ -177,7 +178,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
-    server = ThreadingHTTPServer(("0.0.0.0", args.port), Handler)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
 
     def stop(*_):
@@ -186,7 +187,7 @@ def main():
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    print(f"{NAME}: stand-in {args.role} on 0.0.0.0:{args.port}, model {args.model}" + (f", loading for {args.warmup}s" if args.warmup else ""), flush=True)
+    print(f"{NAME}: stand-in {args.role} on {args.host}:{args.port}, model {args.model}" + (f", loading for {args.warmup}s" if args.warmup else ""), flush=True)
     server.serve_forever()
     server.server_close()
     print(f"{NAME}: stopped", flush=True)
