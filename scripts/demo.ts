@@ -2,14 +2,16 @@
  * The demo: reuses or starts the embedded dev server (127.0.0.1:7233, Web UI on 8233, SQLite in
  * .troupe/dev-server) and a worker (pid in .troupe/worker.pid), then runs examples/pd-disagg-local.yml
  * with `troupe apply -y` and prints where to see the run in the Web UI. Both are left running so
- * the run can be inspected; `--stop` stops them by pid.
+ * the run can be inspected; `--stop` stops them by pid. `--service` serves the PD service instead
+ * (scripts/demo-service.ts).
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { NoWorkerError, TroupeClient } from '../src/client';
-import { DevServerPortTaken, devServerOptionsFromEnv, pidAlive, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
+import { DevServerPortTaken, devServerOptionsFromEnv, pidAlive, projectRoot, startDevServer, stopDevServer, stopRecordedProcess } from '../src/devserver/dev-server';
 import { startCodecSidecar, stopCodecSidecar } from '../src/devserver/codec-sidecar';
+import { serviceDemo, serviceDemoPidFiles } from './demo-service';
 
 const example = 'examples/pd-disagg-local.yml';
 const stateDir = join(projectRoot, '.troupe');
@@ -31,6 +33,10 @@ async function stop(): Promise<void> {
     console.log(`worker (pid ${pid}) stopped`);
   }
   rmSync(workerPidFile, { force: true });
+  // What a service demo that was killed left.
+  for (const file of serviceDemoPidFiles) {
+    if (await stopRecordedProcess(file, 15_000)) console.log(`service demo's ${basename(file, '.pid')} stopped`);
+  }
   if (await stopCodecSidecar(server)) console.log('codec server stopped');
   console.log((await stopDevServer(server)) ? 'dev server stopped' : 'no dev server of the demo was running');
 }
@@ -73,6 +79,7 @@ async function main(): Promise<number> {
     await stop();
     return 0;
   }
+  if (process.argv.includes('--service')) return await serviceDemo(server);
   const handle = await startDevServer(server);
   console.log(`Temporal dev server at ${handle.address} (${handle.reused ? 'already running, ' : ''}pid ${handle.pid}); Web UI ${handle.uiAddress}`);
   // The Web UI decodes inputs and results through it: without it every field is an encrypted blob.

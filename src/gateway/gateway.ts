@@ -13,6 +13,8 @@ export interface GatewayOptions {
   domain?: string | undefined;
   /** Where the tables are kept across restarts; none: in memory only. */
   stateFile?: string | undefined;
+  /** What `GET /info` reports as the data plane (`http(s)://host[:port]`); default: the listen address, a wildcard host as 127.0.0.1. */
+  publicUrl?: string | undefined;
   /** Default 3000 ms. */
   connectTimeoutMs?: number;
 }
@@ -21,6 +23,8 @@ export interface RunningGateway {
   /** `http://host:port` of the data plane and of the admin API (the ports the system gave, for port 0). */
   url: string;
   adminUrl: string;
+  /** Where users are told the data plane is (`GET /info`). */
+  publicUrl: string;
   services: GatewayServices;
   metrics: GatewayMetrics;
   /** Stops accepting, lets requests in flight finish (up to `graceMs`, default 30 s), closes the pools. */
@@ -40,6 +44,16 @@ async function listen(server: Server, host: string, port: number): Promise<strin
   return `http://${shownHost}:${address.port}`;
 }
 
+/**
+ * The data plane's address as a user can call it: `0.0.0.0` or `::` is where a server listens, not an
+ * address to send a request to, so a gateway listening on every interface is reported on the loopback.
+ */
+export function defaultPublicUrl(listenUrl: string): string {
+  const url = new URL(listenUrl);
+  if (url.hostname === '0.0.0.0' || url.hostname === '[::]') url.hostname = '127.0.0.1';
+  return url.origin;
+}
+
 /** One gateway process: the data plane and the admin API, each on its own address. Nothing shared with another gateway. */
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   if (options.adminToken.length < 16) throw new Error('the admin token must be at least 16 characters');
@@ -53,7 +67,8 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   // No timeout of the gateway's own on a request: a long LLM answer is the client's to give up on.
   data.requestTimeout = 0;
   const url = await listen(data, options.listen.host, options.listen.port);
-  const info = () => ({ data_plane_url: url, domain: options.domain ?? null });
+  const publicUrl = options.publicUrl ?? defaultPublicUrl(url);
+  const info = () => ({ data_plane_url: publicUrl, domain: options.domain ?? null });
   const admin = createServer(adminPlaneHandler({ adminToken: options.adminToken, info, services, metrics, state }));
   let adminUrl: string;
   try {
@@ -66,6 +81,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   return {
     url,
     adminUrl,
+    publicUrl,
     services,
     metrics,
     close: async (graceMs = 30_000) => {

@@ -1,12 +1,10 @@
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { projectRoot } from '../../src/devserver/dev-server';
 import { launchChromium, screenshotDir, TemporalUi } from '../helpers/browser';
-import { freePort } from '../helpers/free-port';
+import { demoEnv, runDemo } from '../helpers/demo-script';
 
 /**
  * What a new user sees: `npm run demo` (its script, scripts/demo.ts, on ports of its own here),
@@ -19,41 +17,20 @@ let env: NodeJS.ProcessEnv;
 let uiAddress: string;
 let browser: Browser | undefined;
 
-function demo(args: string[] = []): Promise<{ code: number; output: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/demo.ts', ...args], { cwd: projectRoot, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    child.once('error', reject);
-    child.once('exit', (code) => resolve({ code: code ?? 1, output }));
-  });
-}
-
 beforeAll(async () => {
-  const [port, uiPort, codecPort] = [await freePort(), await freePort(), await freePort()];
-  uiAddress = `http://127.0.0.1:${uiPort}`;
-  env = {
-    ...process.env,
-    NO_COLOR: '1',
-    TROUPE_DEV_SERVER_PORT: String(port),
-    TROUPE_DEV_SERVER_UI_PORT: String(uiPort),
-    TROUPE_CODEC_ENDPOINT: `http://127.0.0.1:${codecPort}`,
-    TROUPE_STATE_DIR: join(scratch, 'state'),
-    TROUPE_LOCAL_STATE_DIR: join(scratch, 'local'),
-  };
+  ({ env, uiAddress } = await demoEnv(scratch));
   browser = await launchChromium();
 });
 
 afterAll(async () => {
   await browser?.close();
-  await demo(['--stop']);
+  await runDemo(env, ['--stop']);
   rmSync(scratch, { recursive: true, force: true });
 });
 
 describe('npm run demo, then its Web UI link', () => {
   it("shows the run's input decoded, with no codec error", async () => {
-    const run = await demo();
+    const run = await runDemo(env);
     expect(run.code, run.output).toBe(0);
     expect(run.output).toContain('codec server for the Web UI at');
 

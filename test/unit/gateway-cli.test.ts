@@ -21,12 +21,23 @@ describe('troupe gateway', () => {
     const noToken = spawnSync(process.execPath, ['bin/troupe.js', 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'], { cwd: root, env, encoding: 'utf8' });
     expect(noToken.status).toBe(2);
     expect(noToken.stderr).toContain('TROUPE_GATEWAY_ADMIN_TOKEN');
+    for (const bad of ['gw.example.com', 'https://gw.example.com/api', 'ftp://gw.example.com']) {
+      const refused = spawnSync(process.execPath, ['bin/troupe.js', 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--public-url', bad], {
+        cwd: root,
+        env: { ...env, TROUPE_GATEWAY_ADMIN_TOKEN: TOKEN },
+        encoding: 'utf8',
+      });
+      expect(refused.status).toBe(2);
+      expect(refused.stderr).toContain(`--public-url wants an http(s) origin with no path`);
+      expect(refused.stderr).toContain(JSON.stringify(bad));
+    }
   });
 
   it('serves, answers its admin API with the token from the file, never prints the token, and stops on SIGTERM', async () => {
     const tokenFile = join(scratch, 'token');
     writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
-    const child = spawn(process.execPath, ['bin/troupe.js', 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--admin-token-file', tokenFile], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
+    const args = ['gateway', '--listen', '0.0.0.0:0', '--admin', '127.0.0.1:0', '--admin-token-file', tokenFile];
+    const child = spawn(process.execPath, ['bin/troupe.js', ...args], { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
     child.stderr.on('data', (c: Buffer) => (out += c.toString()));
@@ -34,10 +45,16 @@ describe('troupe gateway', () => {
     try {
       await expect.poll(() => out, { timeout: 30_000, interval: 100 }).toMatch(/admin API on (\S+);/);
       const adminUrl = /admin API on (\S+);/.exec(out)?.[1] as string;
-      const dataUrl = /Gateway on (\S+) /.exec(out)?.[1] as string;
+      const dataUrl = /Gateway on (\S+),/.exec(out)?.[1] as string;
+      // Listening on every interface, the gateway tells users the loopback, an address they can call.
+      const port = new URL(dataUrl).port;
+      const shown = `http://127.0.0.1:${port}`;
+      expect(out).toContain(`shown to users as ${shown} `);
+      const info = await fetch(`${adminUrl}/info`, { headers: { authorization: `Bearer ${TOKEN}` } });
+      expect(await info.json()).toEqual({ data_plane_url: shown, domain: null });
       expect((await fetch(`${adminUrl}/services`)).status).toBe(401);
       expect(await (await fetch(`${adminUrl}/services`, { headers: { authorization: `Bearer ${TOKEN}` } })).json()).toEqual({ services: [] });
-      expect((await fetch(`${dataUrl}/services/web/`)).status).toBe(404);
+      expect((await fetch(`${shown}/services/web/`)).status).toBe(404);
     } finally {
       child.kill('SIGTERM');
     }

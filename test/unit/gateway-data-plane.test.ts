@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
+import { defaultPublicUrl, startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import type { ServiceTableInput } from '../../src/gateway/routing-table';
 import { tokenHash } from '../../src/gateway/token-auth';
 
@@ -74,7 +74,7 @@ async function deadUrl(): Promise<string> {
   return url;
 }
 
-async function gateway(options: { domain?: string; stateFile?: string } = {}): Promise<RunningGateway> {
+async function gateway(options: { domain?: string; stateFile?: string; publicUrl?: string } = {}): Promise<RunningGateway> {
   const gw = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: ADMIN_TOKEN, ...options });
   cleanups.push(() => gw.close());
   return gw;
@@ -374,6 +374,16 @@ describe('the admin API', () => {
     expect((await admin(plain, 'GET', '/info', undefined, null)).status).toBe(401);
     const named = await gateway({ domain: 'svc.test' });
     expect(JSON.parse((await admin(named, 'GET', '/info')).text)).toEqual({ data_plane_url: named.url, domain: 'svc.test' });
+    const public_ = await gateway({ publicUrl: 'https://gw.example.com' });
+    expect(public_.publicUrl).toBe('https://gw.example.com');
+    expect(JSON.parse((await admin(public_, 'GET', '/info')).text)).toEqual({ data_plane_url: 'https://gw.example.com', domain: null });
+  });
+
+  it('reports a gateway listening on every interface at the loopback, not at 0.0.0.0 or ::', () => {
+    expect(defaultPublicUrl('http://0.0.0.0:8080')).toBe('http://127.0.0.1:8080');
+    expect(defaultPublicUrl('http://[::]:8080')).toBe('http://127.0.0.1:8080');
+    expect(defaultPublicUrl('http://10.0.0.5:8080')).toBe('http://10.0.0.5:8080');
+    expect(defaultPublicUrl('http://[::1]:8080')).toBe('http://[::1]:8080');
   });
 
   it('exports requests per service, group and replica', async () => {

@@ -279,8 +279,13 @@ describe('the task planner and a service config', () => {
 
 describe('examples/services', () => {
   const dir = fileURLToPath(new URL('../../examples/services/', import.meta.url));
+  // Values an example takes from the submitting shell (its header says how to set them); `troupe plan` warns of them.
+  const fromShell: Record<string, string[]> = { 'pd-service-local.yml': ['STAND_IN_MODEL'] };
   it.each(readdirSync(dir).filter((f) => f.endsWith('.yml')))('%s plans', (file) => {
-    const plan = loadServicePlan(readFileSync(`${dir}${file}`, 'utf8'), `examples/services/${file}`, { environ: {} });
+    const missing: string[] = [];
+    const onMissingEnv = (err: Error) => missing.push(/variable (\S+) is not set/.exec(err.message)?.[1] ?? err.message);
+    const plan = loadServicePlan(readFileSync(`${dir}${file}`, 'utf8'), `examples/services/${file}`, { environ: {}, onMissingEnv });
     expect(plan.groups.length).toBeGreaterThan(0);
+    expect(missing).toEqual(fromShell[file] ?? []);
   });
 });

@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { startGateway } from '../../gateway/gateway';
+import { isHttpOrigin } from '../../gateway/routing-table';
 import { parseListenAddress } from '../../metrics/metrics-server';
 import { CliError, type Command } from '../command';
 import { GATEWAY_TOKEN_ENV, readGatewayAdminToken } from '../gateway-admin';
@@ -9,13 +10,14 @@ const options = {
   listen: { type: 'string' },
   admin: { type: 'string' },
   domain: { type: 'string' },
+  'public-url': { type: 'string' },
   state: { type: 'string' },
   'admin-token-file': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
 const help = renderUsage(
-  'troupe gateway --listen HOST:PORT --admin HOST:PORT [--domain DOMAIN] [--state FILE] [--admin-token-file FILE]',
+  'troupe gateway --listen HOST:PORT --admin HOST:PORT [--public-url URL] [--domain DOMAIN] [--state FILE] [--admin-token-file FILE]',
   [
     "Serves every service of a namespace on one address: /services/<run>/… and, with --domain, Host",
     '<run>.<domain>. Each service\'s routing table (replicas, auth, rate limits) is pushed to the admin API',
@@ -24,6 +26,7 @@ const help = renderUsage(
   [
     ['--listen HOST:PORT', 'where requests arrive'],
     ['--admin HOST:PORT', 'the admin API and /metrics (keep it off the public network)'],
+    ['--public-url URL', 'where users are told the services are (GET /info, the endpoints a run prints), an http(s) origin such as https://gw.example.com; default: the --listen address, 0.0.0.0 and :: shown as 127.0.0.1'],
     ['--domain DOMAIN', 'also route Host <run>.<DOMAIN>'],
     ['--state FILE', 'keep the tables here across restarts (written atomically, mode 0600)'],
     ['--admin-token-file FILE', `the admin API's bearer token (or env ${GATEWAY_TOKEN_ENV}); at least 16 characters`],
@@ -52,10 +55,21 @@ export const command: Command = async (args) => {
   if (values.domain !== undefined && !/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/i.test(values.domain)) {
     throw new CliError(`--domain wants a DNS name such as svc.example.com, not ${JSON.stringify(values.domain)}`, 2);
   }
-  const gateway = await startGateway({ listen, admin, adminToken: token, domain: values.domain, stateFile: values.state });
+  const publicUrl = values['public-url'];
+  if (publicUrl !== undefined && !isHttpOrigin(publicUrl)) {
+    throw new CliError(`--public-url wants an http(s) origin with no path, such as https://gw.example.com or http://10.0.0.5:8080, not ${JSON.stringify(publicUrl)}`, 2);
+  }
+  const gateway = await startGateway({
+    listen,
+    admin,
+    adminToken: token,
+    domain: values.domain,
+    stateFile: values.state,
+    publicUrl: publicUrl === undefined ? undefined : new URL(publicUrl).origin,
+  });
   const served = gateway.services.tables().length;
   process.stderr.write(
-    `Gateway on ${gateway.url} (services under /services/<run>/${values.domain !== undefined ? ` and <run>.${values.domain}` : ''}); admin API on ${gateway.adminUrl}; ${served} service(s) from ${values.state ?? 'nowhere (no --state)'}. Ctrl-C stops it.\n`,
+    `Gateway on ${gateway.url}, shown to users as ${gateway.publicUrl} (services under /services/<run>/${values.domain !== undefined ? ` and <run>.${values.domain}` : ''}); admin API on ${gateway.adminUrl}; ${served} service(s) from ${values.state ?? 'nowhere (no --state)'}. Ctrl-C stops it.\n`,
   );
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
