@@ -22,8 +22,8 @@ const CHECKS = [
   'echo "user=$(id -un)"',
   'echo "nnp=$(sed -n \'s/^NoNewPrivs:[[:space:]]*//p\' /proc/self/status)"',
   'unshare -Ur true 2>/dev/null; echo "userns=$?"',
-  // Where the job may write, whoever it runs as: its own work directory.
-  'mkdir -p m && mount -t tmpfs none m 2>/dev/null; echo "mount=$?"',
+  // Where the job may write, whoever it runs as: its own work directory; unmounted at once should it mount (in the machine's namespace, as root unisolated).
+  'mkdir -p m && if mount -t tmpfs none m 2>/dev/null; then umount m; echo "mount=0"; else echo "mount=$?"; fi',
 ];
 
 /** Runs `checks` as a one-node job of `fleet`; its log, and what a probe reads of its NoNewPrivs while it runs. */
