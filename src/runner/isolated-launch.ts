@@ -50,6 +50,8 @@ export interface IsolatedLaunchInput {
   tools: { mount: string; mkdir: string; setpriv: string; sleep: string };
   /** Run in place of launch.sh, relative to the job's directory (ssh/run.sh: inter-node SSH); default launch.sh. */
   entry?: string;
+  /** An argv that runs the command after it under the job's walls (no_new_privs, a seccomp filter); right after the switch to the run's user. */
+  confine?: readonly string[];
 }
 
 /** The /etc/resolv.conf of a node in a network of its own (the backend writes it as `resolv.conf` in the job's directory). */
@@ -114,6 +116,7 @@ export function renderIsolatedLaunch(input: IsolatedLaunchInput): string {
     `export HOME=${dir}/${L.workDir} USER=${name} LOGNAME=${name}`,
     'export TMPDIR=/tmp',
     `${q(setpriv)} --reuid=${input.user.uid} --regid=${input.user.gid} --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs -- \\`,
+    ...(input.confine?.length ? [`  ${input.confine.map(q).join(' ')} \\`] : []),
     `  ${BASH} --noprofile --norc -c '. "$1/${L.env}" && exec ${BASH} "$1/$2"' troupe ${dir} ${q(input.entry ?? L.launchScript)}`,
     'code=$?',
     // Every process but this one gone (bash reaps what is left to it: it is the namespace's init).

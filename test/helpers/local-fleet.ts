@@ -1,12 +1,12 @@
 import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LocalBackend } from '../../src/backends/local/local-backend';
+import { LocalBackend, type LocalBackendOptions } from '../../src/backends/local/local-backend';
 
 /** A local fleet in a temporary state directory, removed (with every run's files) at the end. */
-export function makeLocalFleet(prefix = 'troupe-local-') {
+export function makeLocalFleet(prefix = 'troupe-local-', options: Partial<LocalBackendOptions> = {}) {
   const stateDir = mkdtempSync(join(tmpdir(), prefix));
-  const backend = new LocalBackend({ stateDir, network: 'auto' });
+  const backend = new LocalBackend({ stateDir, network: 'auto', ...options });
   return { stateDir, backend, remove: () => rmSync(stateDir, { recursive: true, force: true }) };
 }
 

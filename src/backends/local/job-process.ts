@@ -80,6 +80,8 @@ export interface SpawnOptions {
   env: Record<string, string>;
   /** The job's cgroup (job-cgroup.ts): the `cgroup.procs` files the wrapper's process is written into before anything runs (inJobCgroup). */
   cgroupProcs?: readonly string[];
+  /** An argv that runs the wrapper under the job's walls (job-privileges.ts); none when it isolates them itself or they are not applied. */
+  confine?: readonly string[];
 }
 
 /**
@@ -89,8 +91,9 @@ export interface SpawnOptions {
  */
 export function spawnWrapper(jobDir: string, opts: SpawnOptions): Detached {
   const wrapper = join(jobDir, L.wrapper);
-  const [run, runArgs] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, BASH, wrapper]] : [BASH, [wrapper]];
-  const [command = run, ...args] = inJobCgroup(opts.cgroupProcs ?? [], [run, ...runArgs]);
+  const bash = [...(opts.confine ?? []), BASH, wrapper];
+  const argv = opts.netns ? ['ip', 'netns', 'exec', opts.netns, ...bash] : bash;
+  const [command = BASH, ...args] = inJobCgroup(opts.cgroupProcs ?? [], argv);
   // stdin from /dev/null also keeps bash from reading ~/.bashrc (it does when stdin is a socket).
   return spawner.startDetached(command, args, { cwd: jobDir, env: opts.env, log: join(jobDir, L.wrapperLog) });
 }

@@ -52,6 +52,7 @@ import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netns
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
 import { execOnNode } from './node-exec';
+import { jobConfinement, noNewPrivsLine, type Confinement } from './job-privileges';
 import { waitForSshServer, writeNodeSsh } from './node-ssh';
 import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
@@ -105,6 +106,8 @@ export interface LocalBackendOptions {
   pidsMax?: number;
   /** The cgroup hierarchy jobs' limits go in; default: this machine's (cgroupHierarchy). `{ version: null, why }`: none, and each job's log says why. */
   cgroups?: CgroupHierarchy;
+  /** What jobs run under: no_new_privs and a seccomp filter (job-privileges.ts); default: this machine's (jobConfinement). `{ walls: null, why }`: nothing, and each job's log says why. */
+  confinement?: Confinement;
 }
 
 /** The default state directory of the local fleet (TROUPE_LOCAL_STATE_DIR overrides it). */
@@ -327,8 +330,9 @@ export class LocalBackend implements Backend {
       const shared: FileOwner | null = user ? { uid: 0, gid: user.gid } : null;
       // Inter-node SSH needs a port 22 of the node's own: netns mode only (node-ssh.ts).
       const entry = files.ssh && record.netns ? await writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
-      const isolated = user ? await this.isolatedFiles(dir, record, user, entry, files.node ?? null) : null;
       const cgroupProcs = await this.jobCgroup(dir, record);
+      const walls = await this.jobWalls(dir);
+      const isolated = user ? await this.isolatedFiles(dir, record, user, entry, files.node ?? null, walls) : null;
       // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
       await Promise.all([
         writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
@@ -340,7 +344,8 @@ export class LocalBackend implements Backend {
         writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
         ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
       ]);
-      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record), cgroupProcs });
+      // An isolated job's walls go up after its namespaces are set up (isolate.sh), not around the wrapper.
+      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record), cgroupProcs, confine: isolated ? [] : walls });
       return await this.removeEnvIfRefused(dir, this.waitForStart(job, dir, spawned.exited));
     }
     return await this.waitForStart(job, dir, null);
@@ -370,6 +375,7 @@ export class LocalBackend implements Backend {
     user: RunUser,
     entry: string | undefined,
     node: NodeIdentity | null,
+    walls: readonly string[],
   ): Promise<{ launch: string; unshare: string }> {
     const tools = this.requireIsolation().tools();
     const submissionDir = join(dir, '..');
@@ -392,6 +398,7 @@ export class LocalBackend implements Backend {
       shmBytes: record.shm_size_gb ? Math.round(record.shm_size_gb * 1024 ** 3) : null,
       tools,
       entry,
+      confine: walls,
     });
     return { launch, unshare: tools.unshare };
   }
@@ -417,6 +424,19 @@ export class LocalBackend implements Backend {
     }
     await appendFile(join(dir, L.log), noLimitsLine(why));
     return [];
+  }
+
+  /** The argv a job's first program runs under (job-privileges.ts); none where the machine cannot apply it, and the job's log says why. */
+  private async jobWalls(dir: string): Promise<readonly string[]> {
+    const c = this.options.confinement ?? (await jobConfinement());
+    if (c.walls) return c.walls;
+    await appendFile(join(dir, L.log), noNewPrivsLine(c.why));
+    return [];
+  }
+
+  /** The same for a probe: none where the machine cannot apply it (the job's log said so at its start). */
+  private async probeWalls(): Promise<readonly string[]> {
+    return (this.options.confinement ?? (await jobConfinement())).walls ?? [];
   }
 
   private async cgroups(): Promise<CgroupHierarchy> {
@@ -717,7 +737,7 @@ export class LocalBackend implements Backend {
     delete env[MARKER_NAME];
     // Once started, in the job's cgroup (made before its files): the probe is the task's code.
     const cgroupProcs = started ? await this.cgroupProcsOf(record) : [];
-    return await execOnNode(withEnv, { netns: record.netns, cwd: started ? dir : '/', env, timeoutMs, cgroupProcs });
+    return await execOnNode(withEnv, { netns: record.netns, cwd: started ? dir : '/', env, timeoutMs, cgroupProcs, confine: await this.probeWalls() });
   }
 
   /**
@@ -734,7 +754,8 @@ export class LocalBackend implements Backend {
     const env = { ...this.baseEnv(record), ...userEnv(dir, user) };
     delete env[MARKER_NAME];
     const cgroupProcs = await this.cgroupProcsOf(record);
-    return await execOnNode(`. ./${L.env} || exit 126\n${script}`, { netns: null, enter: enterJobCommand(tools, init, dir, user), cwd: '/', env, timeoutMs, cgroupProcs });
+    const enter = [...enterJobCommand(tools, init, dir, user), ...(await this.probeWalls())];
+    return await execOnNode(`. ./${L.env} || exit 126\n${script}`, { netns: null, enter, cwd: '/', env, timeoutMs, cgroupProcs });
   }
 
   async readLog(job: JobRef, offset: number, limitBytes: number): Promise<LogChunk> {

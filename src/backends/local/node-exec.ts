@@ -11,13 +11,14 @@ export const TIMED_OUT_EXIT_CODE = 124;
  * Runs a short bash script where a job runs (inside its namespace when it has one, or through
  * `enter`: the argv that enters an isolated job's namespaces as its user), in its own process
  * group so a timeout kills everything it started; in the job's cgroup when `cgroupProcs` names it
- * (a probe is the task's code: the job's limits hold it too). Output is stdout and stderr together.
+ * and under its walls when `confine` is given (a probe is the task's code: the job's limits and
+ * walls hold it too). Output is stdout and stderr together.
  */
 export function execOnNode(
   script: string,
-  opts: { netns: string | null; enter?: readonly string[]; cwd: string; env: Record<string, string>; timeoutMs: number; cgroupProcs?: readonly string[] },
+  opts: { netns: string | null; enter?: readonly string[]; cwd: string; env: Record<string, string>; timeoutMs: number; cgroupProcs?: readonly string[]; confine?: readonly string[] },
 ): Promise<ExecResult> {
-  const bash = [BASH, '--noprofile', '--norc', '-c', script];
+  const bash = [...(opts.confine ?? []), BASH, '--noprofile', '--norc', '-c', script];
   const argv = opts.enter ? [...opts.enter, ...bash] : opts.netns ? ['ip', 'netns', 'exec', opts.netns, ...bash] : bash;
   const [command = BASH, ...args] = inJobCgroup(opts.cgroupProcs ?? [], argv);
   return new Promise((resolve) => {
