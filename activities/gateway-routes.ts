@@ -1,7 +1,12 @@
 import { ApplicationFailure } from '@temporalio/common';
-import { deleteServiceTable, gatewayInfo, GatewayAdminError, putServiceTable, type GatewayAdmin } from '../src/gateway/admin-client';
+import { deleteServiceTable, gatewayInfo, GatewayAdminError, putServiceTable, serviceInflight, type GatewayAdmin } from '../src/gateway/admin-client';
 import type { GatewayInfo } from '../src/gateway/routing-table';
-import type { GatewayFailureType, PushServiceTableInput, PushServiceTableResult, RemoveServiceTableInput } from './types';
+import type { DrainReplicasInput, DrainReplicasResult, GatewayFailureType, PushServiceTableInput, PushServiceTableResult, RemoveServiceTableInput } from './types';
+import { whileHeartbeating } from './heartbeat';
+
+/** How often a drain asks the gateways, and how long one answer may take. */
+const DRAIN_POLL_MS = 100;
+const DRAIN_POLL_TIMEOUT_MS = 2_000;
 
 /**
  * A service's routing table, pushed to every gateway of this worker. The gateways are the data plane:
@@ -64,6 +69,24 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
       if (failed.length > 0) throw gatewaysFailed(`the routing table of service ${table.run} (generation ${table.generation})`, gateways.length, failed);
       const infos = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
       return { endpoints: [...new Set(infos.flatMap((info) => serviceEndpoints(info, table.run)))] };
+    },
+
+    /**
+     * Waits until no gateway has a request in flight to these replicas (the run's table no longer
+     * lists them), or `timeout_s` passed: what is still in flight then, and the gateways that did not
+     * answer meanwhile.
+     */
+    async drainReplicas({ run, urls, timeout_s }: DrainReplicasInput): Promise<DrainReplicasResult> {
+      const deadline = Date.now() + timeout_s * 1000;
+      return whileHeartbeating(async () => {
+        for (;;) {
+          const answers = await Promise.allSettled(gateways.map((gateway) => serviceInflight(gateway, run, DRAIN_POLL_TIMEOUT_MS)));
+          const left = answers.reduce((sum, a) => sum + (a.status === 'fulfilled' ? urls.reduce((n, url) => n + (a.value.get(url) ?? 0), 0) : 0), 0);
+          const silent = answers.flatMap((a, i) => (a.status === 'rejected' ? [gateways[i]?.url ?? '?'] : []));
+          if ((left === 0 && silent.length === 0) || Date.now() >= deadline) return { left, silent_gateways: silent };
+          await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
+        }
+      });
     },
 
     async removeServiceTable({ run }: RemoveServiceTableInput): Promise<void> {

@@ -105,6 +105,19 @@ export interface RemoveServiceTableInput {
   run: string;
 }
 
+/** Replicas (their `http://ip:port` as the table listed them) the run's table no longer lists, to wait out. */
+export interface DrainReplicasInput {
+  run: string;
+  urls: string[];
+  timeout_s: number;
+}
+
+/** Requests still in flight to them at the end (0: drained), and the gateways that did not answer. */
+export interface DrainReplicasResult {
+  left: number;
+  silent_gateways: string[];
+}
+
 /**
  * How the gateway activities fail. `NoGateway` (the worker has none) and `GatewayRefused` (a 4xx: a bad
  * table, a wrong token) are not retried; `GatewayUnreachable` (no answer, a 5xx) is.
@@ -131,4 +144,6 @@ export interface TroupeActivities {
   pushServiceTable(input: PushServiceTableInput): Promise<PushServiceTableResult>;
   /** DELETE the run's table on every gateway. */
   removeServiceTable(input: RemoveServiceTableInput): Promise<void>;
+  /** Wait until the gateways have no request in flight to these replicas (or the timeout). */
+  drainReplicas(input: DrainReplicasInput): Promise<DrainReplicasResult>;
 }

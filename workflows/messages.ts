@@ -1,6 +1,6 @@
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { JobRef } from '../src/backends/backend';
-import type { JobPlan } from '../src/plan/plan-schema';
+import type { JobPlan, Plan } from '../src/plan/plan-schema';
 import type { AddressBook, JobEvent } from './message-schemas';
 import type { JobState, RunState } from './run-state';
 
@@ -57,6 +57,23 @@ export interface ScaleGroupResult {
  * READY with a probe) or the removed ones are stopped and released.
  */
 export const scaleGroupUpdate = defineUpdate<ScaleGroupResult, [{ group: string; nodes: number }]>('scaleGroup');
+
+/** What `applyService` answers once the deployment is over. */
+export interface ApplyServiceResult {
+  /** Its number (dstack's deployment=N). */
+  deployment: number;
+  /** Groups whose replicas were replaced by ones with the new commands. */
+  rolled: string[];
+  /** Each group's replicas now. */
+  groups: Array<{ name: string; replicas: number }>;
+}
+
+/**
+ * User → run of a service: deploy this plan of it (`troupe apply` of a changed service). Validated
+ * before it is accepted (the run's state, and what may change in a running service); answers once
+ * every changed group is rolled or resized, and the gateways route by the new table.
+ */
+export const applyServiceUpdate = defineUpdate<ApplyServiceResult, [{ plan: Plan }]>('applyService');
 
 /** A resize's refusal type while the run continues as new: the request is fine, only early (the SDK asks again). */
 export const HANDING_OVER = 'RunHandingOver';

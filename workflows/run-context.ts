@@ -41,6 +41,8 @@ export interface Run {
   historyAtStart: number;
   /** The plan and state are too large for the next execution's input: no hand-over. */
   tooLargeToHandOver: boolean;
+  /** Deployments asked of this execution so far: the next one's id. */
+  deploysAsked: number;
   /** Settles once every routing-table push started so far has been answered (run-routes.ts). */
   routesPushed: Promise<void>;
 }
@@ -73,6 +75,7 @@ export function newRun(input: RunInput): Run {
     historyAtStart: info.historyLength,
     tooLargeToHandOver: false,
     routesPushed: Promise.resolve(),
+    deploysAsked: 0,
   };
 }
 

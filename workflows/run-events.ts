@@ -5,7 +5,7 @@ import { announceStatus, type Run } from './run-context';
 import { askNewAttempts } from './run-attempts';
 import { attemptRefsOf } from './run-job-refs';
 import { publishPeers } from './run-peers';
-import { pushRoutes } from './run-routes';
+import { drainReplicas, pushRoutes } from './run-routes';
 import { releaseRemoved } from './run-scaling';
 
 /**
@@ -46,6 +46,9 @@ function apply(run: Run, effect: Effect): void {
       break;
     case 'push-routes':
       pushRoutes(run, effect);
+      break;
+    case 'drain':
+      drainReplicas(run, effect);
       break;
     case 'end-submission':
       // The submission's end is read from the core by the loop; teardown carries it out.

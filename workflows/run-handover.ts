@@ -57,6 +57,7 @@ function isQuiet(run: Run, submission: Submission): boolean {
     live.unwanted.length === 0 &&
     peersSettled(run.core) &&
     routesSettled(run.core) &&
+    !run.core.service?.rollout &&
     allHandlersFinished()
   );
 }
@@ -68,8 +69,8 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
   await condition(allHandlersFinished);
   // What arrived meanwhile is in the state the next execution starts from; it judges it on its first pass.
   takeEvents(run);
-  // The core travels as it is; the plan is the input's.
-  const { plan: _plan, ...core } = run.core;
+  // The core travels as it is; the plan as it is now (a deployment changes it) is the next input's.
+  const { plan, ...core } = run.core;
   const carried: CarriedRun = {
     core,
     generation: run.generation + 1,
@@ -79,7 +80,7 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
     live: { unwanted: live.unwanted },
   };
   // RunWorkflow's signature (importing it would make a circle of modules).
-  return continueAsNew<(arg: RunInputArg) => Promise<RunState>>({ ...run.input, carried });
+  return continueAsNew<(arg: RunInputArg) => Promise<RunState>>({ ...run.input, plan, carried });
 }
 
 /** The run as the execution before this one left it; what its adopted submission starts from. */

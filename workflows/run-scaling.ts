@@ -27,7 +27,7 @@ export function setScaleHandler(run: Run): void {
       const { live } = run;
       const group = groupNamed(run, name);
       // The validator let it in: a run with a ranged group is live.
-      if (!live) throw ApplicationFailure.nonRetryable(`run ${run.input.plan.run_name} is not running`, 'ScaleFailed');
+      if (!live) throw ApplicationFailure.nonRetryable(`run ${run.core.plan.run_name} is not running`, 'ScaleFailed');
       live.resizing.add(group.index);
       try {
         await checkRoom(run, group, nodes);
@@ -41,8 +41,8 @@ export function setScaleHandler(run: Run): void {
 }
 
 function groupNamed(run: Run, name: string): GroupPlan {
-  const group = run.input.plan.groups.find((g) => g.name === name);
-  if (!group) throw new Error(`run ${run.input.plan.run_name} has no group "${name}" (its groups: ${run.input.plan.groups.map((g) => g.name).join(', ')})`);
+  const group = run.core.plan.groups.find((g) => g.name === name);
+  if (!group) throw new Error(`run ${run.core.plan.run_name} has no group "${name}" (its groups: ${run.core.plan.groups.map((g) => g.name).join(', ')})`);
   return group;
 }
 
@@ -56,7 +56,7 @@ function validate(run: Run, name: string, nodes: number): void {
   }
   if (run.handingOver && !stopAsked(run)) {
     // The client tries again (RunHandle.scaleGroup): the next execution (or this one, once its groups are back) takes it.
-    throw ApplicationFailure.retryable(`run ${run.input.plan.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
+    throw ApplicationFailure.retryable(`run ${run.core.plan.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
   }
   if (run.live?.resizing.has(group.index)) throw new Error(`group ${name} is being resized already; try again when that ends`);
   const refused = runRefusal(run, group);
@@ -88,7 +88,7 @@ async function checkRoom(run: Run, group: GroupPlan, nodes: number): Promise<voi
   if (count <= 0) return;
   const s = count === 1 ? '' : 's';
   const room = await roomActivities.fleetRoom.executeWithOptions({ summary: `room for ${count} more ${group.name} node${s}` }, [
-    { backend: run.input.backend, request: { group, count, fleets: run.input.plan.fleets } },
+    { backend: run.input.backend, request: { group, count, fleets: run.core.plan.fleets } },
   ]);
   if (room.fits < count) {
     const why = room.reason ? `: ${room.reason}` : '';

@@ -122,7 +122,13 @@ export const RunStateSchema = z.object({
    * them), whether calls need its token, and the generation of its routing table there. Null for a task.
    */
   service: z
-    .object({ endpoints: z.array(z.string()), auth: z.boolean(), table_generation: z.number().int().nonnegative() })
+    .object({
+      endpoints: z.array(z.string()),
+      auth: z.boolean(),
+      table_generation: z.number().int().nonnegative(),
+      /** The deployment running: 0 as submitted, +1 per `troupe apply` of a changed service (dstack's deployment=N). */
+      deployment: z.number().int().nonnegative().default(0),
+    })
     .nullable()
     .default(null),
 });

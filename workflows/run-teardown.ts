@@ -5,7 +5,8 @@ import { teardownOf } from '../src/run-core/outcome';
 import { rootMessage } from './failures';
 import { teardownActivities } from './node-group-activities';
 import { jobRefOf } from './run-job-refs';
-import { removeRoutes } from './run-routes';
+import { drainBeforeTeardown, removeRoutes } from './run-routes';
+import { takeEvents } from './run-events';
 import { setStatus, type Ending, type Run } from './run-context';
 
 /** Every started process stopped, every machine released; the jobs still open end as the outcome says. */
@@ -15,6 +16,8 @@ export async function teardown(run: Run, outcome: Ending): Promise<void> {
   const { status, reason, graceful } = teardownOf(outcome);
   // Each node's current attempt (an earlier one was given back when it was replaced).
   const toStop: JobRef[] = state.jobs.flatMap((job) => (job.exit_code === null && !job.removed ? (jobRefOf(run, job) ?? []) : []));
+  // A service's replicas leave the gateways and finish their requests first (not on an abort).
+  if (graceful) await drainBeforeTeardown(run, () => takeEvents(run));
   try {
     if (toStop.length > 0) await teardownActivities.stopJobs({ backend: input.backend, jobs: toStop, grace_s: graceful ? input.options.stop_grace_s : 0 });
     await teardownActivities.releaseRun({ backend: input.backend, run_id: state.run_uid, submission: state.submission });

@@ -16,6 +16,7 @@ import { newLiveRun } from './run-live';
 import { driveSubmission } from './run-loop';
 import { setRunHandlers } from './run-handlers';
 import { setScaleHandler } from './run-scaling';
+import { setDeployHandler } from './run-deploy';
 import { startGroups, type Submission } from './run-groups';
 import { handOver, resumeRun } from './run-handover';
 import { checkCarried } from './run-identity';
@@ -41,6 +42,7 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   const run = resumed?.run ?? newRun(input);
   setRunHandlers(run);
   setScaleHandler(run);
+  setDeployHandler(run);
   try {
     // Whether the backend provisions a group in one call only matters to groups of several nodes.
     if (!resumed && run.input.plan.groups.some((g) => g.nodes > 1)) {

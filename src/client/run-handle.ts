@@ -15,6 +15,7 @@ import {
   type WorkflowHandle,
 } from '@temporalio/client';
 import type { LogChunk } from '../backends/backend';
+import type { Plan } from '../plan/plan-schema';
 import type { ReadLogInput } from '../../activities/types';
 import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
 import {
@@ -22,7 +23,9 @@ import {
   runStateQuery,
   HANDING_OVER,
   scaleGroupUpdate,
+  applyServiceUpdate,
   stopRunSignal,
+  type ApplyServiceResult,
   type RunInputArg,
   type ScaleGroupResult,
 } from '../../workflows/messages';
@@ -39,6 +42,7 @@ import {
   type TaskQueueLocation,
 } from './errors';
 import { logRefOf, machineOf } from './job-attempts';
+import { sealSecrets } from './seal-plan';
 import { readRunMemo } from './run-memo';
 import { withAllJobs } from './run-jobs';
 import { missingPollers } from './worker-presence';
@@ -232,6 +236,36 @@ export class RunHandle {
       if (err instanceof WorkflowUpdateFailedError) {
         throw new TroupeClientError(`run ${this.name} did not scale group "${group}" to ${nodes}: ${rootCauseMessage(err)}`, { cause: err });
       }
+      throw this.notFound(err);
+    }
+  }
+
+  /**
+   * Deploys a changed plan of a running service (dstack's `apply` of a changed service): replicas,
+   * scaling and the endpoint's settings change in place, changed commands roll one replica at a time
+   * per group. The run refuses what a running service cannot change, naming the fields, and answers
+   * once the deployment is over. A refused or failed deployment throws a TroupeClientError with the
+   * run's reason.
+   */
+  async applyService(plan: Plan): Promise<ApplyServiceResult> {
+    const info = await this.describe();
+    if (info.status.name !== 'RUNNING') throw new TroupeClientError(`run ${this.name} has ended: there is no service to deploy to`);
+    const missing = await missingPollers(this.ctx.client, this.ctx);
+    if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `deploy to service ${this.name}`);
+    // Secrets travel sealed, as at submission: the Update's input is in the run's history.
+    const sealed = sealSecrets(plan);
+    try {
+      for (let waitedMs = 0; ; waitedMs += HANDOVER_RETRY_MS) {
+        try {
+          return await this.handle().executeUpdate(applyServiceUpdate, { args: [{ plan: sealed }] });
+        } catch (err) {
+          const handingOver = err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure && err.cause.type === HANDING_OVER;
+          if (!handingOver || waitedMs >= HANDOVER_WAIT_MS) throw err;
+          await sleep(HANDOVER_RETRY_MS);
+        }
+      }
+    } catch (err) {
+      if (err instanceof WorkflowUpdateFailedError) throw new TroupeClientError(`service ${this.name} was not deployed to: ${rootCauseMessage(err)}`, { cause: err });
       throw this.notFound(err);
     }
   }

@@ -8,8 +8,7 @@ import {
   type WorkflowExecutionInfo,
 } from '@temporalio/client';
 import { ConfigError, loadPlan, PlanSchema, type Plan } from '../plan';
-import { looksSecret } from '../config/secret-names';
-import { isSealed, loadSecretKey, newSealNonce, sealEnv } from '../secrets/sealed-env';
+import { sealSecrets } from './seal-plan';
 import { RUN_NAME } from '../plan/run-name';
 import { DEFAULT_TASK_QUEUE, runNameFromWorkflowId, runWorkflowId } from '../../workflows/ids';
 import { RunOptionsSchema, type RunInput, type RunOptionsInput } from '../../workflows/message-schemas';
@@ -251,21 +250,6 @@ export class TroupeClient {
     this.searchAttributes ??= troupeSearchAttributesRegistered(this.temporal, this.namespace);
     return this.searchAttributes;
   }
-}
-
-/**
- * Secret env values leave this process sealed: history, the Web UI and errors never see them. A
- * value that merely looks sealed (it starts with the prefix) is sealed too, so that the worker,
- * which opens every sealed-looking value, hands the job exactly what was written. Values are sealed
- * for this run's workflow id with a fresh nonce: they open in this run and no other.
- */
-function sealSecrets(plan: Plan): Plan {
-  const names = Object.entries(plan.env)
-    .filter(([name, value]) => plan.secret_env?.includes(name) || looksSecret(name) || isSealed(value))
-    .map(([name]) => name);
-  if (names.length === 0) return plan;
-  const ctx = { runWorkflowId: runWorkflowId(plan.run_name), nonce: newSealNonce() };
-  return { ...plan, env: sealEnv(plan.env, names, loadSecretKey({ create: true }), ctx), secret_env: names };
 }
 
 async function planOf(request: SubmitRequest): Promise<Plan> {

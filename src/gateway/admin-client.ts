@@ -1,4 +1,7 @@
+import { z } from 'zod';
 import { GatewayInfoSchema, type GatewayInfo, type ServiceTableInput } from './routing-table';
+
+const InflightAnswerSchema = z.object({ replicas: z.array(z.object({ url: z.string(), inflight: z.number().int().nonnegative() })) });
 
 /**
  * A client of a gateway's admin API (admin-plane.ts), for the worker's activities. Its errors name the
@@ -120,4 +123,17 @@ export async function deleteServiceTable(admin: GatewayAdmin, run: string, timeo
   const res = await call(admin, 'DELETE', path, undefined, timeoutMs);
   if (res.status === 200 || res.status === 404) return;
   throw failed(admin, 'DELETE', path, res);
+}
+
+/** Requests in flight to each replica of the run on this gateway, by replica URL (none: the gateway has no table of the run). */
+export async function serviceInflight(admin: GatewayAdmin, run: string, timeoutMs = DEFAULT_ADMIN_TIMEOUT_MS): Promise<Map<string, number>> {
+  const path = `/services/${encodeURIComponent(run)}/inflight`;
+  const res = await call(admin, 'GET', path, undefined, timeoutMs);
+  if (res.status === 404) return new Map();
+  if (res.status !== 200) throw failed(admin, 'GET', path, res);
+  const parsed = InflightAnswerSchema.safeParse(JSON.parse(res.text));
+  if (!parsed.success) throw new GatewayAdminError(admin.url, 'refused', 200, `gateway ${admin.url}: GET ${path} answered something that is not a Troupe gateway's`);
+  const counts = new Map<string, number>();
+  for (const row of parsed.data.replicas) counts.set(row.url, (counts.get(row.url) ?? 0) + row.inflight);
+  return counts;
 }

@@ -1,5 +1,6 @@
 import type { Decision } from './effects';
 import type { RunEvent } from './events';
+import { decideDeployment } from './deployment';
 import { decideHealing } from './healing';
 import { decideOutcome, nextDeadline as outcomeDeadline } from './outcome';
 import { decideRouting, routingDeadline } from './routing';
@@ -16,12 +17,17 @@ import type { RunCore } from './state';
 export function decideRun(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
   const healing = decideHealing(core, event, now);
   const scaling = decideScaling(healing.state, event, now);
-  const outcome = decideOutcome(scaling.state, event, now);
+  // A deployment's steps are resizes: after scaling has looked at the ones under way.
+  const deployment = decideDeployment(scaling.state, event, now);
+  const outcome = decideOutcome(deployment.state, event, now);
   // The book goes out once the outcome is known: a submission that ended publishes nothing more.
   const peers = decidePeers(outcome.state, event, now);
   // After the outcome too: a submission that ended routes no new request to its replicas.
   const routing = decideRouting(peers.state, event, now);
-  return { state: routing.state, effects: [...healing.effects, ...scaling.effects, ...outcome.effects, ...peers.effects, ...routing.effects] };
+  return {
+    state: routing.state,
+    effects: [...healing.effects, ...scaling.effects, ...deployment.effects, ...outcome.effects, ...peers.effects, ...routing.effects],
+  };
 }
 
 /** When the loop must look again without an event (epoch ms), or null: the earliest of the policies' deadlines. */

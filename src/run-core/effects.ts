@@ -37,6 +37,8 @@ export type Effect =
     }
   /** Put this routing table (its generation inside) on every gateway; report `routes-pushed`. */
   | { kind: 'push-routes'; generation: number; table: ServiceTableInput }
+  /** Wait until no gateway has a request in flight to these replicas (at most `timeout_s`); report `drained` for resize `resize`. */
+  | { kind: 'drain'; resize: number; urls: string[]; timeout_s: number }
   /** After teardown: submit the whole run again, after this back-off. */
   | { kind: 'resubmit'; after_s: number }
   /** After teardown: the run's final status, reason and message. */

@@ -79,9 +79,9 @@ export function withAddedByResize<C extends HasLive>(core: C, jobNums: readonly 
   }));
 }
 
-/** The plan of a rank at its current attempt: the task's, or the one a resize made. */
+/** The plan of a rank at its current attempt: the one a resize (or a deployment) made it, else the task's. */
 export function jobPlanOf(plan: Plan, live: LiveCore | null, job: JobState): JobPlan {
-  const base = plan.jobs[job.job_num] ?? live?.added_plans[job.job_num];
+  const base = live?.added_plans[job.job_num] ?? plan.jobs[job.job_num];
   if (!base) throw new Error(`no plan for job ${job.job_num}`);
   return job.attempt > 0 ? { ...base, attempt: job.attempt } : base;
 }

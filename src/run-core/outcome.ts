@@ -38,6 +38,9 @@ export function decideOutcome(core: RunCore, event: RunEvent, now: number): Deci
     case 'resize-answered':
     case 'peers-published':
     case 'routes-pushed':
+    case 'drained':
+    case 'deploy':
+    case 'deploy-answered':
       return { state: core, effects };
   }
 }

@@ -2,11 +2,11 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadServicePlan, serviceRunPlan } from '../plan';
 import type { Plan } from '../plan/plan-schema';
-import { coreOf, exited, jobs, pass, provisioned, ready, running, T0 } from '../../test/helpers/run-core';
+import { coreOf, exited, jobs, openService, pass, provisioned, ready, running, T0 } from '../../test/helpers/run-core';
 import { nextDeadline } from './decide';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
-import { ROUTES_RETRY_MS, routesSettled } from './routing';
+import { DRAIN_TIMEOUT_S, ROUTES_RETRY_MS, routesSettled } from './routing';
 import type { RunCore } from './state';
 
 /**
@@ -70,7 +70,7 @@ describe("a service's routing table", () => {
       revisions: [{ number: 0, entry: ['router'], groups: [{ name: 'router', replicas: [] }, { name: 'decode', replicas: [] }] }],
     });
     core = pass(first.core, [pushed(1)], T0 + 1).core;
-    expect(core.run.service).toEqual({ endpoints: ['http://gw:8080/services/pd/'], auth: true, table_generation: 1 });
+    expect(core.run.service).toEqual({ endpoints: ['http://gw:8080/services/pd/'], auth: true, table_generation: 1, deployment: 0 });
 
     core = pass(core, [jobs(core, [0, 1, 2].map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000).core;
     const runningStep = pass(core, [jobs(core, [0, 1, 2].map((n) => running(n)))], T0 + 2000);
@@ -126,6 +126,30 @@ describe("a service's routing table", () => {
     const late = pass(core, [pushed(generation - 1, { endpoints: ['http://old/'] })], T0 + 4000);
     expect(late.core.run.service?.endpoints).toEqual(['http://gw:8080/services/pd/']);
     expect(pushes(late.effects)).toEqual([]);
+  });
+
+  it('a scale-down drains: the ranks leave the table, the drain is asked once every gateway has it, they are released after', () => {
+    let core = coreOf(openService(['{name: decode, replicas: 1..3, scaling: {metric: rps, target: 5}, commands: [serve]}']));
+    core = answered(pass(core, [jobs(core, [provisioned(0)]), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000));
+    core = answered(pass(core, [jobs(core, [running(0), ready(0)])], T0 + 2000));
+    core = answered(pass(core, [{ kind: 'resize', id: 1, group: 0, nodes: 3 }], T0 + 3000));
+    core = answered(pass(core, [jobs(core, [1, 2].map((n) => provisioned(n))), jobs(core, [1, 2].flatMap((n) => [running(n), ready(n)]))], T0 + 4000));
+    expect(core.live!.resizes[0]?.phase).toBe('over');
+
+    const shrink = pass(core, [{ kind: 'resize', id: 2, group: 0, nodes: 1 }], T0 + 5000);
+    // Off the table at once, still running, not released: the push goes out, no drain before it lands.
+    const [push] = pushes(shrink.effects);
+    expect(replicasOf(push).decode).toEqual(['http://10.0.0.1:8000']);
+    expect(shrink.effects.some((e) => e.kind === 'drain' || e.kind === 'release')).toBe(false);
+    expect(shrink.core.run.jobs.filter((j) => j.status === 'READY')).toHaveLength(3);
+    const landed = pass(shrink.core, [pushed(push!.generation)], T0 + 5100);
+    const drains = landed.effects.filter((e) => e.kind === 'drain');
+    expect(drains).toEqual([{ kind: 'drain', resize: 2, urls: ['http://10.0.0.3:8000', 'http://10.0.0.2:8000'], timeout_s: DRAIN_TIMEOUT_S }]);
+    // Asked once only.
+    expect(pass(landed.core, [], T0 + 6000).effects.filter((e) => e.kind === 'drain')).toEqual([]);
+    const out = pass(landed.core, [{ kind: 'drained', id: 2, left: 0 }], T0 + 7000);
+    expect(out.effects.filter((e) => e.kind === 'release').map((e) => (e.kind === 'release' ? e.jobs.map((j) => j.job_num) : []))).toEqual([[2, 1]]);
+    expect(out.core.run.jobs.filter((j) => j.removed).map((j) => j.message)).toEqual(['removed: decode resized to 1', 'removed: decode resized to 1']);
   });
 
   it('a task has no routing', () => {

@@ -3,6 +3,7 @@ import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, isJobFinished } from './jobs';
 import type { RunCore, ServiceCore } from './state';
+import type { JobState } from '../../workflows/run-state';
 
 /**
  * A service's routing: the table every gateway routes its requests by (src/gateway/routing-table.ts),
@@ -16,6 +17,9 @@ import type { RunCore, ServiceCore } from './state';
 
 /** How long after a failed push the next one goes (the activity itself has retried for a while). */
 export const ROUTES_RETRY_MS = 15_000;
+
+/** How long a replica being removed (a scale-down, a stop) may take to finish its requests in flight. */
+export const DRAIN_TIMEOUT_S = 30;
 
 /** The revision every replica of this first slice belongs to (deployments will number theirs). */
 const REVISION = 0;
@@ -46,7 +50,9 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
   const service = plan.service;
   if (!service) throw new Error(`run ${plan.run_name} is not a service`);
   const ending = core.submission.ending !== null;
-  const jobs = activeJobs(core.run);
+  // A resize's ranks being drained are off the table already.
+  const draining = new Set(core.live?.resizes.flatMap((r) => (r.phase === 'draining' ? r.draining : [])) ?? []);
+  const jobs = activeJobs(core.run).filter((job) => !draining.has(job.job_num));
   return {
     run: plan.run_name,
     auth: service.auth,
@@ -61,13 +67,20 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
           name: group.name,
           replicas: ending
             ? []
-            : jobs
-                .filter((job) => job.group_index === group.index && job.ready_at !== null && !isJobFinished(job) && job.instance !== null)
-                .map((job) => ({ url: `http://${job.instance?.internal_ip}:${service.port}`, state: 'ready' as const })),
+            : jobs.flatMap((job) => {
+                const url = job.group_index === group.index && job.ready_at !== null && !isJobFinished(job) ? replicaUrl(core, job) : null;
+                return url ? [{ url, state: 'ready' as const }] : [];
+              }),
         })),
       },
     ],
   };
+}
+
+/** Where the gateways reach a replica (null: no machine yet, or not a service). */
+export function replicaUrl(core: RunCore, job: JobState): string | null {
+  const port = core.plan.service?.port;
+  return job.instance && port !== undefined ? `http://${job.instance.internal_ip}:${port}` : null;
 }
 
 function pushIfChanged(core: RunCore, now: number): Decision<RunCore> {
@@ -89,7 +102,7 @@ function pushed(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { 
   const problem = event.error === null ? null : `routing table v${event.generation} not on every gateway: ${event.error}`;
   if (core.run.message === service.problem) core.run.message = problem;
   if (event.error === null) {
-    core.run.service = { endpoints: event.endpoints, auth: core.plan.service?.auth != null, table_generation: event.generation };
+    core.run.service = { endpoints: event.endpoints, auth: core.plan.service?.auth != null, table_generation: event.generation, deployment: service.deployment };
     return { ...core, service: { ...service, pushing: null, delivered_key: service.key, retry_at_ms: null, problem } };
   }
   return { ...core, service: { ...service, pushing: null, retry_at_ms: now + ROUTES_RETRY_MS, problem } };

@@ -50,7 +50,7 @@ describe('growing', () => {
     const half = runs(core, [4], T0 + 6000);
     expect(resizeOf(half, 1)?.phase).toBe('growing');
     const done = runs(half, [5], T0 + 7000);
-    expect(resizeOf(done, 1)).toEqual({ id: 1, group: 2, phase: 'over', added: [4, 5], removed: [], error: null });
+    expect(resizeOf(done, 1)).toEqual({ id: 1, group: 2, phase: 'over', added: [4, 5], removed: [], draining: [], drain_asked: false, error: null });
     expect(done.run.groups[2]!.nodes).toBe(4);
     expect(done.live!.added_by_resize).toEqual([]);
     const answered = pass(done, [{ kind: 'resize-answered', id: 1 }], T0 + 7100).core;
@@ -93,7 +93,7 @@ describe('shrinking', () => {
     // A removed node's end does not end the run.
     expect(of(effects, 'end-submission')).toEqual([]);
     const over = pass(core, [{ kind: 'released', id: 1, error: null }], T0 + 6000).core;
-    expect(resizeOf(over, 1)).toEqual({ id: 1, group: 2, phase: 'over', added: [], removed: [3], error: null });
+    expect(resizeOf(over, 1)).toEqual({ id: 1, group: 2, phase: 'over', added: [], removed: [3], draining: [], drain_asked: false, error: null });
     expect(over.run.groups[2]!.nodes).toBe(1);
   });
 
@@ -116,7 +116,7 @@ describe('refusals', () => {
     ['while another resize of it is under way', (c) => pass(c, [resize(9, 3)], T0 + 4000).core, 'group decode is being resized already; try again when that ends'],
   ])('%s', (_, before, error) => {
     const core = pass(before(started(pd())), [resize(1, 4)], T0 + 5000).core;
-    expect(resizeOf(core, 1)).toEqual({ id: 1, group: 2, phase: 'over', added: [], removed: [], error });
+    expect(resizeOf(core, 1)).toEqual({ id: 1, group: 2, phase: 'over', added: [], removed: [], draining: [], drain_asked: false, error });
   });
 });
 

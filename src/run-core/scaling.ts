@@ -7,12 +7,14 @@ import { endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from './jo
 import { newRankPlan, type LiveCore, type Resize } from './live';
 import type { RunCore } from './state';
 import { isJobReady } from './startup-order';
+import { DRAIN_TIMEOUT_S, replicaUrl, routesSettled } from './routing';
 
 /**
  * Resizing a running group within its `nodes: MIN..MAX` (Troupe's extension; the scaleGroup
  * Update asks, once the fleet has room). New nodes take a rank this group gave up before, else the
  * next rank of the run; they must run (READY with a probe), or the resize is undone whole. Removed
- * nodes are the group's highest ranks: out of the run at once, then stopped and given back. Pure:
+ * nodes are the group's highest ranks: out of the run at once, then stopped and given back — a
+ * service's drained first (off the gateways, their requests in flight finished). Pure:
  * `now` comes in; the job records of `core.run` change in place (jobs.ts), the rest is a new core.
  */
 export function decideScaling(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
@@ -21,13 +23,18 @@ export function decideScaling(core: RunCore, event: RunEvent, now: number): Deci
   if (!live) return { state: core, effects };
   switch (event.kind) {
     case 'resize':
-      return { state: start(core, live, event, now, effects), effects };
+      return { state: beginResize(core, event, now, effects), effects };
     case 'released':
       return { state: resizeOf(core, event.id)?.phase === 'releasing' ? finish(core, event.id, null, event.error) : core, effects };
+    case 'drained':
+      return { state: drained(core, event, now, effects), effects };
     case 'resize-answered':
       return { state: { ...core, live: { ...live, resizes: live.resizes.filter((r) => r.id !== event.id) } }, effects };
     case 'tick':
-      return { state: live.resizes.reduce((next, r) => (r.phase === 'growing' ? growing(next, r, now, effects) : next), core), effects };
+      return {
+        state: live.resizes.reduce((next, r) => (r.phase === 'growing' ? growing(next, r, now, effects) : r.phase === 'draining' ? draining(next, r, effects) : next), core),
+        effects,
+      };
     default:
       return { state: core, effects };
   }
@@ -49,15 +56,29 @@ export function resizeOf(core: RunCore, id: number): Resize | null {
   return core.live?.resizes.find((r) => r.id === id) ?? null;
 }
 
-function start(core: RunCore, live: LiveCore, event: Extract<RunEvent, { kind: 'resize' }>, now: number, effects: Effect[]): RunCore {
+/** What a resize asks: group `group` to `nodes` nodes; `victims`: the ranks to remove (default: its highest). */
+export interface ResizeRequest {
+  id: number;
+  group: number;
+  nodes: number;
+  victims?: readonly number[];
+}
+
+/** A resize begins (asked by the scaleGroup Update, or by a deployment): the new core; its effects pushed to `effects`. */
+export function beginResize(core: RunCore, event: ResizeRequest, now: number, effects: Effect[]): RunCore {
+  const live = core.live;
+  if (!live) return core;
   const group = core.plan.groups[event.group];
   const refused = group ? resizeRefusal(core, group, core.stop_request !== null) : `no group ${event.group}`;
-  const resize: Resize = { id: event.id, group: event.group, phase: 'over', added: [], removed: [], error: refused };
+  const resize: Resize = { id: event.id, group: event.group, phase: 'over', added: [], removed: [], draining: [], drain_asked: false, error: refused };
   if (!group || refused) return { ...core, live: { ...live, resizes: [...live.resizes, resize] } };
   const members = groupMembers(core.run.jobs, group.index);
   if (event.nodes > members.length) return grow(core, live, group, resize, event.nodes - members.length, now, effects);
   if (event.nodes < members.length) {
-    const victims = [...members].sort((a, b) => b.job_num - a.job_num).slice(0, members.length - event.nodes);
+    const chosen = members.filter((job) => event.victims?.includes(job.job_num));
+    const victims = chosen.length === members.length - event.nodes ? chosen : [...members].sort((a, b) => b.job_num - a.job_num).slice(0, members.length - event.nodes);
+    // A service's replicas leave the gateways first, and what is in flight to them finishes.
+    if (core.service) return withNew(core, { ...resize, phase: 'draining', draining: victims.map((job) => job.job_num) });
     return takeOut(withNew(core, resize), resize.id, group, victims, `${group.name} resized to ${event.nodes}`, now, effects);
   }
   return withNew(core, resize);
@@ -74,6 +95,8 @@ function grow(core: RunCore, live: LiveCore, group: GroupPlan, resize: Resize, c
     if (reused) {
       reused.removed = false;
       nextAttempt(reused, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: null }, false, iso);
+      // The group as it is now: a deployment may have changed its commands since the rank last ran.
+      plans[reused.job_num] = newRankPlan(core.plan.run_name, group, reused.job_num, reused.group_job_index);
       added.push(reused);
       continue;
     }
@@ -116,6 +139,36 @@ function growing(core: RunCore, resize: Resize, now: number, effects: Effect[]):
     return takeOut(withResize(settled, resize.id, (r) => ({ ...r, error })), resize.id, group, others, 'the resize failed', now, effects);
   }
   return finish(settled, resize.id, resize.added, null);
+}
+
+/**
+ * A service's ranks to remove: once every gateway has the table without them, wait for their
+ * requests in flight (DRAIN_TIMEOUT_S at most); if the run ends first, teardown has them.
+ */
+function draining(core: RunCore, resize: Resize, effects: Effect[]): RunCore {
+  const group = core.plan.groups[resize.group];
+  if (!group) return core;
+  if (core.run.status !== 'RUNNING' || core.submission.ending !== null) {
+    return finish(core, resize.id, [], `the run ended (${core.run.status}) before ${group.name} shrank`);
+  }
+  if (resize.drain_asked || !routesSettled(core)) return core;
+  const urls = resize.draining.flatMap((n) => {
+    const job = core.run.jobs[n];
+    return job ? (replicaUrl(core, job) ?? []) : [];
+  });
+  effects.push({ kind: 'drain', resize: resize.id, urls, timeout_s: DRAIN_TIMEOUT_S });
+  return withResize(core, resize.id, (r) => ({ ...r, drain_asked: true }));
+}
+
+/** Drained (or its time is up): the ranks are taken out as any resize takes them out. */
+function drained(core: RunCore, event: Extract<RunEvent, { kind: 'drained' }>, now: number, effects: Effect[]): RunCore {
+  const resize = resizeOf(core, event.id);
+  const group = resize ? core.plan.groups[resize.group] : undefined;
+  if (!resize || !group || resize.phase !== 'draining') return core;
+  const victims = resize.draining.flatMap((n) => core.run.jobs[n] ?? []);
+  const size = groupMembers(core.run.jobs, group.index).length - victims.length;
+  const cut = event.left > 0 ? `; ${event.left} request${event.left === 1 ? '' : 's'} still in flight after ${DRAIN_TIMEOUT_S} s` : '';
+  return takeOut(core, resize.id, group, victims, `${group.name} resized to ${size}${cut}`, now, effects);
 }
 
 /** The ranks out of the run at once (their jobs end), then stopped and their machines given back. */

@@ -54,13 +54,21 @@ export const SubmissionCoreSchema = z.object({
   ending: EndingSchema.nullable(),
 });
 
-/** A resize of one group: `growing` until its new ranks run, `releasing` while removed ones are given back, `over` once answered. */
+/**
+ * A resize of one group: `growing` until its new ranks run, `draining` while a service's ranks to
+ * remove are off the gateways and their requests in flight finish, `releasing` while removed ones
+ * are given back, `over` once answered.
+ */
 export const ResizeSchema = z.object({
   id: z.number().int(),
   group: z.number().int().nonnegative(),
-  phase: z.enum(['growing', 'releasing', 'over']),
+  phase: z.enum(['growing', 'draining', 'releasing', 'over']),
   added: z.array(z.number().int()),
   removed: z.array(z.number().int()),
+  /** A service's ranks to remove, still running while they drain (the routing table lists them no more). */
+  draining: z.array(z.number().int()),
+  /** The drain was asked of the gateways (once the table without them is on every one). */
+  drain_asked: z.boolean(),
   error: z.string().nullable(),
 });
 
@@ -123,6 +131,28 @@ export const ServiceCoreSchema = z.object({
   retry_at_ms: z.number().nullable(),
   /** What last went wrong pushing (shown as the run's message), or null. */
   problem: z.string().nullable(),
+  /** The deployment running (0: as submitted; +1 per `troupe apply` of a changed service). */
+  deployment: z.number().int().nonnegative(),
+  /** The deployment each rank's current replica started with, by job_num (absent: 0). */
+  revision_of: byJobNum(z.number().int().nonnegative()),
+  /** Resizes deployments made so far: the next one's id. */
+  resizes_made: z.number().int().nonnegative(),
+  /** The deployment under way or just over (until its Update has its answer), or null. */
+  rollout: z
+    .object({
+      /** The Update's id for it. */
+      id: z.number().int(),
+      number: z.number().int().nonnegative(),
+      /** What is left to do, in order: resizes, then a roll per group whose commands changed. */
+      steps: z.array(z.object({ kind: z.enum(['resize', 'roll']), group: z.number().int(), nodes: z.number().int() })),
+      /** The resize under way: a resize step, a new replica added, or an old one removed. */
+      step: z.object({ group: z.number().int(), phase: z.enum(['resizing', 'adding', 'removing']), resize: z.number().int() }).nullable(),
+      /** Groups rolled so far. */
+      rolled: z.array(z.number().int()),
+      error: z.string().nullable(),
+      over: z.boolean(),
+    })
+    .nullable(),
 });
 
 export const RunCoreSchema = z.object({

@@ -1,4 +1,5 @@
 import type { Plan } from '../../src/plan/plan-schema';
+import { loadServicePlan, serviceRunPlan } from '../../src/plan';
 import { decideRun } from '../../src/run-core/decide';
 import type { Effect } from '../../src/run-core/effects';
 import type { Ending } from '../../src/run-core/ending';
@@ -50,3 +51,9 @@ export function started(plan: Plan, opts?: Parameters<typeof coreOf>[1]): RunCor
 }
 
 export const endingOf = (effects: Effect[]): Ending | undefined => effects.flatMap((e) => (e.kind === 'end-submission' ? [e.ending] : []))[0];
+
+/** The run's plan of service `pd` on port 8000 without auth, with these groups (YAML flow mappings) and top-level lines. */
+export function openService(groups: string[], extra: string[] = []): Plan {
+  const text = ['type: service', 'name: pd', 'port: 8000', 'auth: false', 'groups:', ...groups.map((g) => `  - ${g}`), ...extra].join('\n');
+  return serviceRunPlan(loadServicePlan(text, 'pd.yml', { environ: {} }), null);
+}

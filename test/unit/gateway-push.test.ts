@@ -4,7 +4,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createGatewayRouteActivities } from '../../activities/gateway-routes';
-import type { PushServiceTableResult } from '../../activities/types';
+import type { DrainReplicasResult, PushServiceTableResult } from '../../activities/types';
 import { gatewayInfo, GatewayAdminError, type GatewayAdmin } from '../../src/gateway/admin-client';
 import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import type { ServiceTableInput } from '../../src/gateway/routing-table';
@@ -67,6 +67,7 @@ function activities(gateways: GatewayAdmin[]) {
   return {
     push: (t: ServiceTableInput) => env.run(acts.pushServiceTable, { table: t }) as Promise<PushServiceTableResult>,
     remove: (run: string) => env.run(acts.removeServiceTable, { run }) as Promise<void>,
+    drain: (run: string, urls: string[], timeout_s: number) => env.run(acts.drainReplicas, { run, urls, timeout_s }) as Promise<DrainReplicasResult>,
   };
 }
 
@@ -196,5 +197,35 @@ describe('the admin client', () => {
     const echo = await listening(createServer((req, res) => res.writeHead(400).end(JSON.stringify({ error: `bad request with ${req.headers.authorization}` }))));
     const failure = await failureOf(activities([{ url: echo, token: ADMIN_TOKEN }]).push(table(1, [])));
     expect(failure.message).toContain('bad request with Bearer <admin token>');
+  });
+});
+
+describe('drainReplicas', () => {
+  it('waits until no request is in flight to the replicas off the table, or its time is up', async () => {
+    let release: () => void = () => undefined;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const replica = await listening(createServer((req, res) => void held.then(() => res.end('late'))));
+    const gw = await gateway();
+    const { push, drain } = activities([admin(gw)]);
+    await push(table(1, [{ url: replica, state: 'ready' }]));
+    const answer = get(`${gw.url}/services/web/slow`);
+    await new Promise((r) => setTimeout(r, 200));
+    await push(table(2, []));
+    // Off the table, one request still in flight: a short drain gives up and says so.
+    expect(await drain('web', [replica], 0.3)).toEqual({ left: 1, silent_gateways: [] });
+    const drained = drain('web', [replica], 30);
+    await new Promise((r) => setTimeout(r, 300));
+    release();
+    expect(await drained).toEqual({ left: 0, silent_gateways: [] });
+    expect(await answer).toEqual({ status: 200, body: 'late' });
+    // Nothing in flight, or no table of the run: at once.
+    expect(await drain('other', [replica], 30)).toEqual({ left: 0, silent_gateways: [] });
+  });
+
+  it('a gateway that does not answer is named, and the drain waits its time out', async () => {
+    const { drain } = activities([await deadAdmin()]);
+    const result = await drain('web', ['http://127.0.0.1:9'], 0.3);
+    expect(result.left).toBe(0);
+    expect(result.silent_gateways).toHaveLength(1);
   });
 });

@@ -20,6 +20,8 @@ import { pathExists } from './state-files';
  */
 
 export const BRIDGE = 'trpl0';
+/** `addr_assign_type` of an address set by `ip link set … address` (NET_ADDR_SET). */
+const ADDR_SET_BY_USER = '3';
 export const BRIDGE_ADDRESS = '10.213.0.1';
 export const BRIDGE_SUBNET = '10.213.0.0/16';
 const PREFIX = 16;
@@ -65,7 +67,22 @@ export async function ensureBridge(): Promise<void> {
   // `replace` is idempotent where `add` would fail on a second call.
   await ipOrThrow(['addr', 'replace', `${BRIDGE_ADDRESS}/${PREFIX}`, 'dev', BRIDGE]);
   await ipOrThrow(['link', 'set', BRIDGE, 'up']);
+  await pinBridgeAddress();
   await closeBridgeArp();
+}
+
+/**
+ * The bridge keeps one MAC address. Left to the kernel, a bridge takes the lowest MAC of its ports
+ * and changes it when that port goes: every namespace's ARP entry for the bridge's address is then
+ * stale, and what a node sends to the machine (a replica answering the gateway) is lost until ARP
+ * asks again — seen as a request hanging ~10 s on a replica that stayed when another was removed.
+ * Setting the address (even to the one it has) makes it the bridge's own (addr_assign_type 3).
+ */
+async function pinBridgeAddress(): Promise<void> {
+  const sys = `/sys/class/net/${BRIDGE}`;
+  if ((await readFile(`${sys}/addr_assign_type`, 'utf8')).trim() === ADDR_SET_BY_USER) return;
+  const address = (await readFile(`${sys}/address`, 'utf8')).trim();
+  await ipOrThrow(['link', 'set', BRIDGE, 'address', address]);
 }
 
 /** The root namespace answers ARP on the bridge for the bridge's address only, and proxies none. */

@@ -78,6 +78,8 @@ export const command: Command = async (args) => {
 
   const troupe = await connectClient(settings);
   try {
+    const running = service ? await runningService(troupe.run(plan.run_name)) : null;
+    if (running) return await deploy(running, plan, service, token, values.yes === true, style);
     const backend = values.backend ?? defaultBackendFor(plan);
     await troupe.checkWorkers(`start run ${plan.run_name}`, backend);
     process.stderr.write(`${(service ? renderServicePlan(service, style) : renderPlan(plan, style, { backend })).join('\n')}\n\n`);
@@ -110,6 +112,44 @@ export const command: Command = async (args) => {
     await troupe.close();
   }
 };
+
+/** The run of that name when it is a service that runs: `troupe apply` then deploys to it. */
+async function runningService(handle: RunHandle): Promise<{ handle: RunHandle; state: RunState } | null> {
+  const described = await handle.describe().catch(() => null);
+  if (described?.status.name !== 'RUNNING') return null;
+  const state = await handle.state();
+  return state.service ? { handle, state } : null;
+}
+
+/**
+ * `troupe apply` of a service that runs: its next deployment, as an Update the run checks before it
+ * accepts it (what may change), answered once rolled. Its token stays; one is printed only when
+ * the service had none.
+ */
+async function deploy(
+  running: { handle: RunHandle; state: RunState },
+  plan: Plan,
+  service: ServicePlan | null,
+  token: string | null,
+  yes: boolean,
+  style: Style,
+): Promise<number> {
+  const { handle, state } = running;
+  const number = (state.service?.deployment ?? 0) + 1;
+  if (service) process.stderr.write(`${renderServicePlan(service, style).join('\n')}\n\n`);
+  if (!yes && !(await confirm(`Deploy it to the running service ${plan.run_name} (deployment ${number})?`))) {
+    process.stderr.write('Not deployed.\n');
+    return 0;
+  }
+  process.stderr.write(`Deploying to ${paint(style, 'bold', plan.run_name)} (deployment ${number}): changed commands roll one replica at a time…\n`);
+  const result = await handle.applyService(plan);
+  const rolled = result.rolled.length > 0 ? `rolled ${result.rolled.join(', ')}` : 'nothing to roll';
+  process.stderr.write(
+    `Deployment ${result.deployment} of ${plan.run_name} is done: ${rolled}; replicas ${result.groups.map((g) => `${g.name} ${g.replicas}`).join(', ')}.\n` +
+      (token && state.service?.auth === false ? `The service's token, shown once (calls send it as Authorization: Bearer $TOKEN):\n  export TOKEN=${token}\n` : ''),
+  );
+  return 0;
+}
 
 interface ReadPlan {
   plan: Plan;

@@ -1,0 +1,30 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+/**
+ * A replica for services' e2e tests: a threaded HTTP server on port 8000 (python3's standard
+ * library) that answers `<label> <rank>` — the label its first argument, else `replica` — and
+ * `/slow` after 2 s. Written to `dir` (readable by a run's user); returns the command that runs it.
+ */
+export function writeReplicaServer(dir: string): (label?: string) => string {
+  const file = join(dir, 'replica-server.py');
+  writeFileSync(file, SERVER, { mode: 0o644 });
+  return (label) => `exec python3 ${file}${label ? ` ${label}` : ''}`;
+}
+
+const SERVER = `
+import http.server, os, sys, time
+LABEL = sys.argv[1] if len(sys.argv) > 1 else 'replica'
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == '/slow':
+            time.sleep(2)
+        body = ('%s %s\\n' % (LABEL, os.environ['DSTACK_NODE_RANK'])).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(('0.0.0.0', 8000), H).serve_forever()
+`;
