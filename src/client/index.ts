@@ -30,5 +30,7 @@ export { isFinished, JOBS_PAGE_MAX } from '../../workflows/run-state';
 export { runJobsQuery, runStateQuery, scaleGroupUpdate } from '../../workflows/messages';
 export type { ScaleGroupResult } from '../../workflows/messages';
 export { withAllJobs } from './run-jobs';
+export { serviceSummary } from './service-replicas';
+export type { ReplicaGroupSummary, ServiceSummary } from './service-replicas';
 export type { JobState, JobStatus, RunState, RunStatus } from '../../workflows/run-state';
 export type { JobAttempt } from '../../workflows/run-state-schema';

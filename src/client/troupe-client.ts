@@ -17,6 +17,7 @@ import { RunStatusSchema } from '../../workflows/run-state-schema';
 import { InvalidConfigError, InvalidRunNameError, RunNameInUseError, TroupeClientError } from './errors';
 import { RunHandle, rootCauseMessage, type RunContext, type RunWorkflowFn } from './run-handle';
 import { readRunMemo, runMemo, runSummaryLine } from './run-memo';
+import { serviceSummary, type ServiceSummary } from './service-replicas';
 import {
   initialRunSearchAttributes,
   troupeSearchAttributesRegistered,
@@ -94,6 +95,8 @@ export interface RunSummary {
   state: RunState | null;
   /** …and then why. */
   stateError: string | null;
+  /** A service's deployment, endpoints and replicas READY per group (from `state`); null for a task or without a state. */
+  service?: ServiceSummary | null;
 }
 
 const LIST_CONCURRENCY = 8;
@@ -243,6 +246,7 @@ export class TroupeClient {
       closeTime: info.closeTime?.toISOString() ?? null,
       state,
       stateError,
+      service: state ? serviceSummary(state) : null,
     };
   }
 

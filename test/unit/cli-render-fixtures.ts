@@ -76,3 +76,20 @@ export function pdRunning(): RunState {
     })),
   );
 }
+
+/**
+ * The PD run as a service, deployment 2, behind one gateway: prefill declared `replicas: 1..3` with
+ * one of its two replicas READY, router and decode READY.
+ */
+export function pdService(): RunState {
+  const running = pdRunning();
+  const ready = new Set([0, 1, 3]);
+  // Not a literal: the state's `deployment` is newer than some schemas this fixture is checked against.
+  const service = { endpoints: ['http://127.0.0.1:8080/services/pd/'], auth: true, table_generation: 3, deployment: 2 };
+  return {
+    ...running,
+    groups: [group(0, 'router', 1), group(1, 'prefill', 2, { nodes_range: { min: 1, max: 3 } }), group(2, 'decode', 1)],
+    jobs: running.jobs.map((j) => (ready.has(j.job_num) ? { ...j, status: 'READY', ready_at: t0 } : j)),
+    service,
+  };
+}

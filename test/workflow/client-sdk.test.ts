@@ -103,7 +103,7 @@ describe('client SDK on a real worker', () => {
     await expect(env.troupe.submit({ yaml: twoGroups(name), options: quick })).rejects.toBeInstanceOf(RunNameInUseError);
 
     const active = await eventually(async () => (await env.troupe.list()).find((r) => r.name === name));
-    expect(active).toMatchObject({ open: true, status: 'RUNNING', backend: 'local', stateError: null });
+    expect(active).toMatchObject({ open: true, status: 'RUNNING', backend: 'local', stateError: null, service: null });
     expect(active.groups).toEqual([{ name: 'head', nodes: 1, nodes_range: null }, { name: 'workers', nodes: 2, nodes_range: null }]);
     expect(active.state?.jobs.slice(1).map((j) => j.status)).toEqual(['RUNNING', 'RUNNING']);
 

@@ -1,4 +1,4 @@
-import type { RunSummary } from '../../client';
+import type { ReplicaGroupSummary, RunSummary, ServiceSummary } from '../../client';
 import type { JobState, RunState } from '../../../workflows/run-state';
 import { formatGroupNodes } from './plan-table';
 import { onceInFull } from './reason-text';
@@ -80,18 +80,57 @@ export function renderJobsTable(state: RunState, style: Style, width?: number): 
   });
 }
 
-/** `ps`: a row per run, then a row per job under it (indented), so one glance shows where every node is. */
+/** `service, deployment=2`: what a service's run row says in place of its groups' sizes. */
+function serviceShape(service: ServiceSummary): string {
+  return service.deployment === null ? 'service' : `service, deployment=${service.deployment}`;
+}
+
+/** `replicas 1/2 (1..3)`: a replica group's READY replicas of its size, with the bounds of a group that may be resized. */
+function formatReplicas(group: ReplicaGroupSummary): string {
+  const range = group.range ? ` (${group.range.min}..${group.range.max})` : '';
+  return `replicas ${group.ready}/${group.wanted}${range}`;
+}
+
+/** Where a service is called, for its run row: its endpoints, or that it has none yet while it runs. */
+function endpointsText(service: ServiceSummary, state: Pick<RunState, 'finished_at'>, style: Style): string {
+  if (service.endpoints.length > 0) return service.endpoints.join(', ');
+  return state.finished_at === null ? paint(style, 'dim', 'no endpoint yet') : '';
+}
+
+/**
+ * `ps`: a row per run, then a row per job under it (indented), so one glance shows where every node is.
+ * A service's row says so, with its deployment and endpoints, and each replica group has a row
+ * (`replicas READY/size`) above its replicas.
+ */
 export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width?: number): string[] {
   const rows: string[][] = [];
   const restarts = anyRestarts(runs.flatMap((run) => run.state?.jobs ?? []));
   const restartsCell = (text: string) => (restarts ? [text] : []);
+  const jobRow = (state: RunState, job: JobState): string[] => {
+    const waiting = job.running_at === null ? state.groups[job.group_index]?.waiting_for : null;
+    return [
+      '',
+      String(job.job_num),
+      job.group_name,
+      String(job.group_job_index),
+      paintStatus(style, job.status),
+      ...restartsCell(String(job.restarts)),
+      job.instance?.host ?? '',
+      job.instance?.internal_ip ?? '',
+      '',
+      waiting && job.finished_at === null ? paint(style, 'dim', `waiting for ${waiting}`) : jobReason(job),
+    ];
+  };
   for (const run of runs) {
     const state = run.state;
-    const reason = state ? [peersText(state), runReason(state)].filter((p) => p !== '').join('; ') : '';
+    const service = run.service ?? null;
+    const reason = state
+      ? [service ? endpointsText(service, state, style) : '', peersText(state), runReason(state)].filter((p) => p !== '').join('; ')
+      : '';
     rows.push([
       paint(style, 'bold', run.name),
       '',
-      formatGroupSizes(run.groups),
+      service ? serviceShape(service) : formatGroupSizes(run.groups),
       '',
       paintStatus(style, run.status),
       ...restartsCell(''),
@@ -100,20 +139,14 @@ export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width
       formatAge(run.startTime, now),
       state ? reason : paint(style, 'dim', run.stateError ? `state unavailable: ${run.stateError}` : ''),
     ]);
-    for (const job of state?.jobs ?? []) {
-      const waiting = job.running_at === null ? state?.groups[job.group_index]?.waiting_for : null;
-      rows.push([
-        '',
-        String(job.job_num),
-        job.group_name,
-        String(job.group_job_index),
-        paintStatus(style, job.status),
-        ...restartsCell(String(job.restarts)),
-        job.instance?.host ?? '',
-        job.instance?.internal_ip ?? '',
-        '',
-        waiting && job.finished_at === null ? paint(style, 'dim', `waiting for ${waiting}`) : jobReason(job),
-      ]);
+    if (!state) continue;
+    if (!service) {
+      rows.push(...state.jobs.map((job) => jobRow(state, job)));
+      continue;
+    }
+    for (const replicas of service.groups) {
+      rows.push(['', '', replicas.group, '', formatReplicas(replicas), ...restartsCell(''), '', '', '', '']);
+      rows.push(...state.jobs.filter((job) => job.group_name === replicas.group).map((job) => jobRow(state, job)));
     }
   }
   const headers = ['RUN', 'JOB', 'GROUP', 'NODE', 'STATUS', ...(restarts ? ['RESTARTS'] : []), 'HOST', 'ADDRESS', 'SUBMITTED', 'REASON'];
