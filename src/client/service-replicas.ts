@@ -11,22 +11,19 @@ export interface ReplicaGroupSummary {
 
 /** A service as `troupe ps` shows it: its deployment, where it is called, and its replica groups. */
 export interface ServiceSummary {
-  /** The deployment running (dstack's `deployment=N`), null where the run's state does not say. */
-  deployment: number | null;
+  /** The deployment running (dstack's `deployment=N`): 0 as submitted. */
+  deployment: number;
   /** Empty until the service's first routing table is on a gateway. */
   endpoints: string[];
   groups: ReplicaGroupSummary[];
 }
 
-// `deployment` joins the run's state with deployments; a state without it shows none.
-type ServiceState = NonNullable<RunState['service']> & { deployment?: number };
-
 /** The service's summary, from its run's state; null for a task. */
 export function serviceSummary(state: Pick<RunState, 'service' | 'groups' | 'jobs'>): ServiceSummary | null {
-  const service: ServiceState | null = state.service;
+  const service = state.service;
   if (service === null) return null;
   return {
-    deployment: service.deployment ?? null,
+    deployment: service.deployment,
     endpoints: service.endpoints,
     groups: state.groups.map((group) => ({
       group: group.name,

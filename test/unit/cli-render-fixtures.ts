@@ -84,7 +84,6 @@ export function pdRunning(): RunState {
 export function pdService(): RunState {
   const running = pdRunning();
   const ready = new Set([0, 1, 3]);
-  // Not a literal: the state's `deployment` is newer than some schemas this fixture is checked against.
   const service = { endpoints: ['http://127.0.0.1:8080/services/pd/'], auth: true, table_generation: 3, deployment: 2 };
   return {
     ...running,

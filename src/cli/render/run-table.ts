@@ -82,7 +82,7 @@ export function renderJobsTable(state: RunState, style: Style, width?: number): 
 
 /** `service, deployment=2`: what a service's run row says in place of its groups' sizes. */
 function serviceShape(service: ServiceSummary): string {
-  return service.deployment === null ? 'service' : `service, deployment=${service.deployment}`;
+  return `service, deployment=${service.deployment}`;
 }
 
 /** `replicas 1/2 (1..3)`: a replica group's READY replicas of its size, with the bounds of a group that may be resized. */
