@@ -7,11 +7,14 @@
  *   - open loop (bench/harness/open-loop.ts: a fixed schedule, latency from each request's scheduled
  *     send time) at each rate: p50/p99 and what each proxy adds over direct;
  *   - closed loop (N connections, each sending its next request when the last answered): max req/s;
+ *   - in both, the CPU time a request costs the replica (direct) or the proxy (its own processes only,
+ *     from /proc): the figure least moved by other work on the machine;
  *   - the ratios gateway/nginx beside issue 27's target (p99 added ≤ 2 ms at 1,000 rps; throughput
  *     ≥ 50 % of nginx's).
  *
  *   npx tsx bench/gateway.ts [--seconds 10] [--rates 500,1000] [--connections 32] [--closed-seconds 5]
- *                            [--nginx-workers auto]
+ *                            [--rounds 5] [--nginx-workers auto]
+ * Each case's time is split into rounds that alternate the targets (see inRounds).
  *   GATEWAY_PROF=DIR also writes the gateway process's CPU profile (node --cpu-prof) into DIR.
  * Without nginx (scripts/setup.sh --bench installs it) the bench says so and prints the other columns.
  */
@@ -25,8 +28,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
-import { loadAverage } from './harness/cpu';
-import { openLoop } from './harness/open-loop';
+import { childrenOf, cpuSeconds, loadAverage } from './harness/cpu';
+import { openLoop, type OpenLoopResult } from './harness/open-loop';
 import { percentile } from './harness/stats';
 
 const { values } = parseArgs({
@@ -36,12 +39,14 @@ const { values } = parseArgs({
     connections: { type: 'string', default: '32' },
     'closed-seconds': { type: 'string', default: '5' },
     'nginx-workers': { type: 'string', default: 'auto' },
+    rounds: { type: 'string', default: '5' },
   },
 });
 const SECONDS = Number(values.seconds);
 const RATES = values.rates.split(',').map(Number);
 const CONNECTIONS = Number(values.connections);
 const CLOSED_SECONDS = Number(values['closed-seconds']);
+const ROUNDS = Number(values.rounds);
 const TOKEN = 'bench-admin-token-0123456789';
 const TARGET_P99_ADDED_MS = 2;
 const TARGET_RATE = 1000;
@@ -173,7 +178,12 @@ interface Target {
   name: string;
   origin: string;
   path: string;
+  /** The processes that do this target's work beside the client: the replica for direct, else the proxy. */
+  pids: () => number[];
 }
+
+const cpuOf = (t: Target) => t.pids().reduce((sum, pid) => sum + cpuSeconds(pid), 0);
+const lastChild = () => children[children.length - 1]?.pid as number;
 
 interface Latency {
   p50: number;
@@ -189,18 +199,46 @@ async function request(pool: Pool, path: string, signal?: AbortSignal): Promise<
   if (res.statusCode !== 200) throw new Error(`HTTP ${res.statusCode}`);
 }
 
-async function openLoopAt(target: Target, rate: number): Promise<Latency> {
+/**
+ * One case in rounds: each round runs every target for its share of the time, in an order rotated each
+ * round, so a burst of other work on the machine falls on all targets alike rather than on one.
+ */
+async function inRounds<T>(targets: Target[], measure: (target: Target, seconds: number) => Promise<T>, seconds: number): Promise<Map<string, { rounds: T[]; cpu: number }>> {
+  const out = new Map(targets.map((t) => [t.name, { rounds: [] as T[], cpu: 0 }]));
+  for (let round = 0; round < ROUNDS; round += 1) {
+    for (let i = 0; i < targets.length; i += 1) {
+      const t = targets[(i + round) % targets.length] as Target;
+      const entry = out.get(t.name) as { rounds: T[]; cpu: number };
+      const cpu0 = cpuOf(t);
+      entry.rounds.push(await measure(t, seconds / ROUNDS));
+      entry.cpu += cpuOf(t) - cpu0;
+    }
+  }
+  return out;
+}
+
+async function openLoopFor(target: Target, rate: number, seconds: number): Promise<OpenLoopResult> {
   const pool = new Pool(target.origin, { connections: 256 });
   try {
-    const r = await openLoop({ rate, seconds: SECONDS, send: (signal) => request(pool, target.path, signal) });
-    return { p50: percentile(r.latenciesMs, 50), p99: percentile(r.latenciesMs, 99), failed: r.failed, errors: r.errors, maxLagMs: r.maxLagMs };
+    return await openLoop({ rate, seconds, send: (signal) => request(pool, target.path, signal) });
   } finally {
     await pool.close();
   }
 }
 
-/** Requests per second of `connections` closed loops, each sending its next request when the last answered. */
-async function closedLoop(target: Target, connections: number, seconds: number): Promise<{ rps: number; failed: number }> {
+function latencyOf(rounds: OpenLoopResult[]): Latency {
+  const all = rounds.flatMap((r) => r.latenciesMs);
+  return {
+    p50: percentile(all, 50),
+    p99: percentile(all, 99),
+    failed: rounds.reduce((n, r) => n + r.failed, 0),
+    errors: rounds.flatMap((r) => r.errors).slice(0, 5),
+    maxLagMs: Math.max(...rounds.map((r) => r.maxLagMs)),
+  };
+}
+
+/** `connections` closed loops, each sending its next request when the last answered. */
+async function closedLoop(target: Target, connections: number, seconds: number): Promise<{ done: number; failed: number; elapsed: number }> {
   const pool = new Pool(target.origin, { connections });
   let done = 0;
   let failed = 0;
@@ -218,7 +256,7 @@ async function closedLoop(target: Target, connections: number, seconds: number):
   await Promise.all(Array.from({ length: connections }, () => run(t0 + seconds * 1000)));
   const elapsed = (performance.now() - t0) / 1000;
   await pool.close();
-  return { rps: done / elapsed, failed };
+  return { done, failed, elapsed };
 }
 
 const ms = (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)} ms` : 'n/a');
@@ -229,41 +267,55 @@ const scratch = await mkdtemp(join(tmpdir(), 'troupe-bench-nginx-'));
 try {
   const nginx = findNginx();
   const replica = await start(process.execPath, ['-e', REPLICA], /replica on (\S+)/);
+  const replicaPid = lastChild();
+  const gateway = await startGateway(replica);
+  const gatewayPid = lastChild();
   const targets: Target[] = [
-    { name: 'direct', origin: replica, path: '/v1/chat/completions' },
-    { name: 'gateway', origin: await startGateway(replica), path: '/services/bench/v1/chat/completions' },
+    { name: 'direct', origin: replica, path: '/v1/chat/completions', pids: () => [replicaPid] },
+    { name: 'gateway', origin: gateway, path: '/services/bench/v1/chat/completions', pids: () => [gatewayPid] },
   ];
-  if (nginx) targets.push({ name: 'nginx', origin: await startNginx(nginx.bin, replica, scratch), path: '/services/bench/v1/chat/completions' });
+  if (nginx) {
+    const origin = await startNginx(nginx.bin, replica, scratch);
+    const nginxPid = lastChild();
+    targets.push({ name: 'nginx', origin, path: '/services/bench/v1/chat/completions', pids: () => [nginxPid, ...childrenOf(nginxPid)] });
+  }
 
   process.stdout.write(
     `gateway bench: ${new Date().toISOString()}, node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load average ${loadAverage()}\n` +
       `  ${nginx ? `nginx ${nginx.version}, worker_processes ${values['nginx-workers']}, keepalive upstream` : 'nginx: not installed (scripts/setup.sh --bench installs it); its columns are left out'}\n` +
-      `  GET of a 100-byte JSON answer; open loop ${SECONDS} s a case (latency from the scheduled send time), closed loop ${CONNECTIONS} connections ${CLOSED_SECONDS} s a case\n\n`,
+      `  GET of a 100-byte JSON answer; open loop ${SECONDS} s a case (latency from the scheduled send time), closed loop ${CONNECTIONS} connections ${CLOSED_SECONDS} s a case; each case in ${ROUNDS} rounds alternating the targets\n\n`,
   );
   // Warm every path (JIT, connections) before anything is recorded.
   for (const t of targets) await closedLoop(t, 8, 1);
 
   const latency = new Map<string, Latency>();
   const key = (rate: number, name: string) => `${rate}/${name}`;
-  row(['open loop', 'p50', 'p99', 'added p50', 'added p99', 'failed', 'max lag']);
+  const perRequest = (cpu: number, requests: number) => `${((cpu / requests) * 1e6).toFixed(0)} µs`;
+  row(['open loop', 'p50', 'p99', 'added p50', 'added p99', 'failed', 'max lag', 'cpu/req']);
   for (const rate of RATES) {
+    const rounds = await inRounds(targets, (t, seconds) => openLoopFor(t, rate, seconds), SECONDS);
     for (const t of targets) {
-      const l = await openLoopAt(t, rate);
+      const measured = rounds.get(t.name) ?? { rounds: [], cpu: 0 };
+      const l = latencyOf(measured.rounds);
       latency.set(key(rate, t.name), l);
       const direct = latency.get(key(rate, 'direct')) as Latency;
       const added = t.name === 'direct' ? ['', ''] : [ms(l.p50 - direct.p50), ms(l.p99 - direct.p99)];
-      row([`${rate} rps ${t.name}`, ms(l.p50), ms(l.p99), ...added, String(l.failed), ms(l.maxLagMs)]);
+      const sent = measured.rounds.reduce((n, r) => n + r.sent, 0);
+      row([`${rate} rps ${t.name}`, ms(l.p50), ms(l.p99), ...added, String(l.failed), ms(l.maxLagMs), perRequest(measured.cpu, sent)]);
       if (l.errors.length > 0) process.stdout.write(`  first errors: ${l.errors.join('; ')}\n`);
     }
   }
 
   process.stdout.write('\n');
   const throughput = new Map<string, number>();
-  row([`closed loop, ${CONNECTIONS} conns`, 'req/s', 'failed']);
+  row([`closed loop, ${CONNECTIONS} conns`, 'req/s', 'failed', 'cpu/req']);
+  const closed = await inRounds(targets, (t, seconds) => closedLoop(t, CONNECTIONS, seconds), CLOSED_SECONDS);
   for (const t of targets) {
-    const r = await closedLoop(t, CONNECTIONS, CLOSED_SECONDS);
-    throughput.set(t.name, r.rps);
-    row([t.name, r.rps.toFixed(0), String(r.failed)]);
+    const { rounds, cpu } = closed.get(t.name) ?? { rounds: [], cpu: 0 };
+    const done = rounds.reduce((n, r) => n + r.done, 0);
+    const rps = done / rounds.reduce((n, r) => n + r.elapsed, 0);
+    throughput.set(t.name, rps);
+    row([t.name, rps.toFixed(0), String(rounds.reduce((n, r) => n + r.failed, 0)), perRequest(cpu, done)]);
   }
 
   process.stdout.write('\n');
@@ -279,7 +331,8 @@ try {
       const g = added(rate, 'gateway', q);
       const n = added(rate, 'nginx', q);
       const target = q === 'p99' && rate === TARGET_RATE ? `≤ ${TARGET_P99_ADDED_MS} ms` : '';
-      row([`added ${q} at ${rate} rps`, ms(g), ms(n), ratio(g, n), target, target ? verdict(g <= TARGET_P99_ADDED_MS) : '']);
+      // A negative difference is the machine's noise outweighing the proxy: no verdict from it.
+      row([`added ${q} at ${rate} rps`, ms(g), ms(n), ratio(g, n), target, target ? verdict(g >= 0 ? g <= TARGET_P99_ADDED_MS : null) : '']);
     }
   }
   const g = throughput.get('gateway') ?? Number.NaN;
