@@ -4,13 +4,17 @@
 #   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium, postgresql,
 #                             Open MPI with mpi4py, Prometheus, the Temporal server built from its Go module, and
 #                             Ray, Dask and JAX in /opt/troupe-test-venv: scripts/frameworks-venv.sh)
+#   scripts/setup.sh --bench  also nginx-light, bench/gateway.ts's peer: the bench uses only its binary, with a
+#                             config of its own (where systemd runs, Debian's package also starts its default site)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_test=0
+want_bench=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_test=1 ;;
+    --bench) want_bench=1 ;;
     *) echo "setup: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -18,6 +22,7 @@ done
 # nftables: the firewall around each run of the local fleet in netns mode (the worker refuses that mode without it).
 debs=(iproute2 nftables python3-venv)
 if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose postgresql openmpi-bin python3-mpi4py prometheus); fi
+if [ "$want_bench" = 1 ]; then debs+=(nginx-light); fi
 missing=()
 for p in "${debs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
