@@ -19,7 +19,6 @@ const COALESCE_MS = 1_000;
 export const attemptOf = (job: JobRef): { attempt?: number } => (job.attempt ? { attempt: job.attempt } : {});
 
 /** A job's end the backend gave a reason for (JobProcessState's `reason`); not in the failure table, so it counts as an `error` for retries. */
-const EXITED_FOR_A_REASON = 'ExitedForAReason';
 
 export const failed = (job: JobRef, failure: BatchJobFailure): JobEvent => ({ kind: 'failed', job_num: job.job_num, ...attemptOf(job), ...classifyBatchFailure(failure) });
 
@@ -165,9 +164,8 @@ export class JobSupervisor {
     job.unreachableSince = null;
     if (state?.state === 'exited') {
       this.end(job);
-      // The backend knows why (an OOM kill): that, not the bare code, is what the user reads. Retried as an exit with an error is.
-      if (state.reason) return failed(job.ref, { type: EXITED_FOR_A_REASON, message: `${state.reason} (exit code ${state.exit_code})` });
-      return { kind: 'exited', job_num: job.ref.job_num, ...attemptOf(job.ref), exit_code: state.exit_code };
+      // The backend may know why (an OOM kill): that, beside the code, is what the user reads.
+      return { kind: 'exited', job_num: job.ref.job_num, ...attemptOf(job.ref), exit_code: state.exit_code, ...(state.reason ? { reason: state.reason } : {}) };
     }
     if (state?.state === 'absent') {
       this.end(job);

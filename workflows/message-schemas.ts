@@ -61,7 +61,14 @@ export const JobEventSchema = z.discriminatedUnion('kind', [
   }),
   z.object({ kind: z.literal('running'), job_num: z.number().int(), attempt, pid: z.number().int() }),
   z.object({ kind: z.literal('ready'), job_num: z.number().int(), attempt }),
-  z.object({ kind: z.literal('exited'), job_num: z.number().int(), attempt, exit_code: z.number().int() }),
+  z.object({
+    kind: z.literal('exited'),
+    job_num: z.number().int(),
+    attempt,
+    exit_code: z.number().int(),
+    /** Why, when the backend knows it (an OOM kill: "out of memory: limit 1 GiB"). */
+    reason: z.string().optional(),
+  }),
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;
 export const AddressBookSchema = z.object({

@@ -100,8 +100,8 @@ export function applyJobEvent(state: RunState, event: JobEvent, now: string): bo
       break;
     case 'exited':
       job.exit_code = event.exit_code;
-      if (event.exit_code === 0) endJob(job, 'DONE', 'DONE_BY_RUNNER', null, now);
-      else endJob(job, 'FAILED', 'CONTAINER_EXITED_WITH_ERROR', `exited with code ${event.exit_code}`, now);
+      if (event.exit_code === 0 && event.reason === undefined) endJob(job, 'DONE', 'DONE_BY_RUNNER', null, now);
+      else endJob(job, 'FAILED', 'CONTAINER_EXITED_WITH_ERROR', event.reason ? `${event.reason} (exit code ${event.exit_code})` : `exited with code ${event.exit_code}`, now);
       break;
     case 'failed':
       endJob(job, 'FAILED', event.reason, event.message, now);

@@ -45,6 +45,13 @@ describe('what ends a submission', () => {
     expect(endingOf(effects)).toEqual(ending);
   });
 
+  it("a node killed for a reason its backend names (an OOM kill) fails with that reason and its code", () => {
+    const core = started(makePlan('pd', [{ name: 'router', nodes: 1 }, { name: 'prefill', nodes: 2 }]));
+    const { core: next, effects } = pass(core, [jobs(core, [{ kind: 'exited', job_num: 1, exit_code: 137, reason: 'out of memory: limit 1 GiB' }])], T0 + 3000);
+    expect(next.run.jobs[1]).toMatchObject({ status: 'FAILED', termination_reason: 'CONTAINER_EXITED_WITH_ERROR', exit_code: 137, message: 'out of memory: limit 1 GiB (exit code 137)' });
+    expect(endingOf(effects)).toMatchObject({ kind: 'failed', job_num: 1, retry_event: 'error' });
+  });
+
   it('a failure counts as the retry event its report names', () => {
     const core = started(pd);
     const failed: JobEvent = { kind: 'failed', job_num: 1, reason: 'INSTANCE_UNREACHABLE', message: 'gone', retry_event: 'interruption' };

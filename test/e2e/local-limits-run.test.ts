@@ -40,7 +40,7 @@ describe.skipIf(!usable || process.getuid?.() !== 0)('a run whose node outgrows 
     expect(state.status).toBe('FAILED');
     const job = state.jobs[0]!;
     expect(job.status).toBe('FAILED');
-    expect(job.message).toBe('out of memory: limit 256 MiB (exit code 137)');
+    expect(job).toMatchObject({ termination_reason: 'CONTAINER_EXITED_WITH_ERROR', exit_code: 137, message: 'out of memory: limit 256 MiB (exit code 137)' });
     const log = (await env.troupe.run(name).readLog(0)).data;
     expect(log).not.toContain('survived');
     const peer = state.jobs[1]!.instance!.instance_id;

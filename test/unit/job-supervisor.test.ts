@@ -272,13 +272,12 @@ describe('JobSupervisor: what it reports, and when', () => {
       'host-0 unreachable for 30s while running pd-0-0: ssh: connect to host-0: timed out',
     ]);
   });
-  it('fails a job whose backend names why it exited (an OOM kill), with that reason and the code', async () => {
+  it('reports the reason a backend names for an exit (an OOM kill) with the code', async () => {
     const oom: StateAt = (since) => (since >= 2_000 ? { state: 'exited', pid: 7, exit_code: 137, reason: 'out of memory: limit 256 MiB' } : { state: 'running', pid: 7 });
     const t = setUp({ jobs: [oom] });
     await t.clock.drive(t.supervisor.run());
     const events = t.sent.flatMap(({ events }) => events);
-    expect(events.map(brief)).toEqual(['failed 0 EXECUTOR_ERROR error']);
-    expect(events.flatMap((e) => (e.kind === 'failed' ? [e.message] : []))).toEqual(['out of memory: limit 256 MiB (exit code 137)']);
+    expect(events).toEqual([{ kind: 'exited', job_num: 0, exit_code: 137, reason: 'out of memory: limit 256 MiB' }]);
   });
 });
 
