@@ -109,6 +109,7 @@ function heldBy(state: FleetState, job: JobAttemptKey): FleetHostState | undefin
 export function heldHost(host: FleetHostState): HeldHost {
   const attempt = host.holder?.attempt;
   return {
+    run_name: host.holder?.run_name ?? '',
     job_num: host.holder?.job_num ?? -1,
     job_name: host.holder?.job_name ?? '',
     ...(attempt ? { attempt } : {}),

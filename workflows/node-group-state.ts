@@ -1,5 +1,6 @@
 import { setHandler } from '@temporalio/workflow';
 import type { Instance, JobRef } from '../src/backends/backend';
+import { newJobRef } from '../src/backends/job-ref';
 import type { JobPlan } from '../src/plan/plan-schema';
 import { addressesReadySignal, mayStartSignal, newAttemptsSignal, startAttemptsSignal, unlockGroupSignal, type AddressBook } from './messages';
 import type { NodeGroupInput } from './node-group-input';
@@ -70,15 +71,7 @@ export function setGroupHandlers(group: GroupState): void {
 }
 
 export function jobRef(input: NodeGroupInput, group: GroupState, job: JobPlan): JobRef {
-  return {
-    run_id: input.run_uid,
-    run_name: input.run.run_name,
-    submission: input.submission,
-    job_num: job.job_num,
-    job_name: job.job_name,
-    ...(job.attempt ? { attempt: job.attempt } : {}),
-    instance: group.instances.get(job.job_num) as Instance,
-  };
+  return newJobRef({ run_id: input.run_uid, run_name: input.run.run_name, submission: input.submission }, job, job.attempt, group.instances.get(job.job_num) as Instance);
 }
 
 /** Placed jobs that may start now: addresses known, runner ready, let start by the run, not yet handed off. */

@@ -1,4 +1,5 @@
 import type { Instance, JobRef } from '../src/backends/backend';
+import { newJobRef } from '../src/backends/job-ref';
 import type { Run } from './run-context';
 import type { JobState } from './run-state';
 
@@ -7,15 +8,7 @@ export function jobRefOf(run: Run, job: JobState, other?: { attempt: number; ins
   const attempt = other ? other.attempt : job.attempt;
   const instance = other ? other.instance : job.instance;
   if (!instance) return null;
-  return {
-    run_id: run.state.run_uid,
-    run_name: run.input.plan.run_name,
-    submission: run.state.submission,
-    job_num: job.job_num,
-    job_name: job.job_name,
-    ...(attempt ? { attempt } : {}),
-    instance,
-  };
+  return newJobRef({ run_id: run.state.run_uid, run_name: run.core.plan.run_name, submission: run.state.submission }, job, attempt, instance);
 }
 
 /** The refs of these attempts of the run's ranks, as an effect names them (a rank the run no longer has is left out). */

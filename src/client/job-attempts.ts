@@ -1,4 +1,5 @@
 import type { JobRef } from '../backends/backend';
+import { newJobRef } from '../backends/job-ref';
 import type { JobState, RunState } from '../../workflows/run-state';
 import { TroupeClientError } from './errors';
 
@@ -19,15 +20,6 @@ export function machineOf(state: RunState, job: JobState, attempt: number | unde
 export function logRefOf(state: RunState, job: JobState, attempt: number | undefined): JobRef | null {
   const machine = machineOf(state, job, attempt);
   if (!machine.instance) return null;
-  return {
-    // Backends key a job's files by the run's uid (what the workflow's JobRefs carry).
-    run_id: state.run_uid,
-    run_name: state.run_name,
-    submission: state.submission,
-    job_num: job.job_num,
-    job_name: job.job_name,
-    // A first machine's ref stays as it always was: attempt 0 and absent are the same key.
-    ...(machine.attempt > 0 ? { attempt: machine.attempt } : {}),
-    instance: machine.instance,
-  };
+  // Backends key a job's files by the run's uid (what the workflow's JobRefs carry).
+  return newJobRef({ run_id: state.run_uid, run_name: state.run_name, submission: state.submission }, job, machine.attempt, machine.instance);
 }

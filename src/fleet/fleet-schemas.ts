@@ -92,6 +92,8 @@ export type AllocateRequest = z.infer<typeof AllocateRequestSchema>;
 
 /** A host as a job of a run holds it: what the backend needs to reach it with its verified key. */
 export interface HeldHost {
+  /** The run that holds it (its name, for messages and the job's ref). */
+  run_name: string;
   job_num: number;
   job_name: string;
   /** The job's attempt; absent for attempt 0. */

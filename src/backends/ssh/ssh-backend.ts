@@ -17,6 +17,7 @@ import {
   type Room,
   type RoomRequest,
 } from '../backend';
+import { newJobRef } from '../job-ref';
 import { FleetNotFoundError, type FleetClient } from '../../fleet/fleet-client';
 import { describeResources, freeFittingHosts } from '../../fleet/host-match';
 import { hostsFor } from '../../fleet/placement-preview';
@@ -296,7 +297,7 @@ export class SshBackend implements Backend {
   private async cleanHost(fleet: string, runId: string, submission: number, host: HeldHost): Promise<{ lost: string | null; failed: string | null }> {
     const instance = this.instanceOf(fleet, runId, submission, host);
     const runner = this.runner(host.target, instance.details.base_dir ?? '');
-    const job: JobRef = { run_id: runId, run_name: runId, submission, job_num: host.job_num, job_name: host.job_name, attempt: host.attempt, instance };
+    const job = newJobRef({ run_id: runId, run_name: host.run_name, submission }, host, host.attempt, instance);
     for (let attempt = 1; ; attempt += 1) {
       try {
         await this.untilReachable(runner, async () => {
