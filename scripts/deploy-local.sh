@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # A production-shaped Temporal deployment from bare processes, without Docker: PostgreSQL from
 # Debian and the Temporal server at the release docker-compose.yml pins, its frontend, history,
-# matching and worker services each in its own process (so one can be killed and restarted alone).
+# matching and worker services each in its own process (so one can be killed and restarted alone);
+# and a Troupe service gateway (`troupe gateway`), its tables kept in the state dir. Troupe workers
+# are yours to start: `up` prints how, with the gateway's admin address and token file.
 #
 #   scripts/deploy-local.sh up       start what is not running; the first time also builds the server,
 #                                    creates the database, the schemas, the namespace `default` and
 #                                    Troupe's search attributes. Prints the frontend's address.
 #   scripts/deploy-local.sh down     stop the services and PostgreSQL (by recorded pid); data is kept
 #   scripts/deploy-local.sh stop NAME  stop one part gracefully: postgresql, frontend, history,
-#                                    matching or worker (`up` starts it again)
+#                                    matching, worker or gateway (`up` starts it again)
 #   scripts/deploy-local.sh status   what runs, and where
 #   scripts/deploy-local.sh build    only build (or find) the server binaries
 #
@@ -16,8 +18,9 @@
 #   TROUPE_DEPLOY_DIR               state, logs, pids and ports (default <repo>/.troupe/deploy)
 #   TROUPE_TEMPORAL_SERVER_CACHE    the built `server` and `sql` binaries
 #                                   (default ~/.cache/troupe/temporal-server-<version>)
-#   TROUPE_DEPLOY_FRONTEND_PORT, TROUPE_DEPLOY_POSTGRES_PORT
+#   TROUPE_DEPLOY_FRONTEND_PORT, TROUPE_DEPLOY_POSTGRES_PORT, TROUPE_DEPLOY_GATEWAY_PORT
 #                                   fixed ports for the first `up` (default: free ones; then kept)
+#   TROUPE_DEPLOY_GATEWAY_PUBLIC_URL  the gateway's --public-url (default: its loopback address)
 # Runs as root: PostgreSQL runs as the `postgres` user.
 set -euo pipefail
 
@@ -30,11 +33,13 @@ temporal_cli=$repo/.venv/bin/temporal
 
 say() { echo "deploy-local: $*" >&2; }
 die() { say "$*"; exit 1; }
-# The recorded pid still runs that service: not reused by another process, not a zombie (whose
+# The recorded pid still runs that part: not reused by another process, not a zombie (whose
 # command line is empty) that a killed service leaves until something reaps it.
 alive() {
+  local signature="start --service $1 "
+  [ "$1" = gateway ] && signature="bin/troupe.js gateway "
   [ -f "$state/$1.pid" ] || return 1
-  { tr '\0' ' ' <"/proc/$(cat "$state/$1.pid")/cmdline"; } 2>/dev/null | grep -q -- "start --service $1 "
+  { tr '\0' ' ' <"/proc/$(cat "$state/$1.pid")/cmdline"; } 2>/dev/null | grep -q -- "$signature"
 }
 as_postgres() { runuser -u postgres -- "$@"; }
 
@@ -84,9 +89,15 @@ free_ports() {
 }
 
 ensure_ports() {
-  [ -f "$state/ports.env" ] && return 0
   local p
-  read -r -a p <<<"$(free_ports 10)"
+  # A state dir from before the gateway gets its ports added; the others are kept.
+  if [ -f "$state/ports.env" ]; then
+    grep -q '^GATEWAY_PORT=' "$state/ports.env" && return 0
+    read -r -a p <<<"$(free_ports 2)"
+    printf 'GATEWAY_PORT=%s\nGATEWAY_ADMIN_PORT=%s\n' "${TROUPE_DEPLOY_GATEWAY_PORT:-${p[0]}}" "${p[1]}" >>"$state/ports.env"
+    return 0
+  fi
+  read -r -a p <<<"$(free_ports 12)"
   cat >"$state/ports.env" <<EOF
 POSTGRES_PORT=${TROUPE_DEPLOY_POSTGRES_PORT:-${p[0]}}
 FRONTEND_PORT=${TROUPE_DEPLOY_FRONTEND_PORT:-${p[1]}}
@@ -98,6 +109,8 @@ MATCHING_PORT=${p[6]}
 MATCHING_MEMBERSHIP_PORT=${p[7]}
 WORKER_PORT=${p[8]}
 WORKER_MEMBERSHIP_PORT=${p[9]}
+GATEWAY_PORT=${TROUPE_DEPLOY_GATEWAY_PORT:-${p[10]}}
+GATEWAY_ADMIN_PORT=${p[11]}
 EOF
 }
 
@@ -169,6 +182,28 @@ start_service() {
   echo $! >"$state/$service.pid"
 }
 
+# The service gateway: its admin token made once (mode 600, beside the state, as PostgreSQL's
+# password), its tables in gateway.json, so a restarted gateway serves them at once.
+start_gateway() {
+  alive gateway && return 0
+  if [ ! -s "$state/gateway-admin.token" ]; then
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$state/gateway-admin.token")
+  fi
+  setsid node "$repo/bin/troupe.js" gateway --listen "127.0.0.1:$GATEWAY_PORT" --admin "127.0.0.1:$GATEWAY_ADMIN_PORT" \
+    --public-url "${TROUPE_DEPLOY_GATEWAY_PUBLIC_URL:-http://127.0.0.1:$GATEWAY_PORT}" \
+    --state "$state/gateway.json" --admin-token-file "$state/gateway-admin.token" \
+    >>"$state/logs/gateway.log" 2>&1 </dev/null &
+  echo $! >"$state/gateway.pid"
+  local deadline=$((SECONDS + 60))
+  # Up when its admin API answers GET /info with the token (what the compose healthcheck asks).
+  until node -e 'fetch(process.argv[1], {headers: {Authorization: `Bearer ${require("fs").readFileSync(process.argv[2], "utf8").trim()}`}}).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))' \
+      "http://127.0.0.1:$GATEWAY_ADMIN_PORT/info" "$state/gateway-admin.token"; do
+    alive gateway || die "the gateway exited (log: $state/logs/gateway.log)"
+    [ "$SECONDS" -lt "$deadline" ] || die "the gateway's admin API does not answer after 60 s (log: $state/logs/gateway.log)"
+    sleep 0.5
+  done
+}
+
 # On a new database the first service to start writes the cluster's metadata; several starting
 # at once race for it and the losers exit. So one goes first, and the others once the row is there.
 wait_cluster_metadata() {
@@ -235,7 +270,9 @@ up() {
   for service in "${services[@]}"; do start_service "$service"; done
   wait_healthy
   setup_namespace
+  start_gateway
   echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (export TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT)"
+  echo "Service gateway: http://127.0.0.1:$GATEWAY_PORT  (workers: troupe worker --gateway http://127.0.0.1:$GATEWAY_ADMIN_PORT --gateway-token-file $state/gateway-admin.token)"
 }
 
 stop_postgres() {
@@ -247,6 +284,7 @@ stop_postgres() {
 down() {
   [ -d "$state" ] || return 0
   local i
+  stop_pid gateway
   for ((i = ${#services[@]} - 1; i >= 0; i--)); do stop_pid "${services[$i]}"; done
   stop_postgres
   say "stopped (data kept in $state)"
@@ -256,10 +294,10 @@ stop_one() {
   local name=${1:-} service
   [ -d "$state" ] || die "not set up ($state)"
   if [ "$name" = postgresql ]; then stop_postgres; return; fi
-  for service in "${services[@]}"; do
+  for service in "${services[@]}" gateway; do
     if [ "$service" = "$name" ]; then stop_pid "$name"; return; fi
   done
-  die "no part named '$name' (postgresql, ${services[*]})"
+  die "no part named '$name' (postgresql, ${services[*]}, gateway)"
 }
 
 status() {
@@ -271,6 +309,11 @@ status() {
   for service in "${services[@]}"; do
     if alive "$service"; then echo "$service  running  pid $(cat "$state/$service.pid")"; else echo "$service  stopped"; fi
   done
+  if alive gateway; then
+    echo "gateway  running  pid $(cat "$state/gateway.pid")  http://127.0.0.1:$GATEWAY_PORT  admin http://127.0.0.1:$GATEWAY_ADMIN_PORT"
+  else
+    echo "gateway  stopped"
+  fi
   echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT"
 }
 

@@ -1,5 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -7,6 +7,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileNow } from '../helpers/live-dir';
 import { TroupeClient, type Plan, type RunState } from '../../src/client';
+import { deleteServiceTable, gatewayInfo, putServiceTable, type GatewayAdmin } from '../../src/gateway/admin-client';
 import { loadPlan } from '../../src/plan/load-plan';
 import { leftovers } from '../helpers/leftovers';
 import { makeSharedDir } from '../helpers/local-fleet';
@@ -16,8 +17,8 @@ import { kill9 } from '../helpers/worker-process-control';
 /**
  * The production path, for real: scripts/deploy-local.sh brings up PostgreSQL and the Temporal
  * server at the release docker-compose.yml pins (frontend, history, matching and worker services,
- * each its own process, from deploy/temporal/config/troupe.yaml and deploy/temporal/dynamicconfig.yaml),
- * two `troupe worker` processes serve it, and runs go on while each part fails in turn.
+ * each its own process, from deploy/temporal/config/troupe.yaml and deploy/temporal/dynamicconfig.yaml)
+ * and a service gateway, two `troupe worker` processes serve it, and runs go on while each part fails in turn.
  */
 
 const run = promisify(execFile);
@@ -135,6 +136,7 @@ beforeAll(async () => {
   const { stdout } = await deploy(['up'], 14 * 60_000);
   address = `127.0.0.1:${ports().FRONTEND_PORT}`;
   expect(stdout).toContain(`Temporal frontend: ${address}`);
+  expect(stdout).toContain(`Service gateway: http://127.0.0.1:${ports().GATEWAY_PORT}`);
   if (process.env.TROUPE_TEST_TIMING) console.log(`deploy-local up: ${Date.now() - started} ms`);
   await Promise.all([startWorker(), startWorker()]);
   troupe = await TroupeClient.connect({ address, taskQueue });
@@ -192,6 +194,36 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
     const state = await waitEnd(name);
     expect(state.termination_reason).toBe('STOPPED_BY_USER');
     expect(leftovers(state, fleetDir)).toEqual({ processes: 0, namespaces: 0, leases: 0, instances: 0 });
+  });
+
+  it('serves a gateway: /info with its token; killed with SIGKILL and `up` again, it serves its tables from its state file at once', async () => {
+    const { GATEWAY_PORT, GATEWAY_ADMIN_PORT } = ports();
+    const tokenFile = join(deployDir, 'gateway-admin.token');
+    expect(statSync(tokenFile).mode & 0o777).toBe(0o600);
+    const admin: GatewayAdmin = { url: `http://127.0.0.1:${GATEWAY_ADMIN_PORT}`, token: readFileSync(tokenFile, 'utf8').trim() };
+    expect(await gatewayInfo(admin)).toEqual({ data_plane_url: `http://127.0.0.1:${GATEWAY_PORT}`, domain: null });
+    expect((await fetch(`${admin.url}/info`)).status).toBe(401);
+
+    // A table with no ready replica: served, the gateway answers 503 with the reason (404 when it has no table).
+    const svc = `gw-${taskQueue.slice(-8)}`;
+    const table = { run: svc, generation: 3, auth: null, current_revision: 0, revisions: [{ number: 0, entry: ['main'], groups: [{ name: 'main', replicas: [] }] }] };
+    await putServiceTable(admin, table);
+    const served = async () => (await fetch(`http://127.0.0.1:${GATEWAY_PORT}/services/${svc}/`)).status;
+    expect(await served()).toBe(503);
+
+    const pid = servicePid('gateway');
+    process.kill(pid, 'SIGKILL');
+    await eventually('the gateway gone', async () => (ended(pid) ? true : undefined));
+    await deploy(['up'], 180_000);
+    expect(servicePid('gateway')).not.toBe(pid);
+    // `up` returns once the admin API answers: the table is there with no push since.
+    expect(await served()).toBe(503);
+    const listed = (await (await fetch(`${admin.url}/services`, { headers: { Authorization: `Bearer ${admin.token}` } })).json()) as { services: Array<{ run: string; generation: number }> };
+    expect(listed.services.find((t) => t.run === svc)?.generation).toBe(3);
+    await deleteServiceTable(admin, svc);
+    expect(await served()).toBe(404);
+    const { stdout } = await deploy(['status'], 30_000);
+    expect(stdout).toMatch(new RegExp(`^gateway  running  pid ${servicePid('gateway')}  http://127.0.0.1:${GATEWAY_PORT}`, 'm'));
   });
 
   it('survives PostgreSQL stopped and started again mid-run', async () => {

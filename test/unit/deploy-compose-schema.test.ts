@@ -12,6 +12,7 @@ import { projectRoot, searchAttributes, serverTuning } from '../../src/devserver
  */
 
 const read = (path: string) => readFileSync(join(projectRoot, path), 'utf8');
+const gitIgnored = new Set(read('.gitignore').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#')));
 
 // ---- docker-compose.yml: the subset we use ------------------------------------------------------
 
@@ -58,12 +59,15 @@ const service = z
     cap_drop: z.array(z.string()).optional(),
     security_opt: z.array(z.string()).optional(),
     deploy: z.strictObject({ replicas: z.number().int().positive() }).optional(),
+    secrets: z.array(z.string()).optional(),
   })
   .refine((s) => s.image !== undefined || s.build !== undefined, 'a service needs an image or a build');
 
 const composeFile = z.strictObject({
   services: z.record(z.string(), service),
   volumes: z.record(z.string(), z.null()).optional(),
+  // From a file of the host only: a secret's value never sits in this file or its environment.
+  secrets: z.record(z.string(), z.strictObject({ file: z.string() })).optional(),
 });
 
 type ComposeFile = z.infer<typeof composeFile>;
@@ -125,6 +129,86 @@ function metricsProblems(compose: ComposeFile, worker: Service, fileExists: (pat
   return problems;
 }
 
+/** The values `flag` is given in an argv-style command (`--flag VALUE`, repeatable). */
+function flagValues(cmd: Service['command'], flag: string): string[] {
+  const argv = typeof cmd === 'string' ? cmd.split(/\s+/) : (cmd ?? []);
+  return argv.flatMap((word, i) => (word === flag && argv[i + 1] !== undefined ? [argv[i + 1] as string] : []));
+}
+
+/** `/run/secrets/NAME` → NAME when the service mounts that secret, else undefined. */
+function mountedSecret(svc: Service, path: string | undefined): string | undefined {
+  const name = /^\/run\/secrets\/([^/]+)$/.exec(path ?? '')?.[1];
+  return name !== undefined && (svc.secrets ?? []).includes(name) ? name : undefined;
+}
+
+/** `HOST:PORT` → PORT when HOST is every interface (the container's network), else undefined. */
+const portOnAll = (address: string | undefined) => /^0\.0\.0\.0:(\d+)$/.exec(address ?? '')?.[1];
+
+/**
+ * The service gateways: two or more, each from the workers' image, keeping its tables on a volume of
+ * its own, its admin token from a compose secret, its data plane published, healthy only when its
+ * admin API answers with the token; every worker pushes to each of them with that token, and
+ * Prometheus scrapes each one's admin /metrics with it.
+ */
+function gatewayProblems(compose: ComposeFile, worker: Service, readText: (path: string) => string): string[] {
+  const problems: string[] = [];
+  const gateways = Object.entries(compose.services).filter(([, svc]) => /(^| )node bin\/troupe\.js gateway /.test(words(svc.command)));
+  if (gateways.length < 2) problems.push(`services: at least 2 gateways (node bin/troupe.js gateway), so one can go down while the other serves; found ${gateways.length}`);
+  const workerSecret = mountedSecret(worker, flagValues(worker.command, '--gateway-token-file')[0]);
+  if (workerSecret === undefined) problems.push('worker.command: --gateway-token-file must name a secret the worker mounts (/run/secrets/NAME)');
+  const pushedTo = new Set(flagValues(worker.command, '--gateway'));
+  const stateVolumes = new Map<string, string>();
+  const admins: string[] = [];
+  for (const [name, gw] of gateways) {
+    if (gw.image !== worker.image) problems.push(`${name}.image: must be the workers' image ${worker.image ?? '(none)'}`);
+    const listen = portOnAll(flagValues(gw.command, '--listen')[0]);
+    const admin = portOnAll(flagValues(gw.command, '--admin')[0]);
+    if (listen === undefined || admin === undefined) {
+      problems.push(`${name}.command: --listen and --admin must be 0.0.0.0:PORT, reachable on the compose network`);
+      continue;
+    }
+    admins.push(`${name}:${admin}`);
+    if (!(gw.ports ?? []).some((p) => p.endsWith(`:${listen}`))) problems.push(`${name}.ports: must publish the data plane's port ${listen}`);
+    if ((gw.ports ?? []).some((p) => p.endsWith(`:${admin}`))) problems.push(`${name}.ports: the admin API (${admin}) stays on the compose network`);
+    const secret = mountedSecret(gw, flagValues(gw.command, '--admin-token-file')[0]);
+    if (secret === undefined) problems.push(`${name}.command: --admin-token-file must name a secret it mounts (/run/secrets/NAME)`);
+    else if (workerSecret !== undefined && secret !== workerSecret) problems.push(`${name}: its token secret "${secret}" is not the workers' "${workerSecret}"`);
+    const test = (gw.healthcheck?.test ?? []).join(' ');
+    if (secret === undefined || !test.includes(`/run/secrets/${secret}`) || !test.includes(`:${admin}/info`)) {
+      problems.push(`${name}.healthcheck: must ask its admin API (GET :${admin}/info) with the token`);
+    }
+    const state = flagValues(gw.command, '--state')[0] ?? '';
+    const volume = (gw.volumes ?? []).find((v) => {
+      const [source = '', target = ''] = v.split(':');
+      return state.startsWith(`${target}/`) && !source.startsWith('.') && !source.startsWith('/') && v.includes(':') && !v.endsWith(':ro');
+    });
+    if (volume === undefined) {
+      problems.push(`${name}.volumes: --state ${state || '(unset)'} must be on a writable named volume, so its tables outlive the container`);
+    } else {
+      const source = volume.split(':')[0] ?? '';
+      const other = stateVolumes.get(source);
+      if (other !== undefined) problems.push(`${name}.volumes: "${source}" is ${other}'s state too; each gateway needs its own volume`);
+      stateVolumes.set(source, name);
+    }
+    if (!pushedTo.has(`http://${name}:${admin}`)) problems.push(`worker.command: must push to ${name} (--gateway http://${name}:${admin})`);
+  }
+
+  const { prometheus } = compose.services;
+  const config = prometheus === undefined ? undefined : mountOf(prometheus, '/etc/prometheus/prometheus.yml')?.split(':')[0];
+  if (prometheus === undefined || config === undefined) return problems;
+  type Job = { static_configs?: Array<{ targets?: string[] }>; authorization?: { credentials_file?: string } };
+  const jobs = ((parse(readText(config)) as { scrape_configs?: Job[] }).scrape_configs ?? []);
+  for (const target of admins) {
+    const job = jobs.find((j) => (j.static_configs ?? []).some((c) => (c.targets ?? []).includes(target)));
+    if (job === undefined) {
+      problems.push(`prometheus: ${config} must scrape the gateway ${target}`);
+    } else if (mountedSecret(prometheus, job.authorization?.credentials_file) !== workerSecret) {
+      problems.push(`prometheus: the job scraping ${target} must send the gateways' token (authorization.credentials_file: /run/secrets/${workerSecret ?? 'NAME'}, mounted in prometheus.secrets)`);
+    }
+  }
+  return problems;
+}
+
 function serverProblems(compose: ComposeFile, temporal: Service, fileExists: (path: string) => boolean): string[] {
   const problems: string[] = [];
   if (temporal.image !== `temporalio/server:${deployedRelease}`) {
@@ -171,13 +255,14 @@ function serverProblems(compose: ComposeFile, temporal: Service, fileExists: (pa
 }
 
 /** Everything wrong with a compose document, as `where: what` lines; empty when it is Troupe's stack. */
-function composeProblems(doc: unknown, fileExists: (path: string) => boolean): string[] {
+function composeProblems(doc: unknown, fileExists: (path: string) => boolean, readText: (path: string) => string = read): string[] {
   const parsed = composeFile.safeParse(doc);
   if (!parsed.success) return parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
   const compose = parsed.data;
   const problems: string[] = [];
   const declared = new Set(Object.keys(compose.volumes ?? {}));
   const used = new Set<string>();
+  const usedSecrets = new Set<string>();
 
   for (const [name, svc] of Object.entries(compose.services)) {
     for (const [target, dep] of Object.entries(svc.depends_on ?? {})) {
@@ -203,9 +288,23 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean): s
     if (['always', 'unless-stopped'].includes(svc.restart) && svc.healthcheck === undefined) {
       problems.push(`${name}: a long-running service needs a healthcheck`);
     }
+    for (const secret of svc.secrets ?? []) {
+      usedSecrets.add(secret);
+      if (compose.secrets?.[secret] === undefined) problems.push(`${name}.secrets: "${secret}" is not declared under secrets`);
+    }
+    for (const key of Object.keys(svc.environment ?? {})) {
+      if (/(TOKEN|KEY)$/.test(key)) problems.push(`${name}.environment: ${key} puts a secret in this file; mount it as a secret (or name its _FILE)`);
+    }
   }
   for (const volume of declared) {
     if (!used.has(volume)) problems.push(`volumes: "${volume}" is declared but no service uses it`);
+  }
+  for (const [secret, { file }] of Object.entries(compose.secrets ?? {})) {
+    if (!usedSecrets.has(secret)) problems.push(`secrets: "${secret}" is declared but no service uses it`);
+    // `${VAR:-default}` or a path: the default must be a file git ignores, so no token is ever committed.
+    const path = /^\$\{[A-Z0-9_]+:-(.+)\}$/.exec(file)?.[1] ?? file;
+    const top = path.replace(/^\.\//, '').split('/')[0] ?? '';
+    if (!gitIgnored.has(`${top}/`) && !gitIgnored.has(top)) problems.push(`secrets: "${secret}" is read from ${path}, which git does not ignore`);
   }
 
   const { worker, temporal } = compose.services;
@@ -217,7 +316,7 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean): s
   // The workers: built from this repository, enough of them, told where Temporal is.
   const env = worker.environment ?? {};
   if (worker.build !== '.') problems.push('worker: must be built from this repository (build: .)');
-  if (!/(^| )node bin\/troupe\.js worker --backend ssh$/.test(words(worker.command))) {
+  if (!/(^| )node bin\/troupe\.js worker --backend ssh( --(?!backend)[a-z-]+ \S+)*$/.test(words(worker.command))) {
     // Unprivileged in a container, the local fleet cannot isolate jobs from the worker's keys.
     problems.push('worker.command: must run `node bin/troupe.js worker --backend ssh` (SSH fleets only)');
   }
@@ -261,6 +360,7 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean): s
   // a PostgreSQL service of this file whose schema temporal-schema applied first.
   problems.push(...serverProblems(compose, temporal, fileExists));
   problems.push(...metricsProblems(compose, worker, fileExists));
+  problems.push(...gatewayProblems(compose, worker, readText));
   return problems;
 }
 
@@ -334,11 +434,26 @@ function dockerfileProblems(text: string, dockerignore: string, fileExists: (pat
 const inRepo = (path: string) => existsSync(join(projectRoot, path));
 const composeDoc = (): Record<string, unknown> => parse(read('docker-compose.yml')) as Record<string, unknown>;
 
-/** A deep copy of docker-compose.yml with one edit applied. */
-function brokenCompose(edit: (doc: { services: Record<string, Record<string, unknown>>; volumes?: Record<string, unknown> }) => void) {
-  const doc = structuredClone(composeDoc()) as { services: Record<string, Record<string, unknown>>; volumes?: Record<string, unknown> };
+type Doc = { services: Record<string, Record<string, unknown>>; volumes?: Record<string, unknown>; secrets?: Record<string, unknown> };
+
+/** A deep copy of docker-compose.yml with one edit applied; `readText` stands in for the files it mounts. */
+function brokenCompose(edit: (doc: Doc) => void, readText?: (path: string) => string) {
+  const doc = structuredClone(composeDoc()) as Doc;
   edit(doc);
-  return composeProblems(doc, inRepo);
+  return composeProblems(doc, inRepo, readText);
+}
+
+/** The repository's Prometheus config with one edit applied, as a mounted file would read. */
+function brokenPrometheus(edit: (text: string) => string): (path: string) => string {
+  return (path) => (path.endsWith('prometheus.yml') ? edit(read(path)) : read(path));
+}
+
+/** Removes `value` (and the flag before it) from a service's argv-style command. */
+function dropFlag(doc: Doc, service: string, value: string): void {
+  const cmd = svc(doc, service).command as string[];
+  const at = cmd.indexOf(value);
+  if (at < 1) throw new Error(`${service}'s command has no ${value}`);
+  cmd.splice(at - 1, 2);
 }
 
 function svc(doc: { services: Record<string, Record<string, unknown>> }, name: string): Record<string, unknown> {
@@ -379,7 +494,7 @@ describe('docker-compose.yml', () => {
   });
 
   describe('each rule catches a broken copy', () => {
-    const cases: Array<[string, Parameters<typeof brokenCompose>[0], RegExp]> = [
+    const cases: Array<[string, Parameters<typeof brokenCompose>[0], RegExp, ((path: string) => string)?]> = [
       ['a port on all interfaces', (d) => { svc(d, 'temporal').ports = ['0.0.0.0:7233:7233']; }, /127\.0\.0\.1 only/],
       ['a port without a host address', (d) => { svc(d, 'temporal-ui').ports = ['8080:8080']; }, /127\.0\.0\.1 only/],
       ['an image on latest', (d) => { svc(d, 'postgresql').image = 'postgres:latest'; }, /pin the image/],
@@ -420,10 +535,27 @@ describe('docker-compose.yml', () => {
       ['workers that serve no metrics', (d) => { delete envOf(d, 'worker').TROUPE_METRICS_ADDRESS; }, /TROUPE_METRICS_ADDRESS must be HOST:PORT/],
       ['metrics on a port Prometheus does not scrape', (d) => { envOf(d, 'worker').TROUPE_METRICS_ADDRESS = '0.0.0.0:9999'; }, /metrics port 9999/],
       ['no Prometheus', (d) => { delete d.services.prometheus; delete svc(d, 'grafana').depends_on; }, /no "prometheus" service/],
+      ['one gateway', (d) => { delete d.services['gateway-b']; delete d.volumes?.['gateway-b-state']; dropFlag(d, 'worker', 'http://gateway-b:8081'); }, /at least 2 gateways/],
+      ['a gateway from another image', (d) => { svc(d, 'gateway-a').image = 'troupe-gateway:0.1.0'; }, /gateway-a\.image: must be the workers' image/],
+      ['a gateway whose admin API only its own loopback reaches', (d) => { (svc(d, 'gateway-a').command as string[])[6] = '127.0.0.1:8081'; }, /0\.0\.0\.0:PORT/],
+      ['a gateway that publishes no data plane', (d) => { delete svc(d, 'gateway-b').ports; }, /gateway-b\.ports: must publish/],
+      ['a gateway that publishes its admin API', (d) => { svc(d, 'gateway-a').ports = ['127.0.0.1:8090:8080', '127.0.0.1:8092:8081']; }, /admin API \(8081\) stays/],
+      ['a gateway whose tables die with its container', (d) => { delete svc(d, 'gateway-a').volumes; }, /--state \/var\/lib\/troupe\/gateway\.json must be on a writable named volume/],
+      ['two gateways on one state volume', (d) => { svc(d, 'gateway-b').volumes = ['gateway-a-state:/var/lib/troupe']; delete d.volumes?.['gateway-b-state']; }, /each gateway needs its own volume/],
+      ['a gateway token in the environment', (d) => { svc(d, 'gateway-a').environment = { TROUPE_GATEWAY_ADMIN_TOKEN: 'x'.repeat(32) }; }, /TROUPE_GATEWAY_ADMIN_TOKEN puts a secret in this file/],
+      ['a secret taken from the environment', (d) => { d.secrets = { 'gateway-admin-token': { environment: 'TROUPE_GATEWAY_ADMIN_TOKEN' } }; }, /secrets\.gateway-admin-token/],
+      ['a secret read from a file git keeps', (d) => { d.secrets = { 'gateway-admin-token': { file: './deploy/gateway-admin.token' } }; }, /git does not ignore/],
+      ['a secret not declared', (d) => { delete d.secrets; }, /"gateway-admin-token" is not declared under secrets/],
+      ['a gateway without the token secret', (d) => { delete svc(d, 'gateway-b').secrets; }, /gateway-b\.command: --admin-token-file must name a secret/],
+      ['a gateway healthy without asking its admin API', (d) => { svc(d, 'gateway-a').healthcheck = { test: ['CMD', 'true'], interval: '10s', timeout: '5s', retries: 3 }; }, /gateway-a\.healthcheck/],
+      ['workers that do not push to a gateway', (d) => { dropFlag(d, 'worker', 'http://gateway-b:8081'); }, /must push to gateway-b/],
+      ['workers without the gateways\' token', (d) => { dropFlag(d, 'worker', '/run/secrets/gateway-admin-token'); }, /--gateway-token-file must name a secret/],
+      ['a Prometheus that does not scrape the gateways', (d) => { void d; }, /must scrape the gateway gateway-a:8081/, brokenPrometheus((t) => t.replace('gateway-a:8081, ', ''))],
+      ['a Prometheus scraping the gateways without the token', (d) => { delete svc(d, 'prometheus').secrets; }, /must send the gateways' token/],
       ['a Grafana without the dashboard', (d) => { svc(d, 'grafana').volumes = ['./deploy/grafana/provisioning:/etc/grafana/provisioning:ro', 'grafana-data:/var/lib/grafana']; }, /must mount the dashboard/],
     ];
-    it.each(cases)('%s', (_label, edit, expected) => {
-      const problems = brokenCompose(edit);
+    it.each(cases)('%s', (_label, edit, expected, readText) => {
+      const problems = brokenCompose(edit, readText);
       expect(problems.join('\n')).toMatch(expected);
     });
   });

@@ -26,11 +26,12 @@ const compose = composeCommand();
 const scratch = mkdtempSync(join(tmpdir(), 'troupe-compose-test-'));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
-/** Runs `compose -f FILE config ARGS` with the host-port overrides unset, as a fresh shell has them. */
-function composeConfig(file: string, args: string[]) {
+/** Runs `compose -f FILE config ARGS` with the host-port overrides unset, as a fresh shell has them, plus `set`. */
+function composeConfig(file: string, args: string[], set: Record<string, string> = {}) {
   const [bin = '', ...rest] = compose ?? [];
-  const env = { ...process.env };
+  const env: NodeJS.ProcessEnv = { ...process.env };
   for (const key of Object.keys(env)) if (key.startsWith('TROUPE_')) delete env[key];
+  Object.assign(env, set);
   return spawnSync(bin, [...rest, '--project-directory', projectRoot, '-f', file, 'config', ...args], {
     cwd: projectRoot,
     encoding: 'utf8',
@@ -38,6 +39,35 @@ function composeConfig(file: string, args: string[]) {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
 }
+
+const promtool = spawnSync('promtool', ['--version'], { stdio: 'ignore' }).status === 0 ? 'promtool' : null;
+
+/**
+ * `promtool check config` of the Prometheus config (Debian's `prometheus` package, scripts/setup.sh
+ * --test) with the compose secret's path pointed at a file here: promtool insists the file exists.
+ */
+function promtoolCheck(text: string) {
+  const token = join(scratch, 'gateway-admin.token');
+  writeFileSync(token, 'x'.repeat(32), { mode: 0o600 });
+  const config = join(scratch, 'prometheus.yml');
+  writeFileSync(config, text.replaceAll('/run/secrets/gateway-admin-token', token));
+  return spawnSync('promtool', ['check', 'config', config], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+describe.skipIf(promtool === null)('deploy/prometheus/prometheus.yml checked by promtool', () => {
+  const text = readFileSync(join(projectRoot, 'deploy', 'prometheus', 'prometheus.yml'), 'utf8');
+
+  it('is a valid config (the gateways scraped with the token file)', () => {
+    const r = promtoolCheck(text);
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+  });
+
+  it('rejects a broken copy (so the check above can fail)', () => {
+    const r = promtoolCheck(text.replace('type: Bearer', 'type: Bearer\n      credentials: inline'));
+    expect(r.status).not.toBe(0);
+    expect(r.stdout + r.stderr).toMatch(/credentials/);
+  });
+});
 
 if (compose === null) {
   console.warn('deploy-compose: no docker-compose here; install Debian\'s docker-compose (scripts/setup.sh --test does)');
@@ -63,6 +93,51 @@ describe.skipIf(compose === null)(`docker-compose.yml checked by ${compose?.join
       const hostIp = typeof port === 'string' ? port.split(':')[0] : (port as { host_ip?: string }).host_ip;
       expect(hostIp, JSON.stringify(port)).toBe('127.0.0.1');
     }
+  });
+
+  interface Resolved {
+    services: Record<string, { command?: string[]; ports?: unknown[]; secrets?: Array<{ source: string }>; volumes?: unknown[] }>;
+    secrets?: Record<string, { file?: string }>;
+  }
+  const resolved = (set: Record<string, string> = {}): Resolved => {
+    const r = composeConfig(file, [], set);
+    expect(r.status, r.stderr).toBe(0);
+    return parse(r.stdout) as Resolved;
+  };
+  /** The host port a service publishes for container port `target` (v1: `127.0.0.1:8090:8080/tcp`; v2: an object). */
+  const published = (ports: unknown[] | undefined, target: number) =>
+    (ports ?? []).flatMap((p) => {
+      if (typeof p === 'string') return p.split('/')[0]?.endsWith(`:${target}`) ? [p.split(':')[1]] : [];
+      const o = p as { target?: number; published?: string | number };
+      return o.target === target ? [String(o.published)] : [];
+    });
+
+  it('serves two gateways, each on its own host port, whose token comes from a file git ignores', () => {
+    const config = resolved();
+    const gateways = ['gateway-a', 'gateway-b'].map((name) => config.services[name]);
+    const ports = gateways.map((gw) => published(gw?.ports, 8080));
+    expect(ports).toEqual([['8090'], ['8091']]);
+    for (const gw of gateways) {
+      expect(gw?.secrets?.map((s) => s.source)).toEqual(['gateway-admin-token']);
+      expect(gw?.command?.join(' ')).toMatch(/--state \/var\/lib\/troupe\/gateway\.json --admin-token-file \/run\/secrets\/gateway-admin-token/);
+    }
+    expect(config.secrets?.['gateway-admin-token']?.file).toBe(join(projectRoot, '.troupe', 'gateway-admin.token'));
+    expect(readFileSync(join(projectRoot, '.gitignore'), 'utf8').split('\n')).toContain('.troupe/');
+    const worker = config.services.worker?.command?.join(' ') ?? '';
+    expect(worker).toContain('--gateway http://gateway-a:8081 --gateway http://gateway-b:8081 --gateway-token-file /run/secrets/gateway-admin-token');
+  });
+
+  it("moves the gateways' ports, public URL and token file by variables", () => {
+    const config = resolved({
+      TROUPE_GATEWAY_A_PORT: '9180',
+      TROUPE_GATEWAY_B_PORT: '9181',
+      TROUPE_GATEWAY_PUBLIC_URL: 'https://gw.example.com',
+      TROUPE_GATEWAY_ADMIN_TOKEN_FILE: '/etc/troupe/gateway.token',
+    });
+    expect(published(config.services['gateway-a']?.ports, 8080)).toEqual(['9180']);
+    expect(published(config.services['gateway-b']?.ports, 8080)).toEqual(['9181']);
+    for (const name of ['gateway-a', 'gateway-b']) expect(config.services[name]?.command?.join(' ')).toContain('--public-url https://gw.example.com');
+    expect(config.secrets?.['gateway-admin-token']?.file).toBe('/etc/troupe/gateway.token');
   });
 
   it('rejects a broken copy (so the check above can fail)', () => {
