@@ -6,7 +6,7 @@ import { coreOf, exited, jobs, openService, pass, provisioned, ready, running, T
 import { nextDeadline } from './decide';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
-import { DRAIN_TIMEOUT_S, ROUTES_RETRY_MS, routesSettled } from './routing';
+import { DRAIN_TIMEOUT_S, ROUTES_REFRESH_MS, ROUTES_RETRY_MS, routesSettled } from './routing';
 import type { RunCore } from './state';
 
 /**
@@ -118,6 +118,21 @@ describe("a service's routing table", () => {
     const retry = pass(refused.core, [], T0 + 4100 + ROUTES_RETRY_MS);
     expect(pushes(retry.effects).map((p) => p.generation)).toEqual([push!.generation]);
     expect(pass(retry.core, [pushed(push!.generation)], T0 + 30_000).core.run.message).toBeNull();
+  });
+
+  it('goes out again unchanged every ROUTES_REFRESH_MS (a gateway that lost its tables gets them back), not once the end is decided', () => {
+    const core = serving();
+    const generation = core.service!.generation;
+    const pushedAt = core.service!.pushed_at_ms!;
+    expect(nextDeadline(core)).toBe(pushedAt + ROUTES_REFRESH_MS);
+    expect(pushes(pass(core, [], pushedAt + ROUTES_REFRESH_MS - 1).effects)).toEqual([]);
+    const refresh = pass(core, [], pushedAt + ROUTES_REFRESH_MS);
+    expect(pushes(refresh.effects).map((p) => p.generation)).toEqual([generation]);
+    const again = pass(refresh.core, [pushed(generation)], pushedAt + ROUTES_REFRESH_MS + 10);
+    expect(nextDeadline(again.core)).toBe(pushedAt + 2 * ROUTES_REFRESH_MS + 10);
+    const stopped = pass(again.core, [{ kind: 'stop', abort: false }], pushedAt + ROUTES_REFRESH_MS + 20);
+    const emptied = pass(stopped.core, pushes(stopped.effects).map((p) => pushed(p.generation)), pushedAt + ROUTES_REFRESH_MS + 30);
+    expect(pushes(pass(emptied.core, [], pushedAt + 5 * ROUTES_REFRESH_MS).effects)).toEqual([]);
   });
 
   it('a late answer of an older push changes nothing', () => {

@@ -18,6 +18,12 @@ import type { JobState } from '../../workflows/run-state';
 /** How long after a failed push the next one goes (the activity itself has retried for a while). */
 export const ROUTES_RETRY_MS = 15_000;
 
+/**
+ * How often the table goes out again unchanged (the same generation: a gateway that has it keeps it).
+ * A gateway that lost its tables (a new one, a wiped state file) serves the run again within this.
+ */
+export const ROUTES_REFRESH_MS = 60_000;
+
 /** How long a replica being removed (a scale-down, a stop) may take to finish its requests in flight. */
 export const DRAIN_TIMEOUT_S = 30;
 
@@ -31,11 +37,12 @@ export function decideRouting(core: RunCore, event: RunEvent, now: number): Deci
   return pushIfChanged(state, now);
 }
 
-/** When the loop must look again without an event: a failed push's retry. */
+/** When the loop must look again without an event: a failed push's retry, or the next refresh. */
 export function routingDeadline(core: RunCore): number | null {
   const service = core.service;
-  if (!service || service.pushing !== null || service.key === service.delivered_key) return null;
-  return service.retry_at_ms;
+  if (!service || service.pushing !== null || core.submission.ending !== null) return null;
+  if (service.key !== service.delivered_key) return service.retry_at_ms;
+  return service.pushed_at_ms === null ? null : service.pushed_at_ms + ROUTES_REFRESH_MS;
 }
 
 /** Every gateway has the table as the run's state makes it now, and no push is under way. */
@@ -88,7 +95,8 @@ function pushIfChanged(core: RunCore, now: number): Decision<RunCore> {
   if (!service || service.pushing !== null) return { state: core, effects: [] };
   const table = tableOf(core);
   const key = JSON.stringify(table);
-  if (key === service.delivered_key) return { state: core, effects: [] };
+  const refresh = service.pushed_at_ms !== null && now >= service.pushed_at_ms + ROUTES_REFRESH_MS && core.submission.ending === null;
+  if (key === service.delivered_key && !refresh) return { state: core, effects: [] };
   // The same content again (after a failure) keeps its generation: the gateways that took it take it again.
   const changed = key !== service.key;
   if (!changed && service.retry_at_ms !== null && now < service.retry_at_ms) return { state: core, effects: [] };
@@ -103,7 +111,7 @@ function pushed(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { 
   if (core.run.message === service.problem) core.run.message = problem;
   if (event.error === null) {
     core.run.service = { endpoints: event.endpoints, auth: core.plan.service?.auth != null, table_generation: event.generation, deployment: service.deployment };
-    return { ...core, service: { ...service, pushing: null, delivered_key: service.key, retry_at_ms: null, problem } };
+    return { ...core, service: { ...service, pushing: null, delivered_key: service.key, retry_at_ms: null, pushed_at_ms: now, problem } };
   }
   return { ...core, service: { ...service, pushing: null, retry_at_ms: now + ROUTES_RETRY_MS, problem } };
 }

@@ -129,6 +129,8 @@ export const ServiceCoreSchema = z.object({
   delivered_key: z.string().nullable(),
   /** After a failed push: when to push again (epoch ms). */
   retry_at_ms: z.number().nullable(),
+  /** When the gateways last took the table (epoch ms): it is pushed again every ROUTES_REFRESH_MS. */
+  pushed_at_ms: z.number().nullable(),
   /** What last went wrong pushing (shown as the run's message), or null. */
   problem: z.string().nullable(),
   /** The deployment running (0: as submitted; +1 per `troupe apply` of a changed service). */
