@@ -8,20 +8,25 @@ import type { GroupPlan, JobPlan } from './plan-schema';
 export function expandJobs(runName: string, groups: readonly GroupPlan[]): JobPlan[] {
   const jobs: JobPlan[] = [];
   for (const group of groups) {
-    for (let node = 0; node < group.nodes; node++) {
-      const jobNum = jobs.length;
-      jobs.push({
-        job_num: jobNum,
-        job_name: `${runName}-${jobNum}-0`,
-        node_group_index: group.index,
-        node_group_name: group.name,
-        node_group_job_index: node,
-        global_master: jobNum === 0,
-        group_master: node === 0,
-        commands: [...group.commands],
-        ports: group.ports.map((p) => ({ ...p })),
-      });
-    }
+    for (let node = 0; node < group.nodes; node++) jobs.push(rankPlan(runName, group, jobs.length, node));
   }
   return jobs;
+}
+
+/**
+ * The plan of one rank of `group` (the one way a JobPlan is made, at submission and when a resize or
+ * a deployment adds a rank): dstack's job name, the group's commands and ports as they are now.
+ */
+export function rankPlan(runName: string, group: GroupPlan, jobNum: number, groupRank: number): JobPlan {
+  return {
+    job_num: jobNum,
+    job_name: `${runName}-${jobNum}-0`,
+    node_group_index: group.index,
+    node_group_name: group.name,
+    node_group_job_index: groupRank,
+    global_master: jobNum === 0,
+    group_master: groupRank === 0,
+    commands: [...group.commands],
+    ports: group.ports.map((p) => ({ ...p })),
+  };
 }

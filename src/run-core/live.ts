@@ -86,17 +86,3 @@ export function jobPlanOf(plan: Plan, live: LiveCore | null, job: JobState): Job
   return job.attempt > 0 ? { ...base, attempt: job.attempt } : base;
 }
 
-/** A new rank of `group` (a resize): dstack's job name, the group's commands and ports. */
-export function newRankPlan(runName: string, group: GroupPlan, jobNum: number, groupRank: number): JobPlan {
-  return {
-    job_num: jobNum,
-    job_name: `${runName}-${jobNum}-0`,
-    node_group_index: group.index,
-    node_group_name: group.name,
-    node_group_job_index: groupRank,
-    global_master: false,
-    group_master: false,
-    commands: [...group.commands],
-    ports: group.ports.map((p) => ({ ...p })),
-  };
-}

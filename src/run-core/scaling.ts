@@ -4,7 +4,8 @@ import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { restartOver } from './healing';
 import { endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from './jobs';
-import { newRankPlan, type LiveCore, type Resize } from './live';
+import { rankPlan } from '../plan/expand';
+import type { LiveCore, Resize } from './live';
 import type { RunCore } from './state';
 import { isJobReady } from './startup-order';
 import { DRAIN_TIMEOUT_S, replicaUrl, routesSettled } from './routing';
@@ -96,12 +97,12 @@ function grow(core: RunCore, live: LiveCore, group: GroupPlan, resize: Resize, c
       reused.removed = false;
       nextAttempt(reused, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: null }, false, iso);
       // The group as it is now: a deployment may have changed its commands since the rank last ran.
-      plans[reused.job_num] = newRankPlan(core.plan.run_name, group, reused.job_num, reused.group_job_index);
+      plans[reused.job_num] = rankPlan(core.plan.run_name, group, reused.job_num, reused.group_job_index);
       added.push(reused);
       continue;
     }
     const jobNum = jobs.length;
-    const plan = newRankPlan(core.plan.run_name, group, jobNum, jobs.filter((job) => job.group_index === group.index).length);
+    const plan = rankPlan(core.plan.run_name, group, jobNum, jobs.filter((job) => job.group_index === group.index).length);
     plans[jobNum] = plan;
     const job = freshJob(jobNum, plan.job_name, group.index, group.name, plan.node_group_job_index, iso);
     jobs.push(job);

@@ -11,6 +11,7 @@ import { nodeLinkNames } from '../../src/backends/local/local-names';
 import { BRIDGE } from '../../src/backends/local/netns';
 import { environHas, readProcStat } from '../../src/backends/local/proc';
 import type { Resources } from '../../src/config/resources-schema';
+import { expandJobs } from '../../src/plan/expand';
 import type { GroupPlan, JobPlan } from '../../src/plan/plan-schema';
 import { buildClusterInfo } from '../../src/runner/cluster-info';
 import { renderJobFiles } from '../../src/runner/job-files';
@@ -50,23 +51,7 @@ export function makeRun(
     commands: g.commands,
     ports: [],
   }));
-  const jobs: JobPlan[] = [];
-  for (const g of plans) {
-    for (let i = 0; i < g.nodes; i += 1) {
-      const num = jobs.length;
-      jobs.push({
-        job_num: num,
-        job_name: `${runName}-${num}-0`,
-        node_group_index: g.index,
-        node_group_name: g.name,
-        node_group_job_index: i,
-        global_master: num === 0,
-        group_master: i === 0,
-        commands: g.commands,
-        ports: [],
-      });
-    }
-  }
+  const jobs = expandJobs(runName, plans);
   return { runId: `${runName}-uid`, runName, submission: 0, env, groups: plans, jobs };
 }
 

@@ -1,5 +1,6 @@
 import type { Resources } from '../../src/config/resources-schema';
-import type { GroupPlan, JobPlan, Plan } from '../../src/plan/plan-schema';
+import { expandJobs } from '../../src/plan/expand';
+import type { GroupPlan, Plan } from '../../src/plan/plan-schema';
 
 /** Hand-built plans for workflow tests, so they do not depend on the YAML layer. */
 
@@ -35,23 +36,7 @@ export function makePlan(runName: string, groups: GroupSketch[], overrides: Part
     commands: g.commands ?? ['true'],
     ports: [],
   }));
-  const jobs: JobPlan[] = [];
-  for (const group of groupPlans) {
-    for (let i = 0; i < group.nodes; i++) {
-      const job_num = jobs.length;
-      jobs.push({
-        job_num,
-        job_name: `${runName}-${job_num}-0`,
-        node_group_index: group.index,
-        node_group_name: group.name,
-        node_group_job_index: i,
-        global_master: job_num === 0,
-        group_master: i === 0,
-        commands: group.commands,
-        ports: [],
-      });
-    }
-  }
+  const jobs = expandJobs(runName, groupPlans);
   return {
     run_name: runName,
     nodes_num: jobs.length,

@@ -12,9 +12,10 @@ describe('bench open-loop load', () => {
       // Far above a 2 ms answer even on a loaded machine: only the thrown errors fail.
       timeoutMs: 30_000,
       send: async () => {
-        calls += 1;
+        // Its own number, taken before it waits: requests overlap (a late timer sends a backlog at once).
+        const n = (calls += 1);
         await sleep(2);
-        if (calls % 10 === 0) throw new Error('boom');
+        if (n % 10 === 0) throw new Error('boom');
       },
     });
     const elapsed = performance.now() - t0;
@@ -23,7 +24,8 @@ describe('bench open-loop load', () => {
     expect(result.failed).toBe(5);
     expect(result.errors[0]).toBe('boom');
     expect(result.latenciesMs).toHaveLength(45);
-    expect(Math.min(...result.latenciesMs)).toBeGreaterThanOrEqual(1.5);
+    // At least the 2 ms answer (a timer may fire up to ~1 ms early by performance.now()).
+    expect(Math.min(...result.latenciesMs)).toBeGreaterThanOrEqual(1);
     // The last request leaves at 245 ms: the schedule is kept (no upper bound: a loaded machine may be late).
     expect(elapsed).toBeGreaterThanOrEqual(240);
   });
