@@ -79,7 +79,8 @@ async function apply(env: NodeJS.ProcessEnv): Promise<string> {
   });
   const code = await new Promise<number>((resolve) => child.once('exit', (c) => resolve(c ?? 1)));
   if (code !== 0) throw new Error(`troupe apply exited with ${code}`);
-  const token = /Authorization: Bearer TOKEN\): (\S+)/.exec(err)?.[1];
+  // Printed once as `  export TOKEN=…` (src/cli/commands/apply.ts).
+  const token = /^ {2}export TOKEN=(\S+)$/m.exec(err)?.[1];
   if (token === undefined) throw new Error("troupe apply did not print the service's token");
   return token;
 }
