@@ -9,7 +9,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { isFinished, NoWorkerError, TroupeClient, type RunState } from '../src/client';
 import { startCodecSidecar, sidecarPort, stopCodecSidecar } from '../src/devserver/codec-sidecar';
@@ -18,6 +18,19 @@ import { pidAlive, portIsOpen, projectRoot, runningDevServer, startDevServer, st
 const example = 'examples/services/pd-service-local.yml';
 const runName = 'pd-service-local';
 const standIn = join(projectRoot, 'examples', 'services', 'stand-in-model.py');
+/**
+ * Where the replicas read the stand-in: a local node has a /tmp of its own and may not see the
+ * checkout (a clone under /tmp), but it sees /var/tmp. A copy, root's, readable by the run's user.
+ */
+export const standInCopy = '/var/tmp/troupe-demo-service/stand-in-model.py';
+
+function copyStandIn(): string {
+  mkdirSync(join(standInCopy, '..'), { recursive: true, mode: 0o755 });
+  chmodSync(join(standInCopy, '..'), 0o755);
+  copyFileSync(standIn, standInCopy);
+  chmodSync(standInCopy, 0o644);
+  return standInCopy;
+}
 /** Its own task queue: a worker without a gateway would fail the service's pushes. */
 const taskQueue = 'troupe-demo-service';
 export const serviceDemoDir = join(projectRoot, '.troupe', 'demo-service');
@@ -174,7 +187,7 @@ export async function serviceDemo(server: DevServerOptions): Promise<number> {
 
     if (signal.aborted) throw new Interrupted();
     applied = true;
-    const token = await apply({ ...env, STAND_IN_MODEL: standIn });
+    const token = await apply({ ...env, STAND_IN_MODEL: copyStandIn() });
     const endpoint = await waitUntilServing(troupe, token, signal);
 
     const args = curlArgs(endpoint, token);

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pidAlive, projectRoot } from '../../src/devserver/dev-server';
 import { demoEnv, runDemo } from '../helpers/demo-script';
+import { standInCopy } from '../../scripts/demo-service';
 
 /**
  * `npm run demo -- --service` as a user runs it (its script, on ports and state directories of its
@@ -25,7 +26,7 @@ function startedPids(output: string): number[] {
 /** Processes of this test's demo still running: its nodes (under its local state dir) and stand-in servers. */
 function leftoverProcesses(): string[] {
   const ps = spawnSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' });
-  return ps.stdout.split('\n').filter((line) => line.includes(scratch) || line.includes(standIn));
+  return ps.stdout.split('\n').filter((line) => line.includes(scratch) || line.includes(standIn) || line.includes(standInCopy));
 }
 
 async function expectNothingLeft(output: string, started = 3): Promise<void> {
