@@ -103,7 +103,7 @@ export function decideDeployment(core: RunCore, event: RunEvent, now: number): D
     return { state: done ? withService(core, { ...service, rollout: null }) : core, effects };
   }
   if (event.kind !== 'tick' || !service.rollout || service.rollout.over) return { state: core, effects };
-  return { state: advance(core, service, now, effects), effects };
+  return { state: advance(core, now, effects), effects };
 }
 
 /** Why the run cannot take a deployment now, or null. */
@@ -131,11 +131,12 @@ function deploy(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { 
   core.run.service = core.run.service ? { ...core.run.service, deployment: number } : core.run.service;
   const next = { ...core, plan: deployedPlan(core.plan, event.plan) };
   const rollout = { id: event.id, number, steps, step: null, rolled: [], error: null, over: false };
-  return advance(withService(next, { ...service, deployment: number, rollout }), { ...service, deployment: number, rollout }, now, effects);
+  return advance(withService(next, { ...service, deployment: number, rollout }), now, effects);
 }
 
 /** The rollout's next move: its step under way watched, then the next step begun, until none is left. */
-function advance(core: RunCore, service: ServiceCore, now: number, effects: Effect[]): RunCore {
+function advance(core: RunCore, now: number, effects: Effect[]): RunCore {
+  const service = serviceOf(core);
   const rollout = service.rollout;
   if (!rollout || rollout.over) return core;
   const step = rollout.step;
@@ -146,42 +147,40 @@ function advance(core: RunCore, service: ServiceCore, now: number, effects: Effe
     const forgotten = withLiveResizes(core, (resizes) => resizes.filter((r) => r.id !== step.resize));
     if (resize.error) return over(forgotten, `deployment ${rollout.number} stopped: ${resize.error}`);
     if (step.phase === 'adding') {
-      const deployment = { ...service.revision_of };
-      for (const n of resize.added) deployment[n] = rollout.number;
-      const victim = oldest(forgotten, { ...service, revision_of: deployment }, step.group, rollout.number);
-      const withAdded = withService(forgotten, { ...service, revision_of: deployment, rollout: { ...rollout, step: null } });
-      if (victim === null) return advance(withAdded, serviceOf(withAdded), now, effects);
-      const members = groupMembers(forgotten.run.jobs, step.group).length;
-      return begin(withAdded, serviceOf(withAdded), { group: step.group, phase: 'removing' }, { nodes: members - 1, victims: [victim] }, now, effects);
+      const revision_of = { ...service.revision_of };
+      for (const n of resize.added) revision_of[n] = rollout.number;
+      const added = withService(forgotten, { ...service, revision_of, rollout: { ...rollout, step: null } });
+      const victim = oldest(added, step.group, rollout.number);
+      if (victim === null) return advance(added, now, effects);
+      const members = groupMembers(added.run.jobs, step.group).length;
+      return begin(added, { group: step.group, phase: 'removing' }, { nodes: members - 1, victims: [victim] }, now, effects);
     }
     // A resize step, or an old replica out: on to the next move (a roll stays first until none is old).
-    const moved = { ...rollout, step: null };
-    return advance(withService(forgotten, { ...service, rollout: moved }), { ...service, rollout: moved }, now, effects);
+    return advance(withService(forgotten, { ...service, rollout: { ...rollout, step: null } }), now, effects);
   }
   const [next, ...rest] = rollout.steps;
   if (!next) return over(core, null);
   const members = groupMembers(core.run.jobs, next.group).length;
   if (next.kind === 'resize') {
-    const popped = { ...service, rollout: { ...rollout, steps: rest } };
-    return begin(withService(core, popped), popped, { group: next.group, phase: 'resizing' }, { nodes: next.nodes }, now, effects);
+    const popped = withService(core, { ...service, rollout: { ...rollout, steps: rest } });
+    return begin(popped, { group: next.group, phase: 'resizing' }, { nodes: next.nodes }, now, effects);
   }
   // A roll: one more replica of the new deployment, then one old one out, until none is old.
-  if (oldest(core, service, next.group, rollout.number) === null) {
-    const done = { ...service, rollout: { ...rollout, steps: rest, rolled: [...rollout.rolled, next.group] } };
-    return advance(withService(core, done), done, now, effects);
+  if (oldest(core, next.group, rollout.number) === null) {
+    return advance(withService(core, { ...service, rollout: { ...rollout, steps: rest, rolled: [...rollout.rolled, next.group] } }), now, effects);
   }
-  return begin(core, service, { group: next.group, phase: 'adding' }, { nodes: members + 1 }, now, effects);
+  return begin(core, { group: next.group, phase: 'adding' }, { nodes: members + 1 }, now, effects);
 }
 
 /** A resize of the deployment's begins as its step under way. */
 function begin(
   core: RunCore,
-  service: ServiceCore,
   step: { group: number; phase: 'resizing' | 'adding' | 'removing' },
   ask: { nodes: number; victims?: number[] },
   now: number,
   effects: Effect[],
 ): RunCore {
+  const service = serviceOf(core);
   const rollout = service.rollout;
   if (!rollout) return core;
   const id = DEPLOY_RESIZE_IDS + service.resizes_made;
@@ -190,7 +189,8 @@ function begin(
 }
 
 /** The group's replica of the oldest deployment still running (lowest rank first), or null when all are of `number`. */
-function oldest(core: RunCore, service: ServiceCore, group: number, number: number): number | null {
+function oldest(core: RunCore, group: number, number: number): number | null {
+  const service = serviceOf(core);
   const old = groupMembers(core.run.jobs, group).filter((job) => !isJobFinished(job) && (service.revision_of[job.job_num] ?? 0) < number);
   old.sort((a, b) => (service.revision_of[a.job_num] ?? 0) - (service.revision_of[b.job_num] ?? 0) || a.job_num - b.job_num);
   return old[0]?.job_num ?? null;
