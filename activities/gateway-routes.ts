@@ -56,6 +56,7 @@ async function pushTo(gateway: GatewayAdmin, table: PushServiceTableInput['table
 
 export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) {
   return {
+    /** PUT the table on every gateway of this worker, in parallel; returns each gateway's public endpoints of this service. */
     async pushServiceTable({ table }: PushServiceTableInput): Promise<PushServiceTableResult> {
       if (gateways.length === 0) {
         throw ApplicationFailure.nonRetryable(
@@ -89,6 +90,7 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
       });
     },
 
+    /** DELETE the run's table on every gateway. */
     async removeServiceTable({ run }: RemoveServiceTableInput): Promise<void> {
       // No gateway here: nothing this worker could have pushed to.
       const failed = rejections(await Promise.allSettled(gateways.map((gateway) => deleteServiceTable(gateway, run))));

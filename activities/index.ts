@@ -7,7 +7,7 @@ import { createPeersActivities } from './peers';
 import { createProvisioningActivities } from './provisioning';
 import { createRunIdentityActivities } from './run-identity';
 import { createTeardownActivities } from './teardown';
-import type { BackendRegistry, TroupeActivities } from './types';
+import type { BackendRegistry } from './types';
 
 export type * from './types';
 
@@ -16,7 +16,8 @@ export interface ActivityOptions {
   gateways?: readonly GatewayAdmin[];
 }
 
-export function createActivities(backends: BackendRegistry, options: ActivityOptions = {}): TroupeActivities {
+/** Every activity a worker offers, by name: what the workflows' proxies are typed by (TroupeActivities). */
+export function createActivities(backends: BackendRegistry, options: ActivityOptions = {}) {
   return {
     ...createProvisioningActivities(backends),
     ...createJobActivities(backends),
@@ -28,3 +29,6 @@ export function createActivities(backends: BackendRegistry, options: ActivityOpt
     ...createGatewayRouteActivities(options.gateways ?? []),
   };
 }
+
+/** The activities as the workflows call them: their types are the implementation's, never written twice. */
+export type TroupeActivities = ReturnType<typeof createActivities>;

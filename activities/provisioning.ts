@@ -1,5 +1,5 @@
 import { ApplicationFailure } from '@temporalio/common';
-import { InstanceUnreachableError, NoCapacityError, SubmissionClosedError, type Instance, type Room } from '../src/backends/backend';
+import { InstanceUnreachableError, NoCapacityError, SubmissionClosedError, type BackendCapabilities, type Instance, type Room } from '../src/backends/backend';
 import { FailureType } from '../src/run-core/failure-table';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
@@ -16,8 +16,9 @@ function provisioningFailureReason(err: unknown): string {
 
 export function createProvisioningActivities(backends: BackendRegistry) {
   return {
-    async describeBackend({ backend }: BackendCall): Promise<{ group_provisioning: boolean }> {
-      return { group_provisioning: backendFor(backends, backend).groupProvisioning };
+    async describeBackend({ backend }: BackendCall): Promise<BackendCapabilities> {
+      const target = backendFor(backends, backend);
+      return { group_provisioning: target.groupProvisioning, provisions_on_worker: target.provisionsOnWorker === true };
     },
 
     /** How many more nodes of a group the fleet has room for now (a resize asks before it changes anything). */

@@ -123,27 +123,3 @@ export interface DrainReplicasResult {
  * table, a wrong token) are not retried; `GatewayUnreachable` (no answer, a 5xx) is.
  */
 export type GatewayFailureType = 'NoGateway' | 'GatewayRefused' | 'GatewayUnreachable';
-
-import type { ProbeHostInput, ProbeHostResult } from './fleet';
-export type { ProbeHostInput, ProbeHostResult };
-
-export interface TroupeActivities {
-  probeFleetHost(input: ProbeHostInput): Promise<ProbeHostResult>;
-  describeBackend(input: BackendCall): Promise<{ group_provisioning: boolean }>;
-  provisionJobs(input: ProvisionInput): Promise<Instance[]>;
-  fleetRoom(input: RoomInput): Promise<Room>;
-  waitRunnersReady(input: WaitRunnersInput): Promise<{ failed: Array<BatchJobFailure & { job_num: number }> }>;
-  runJobs(input: RunJobsInput): Promise<void>;
-  stopJobs(input: StopJobsInput): Promise<void>;
-  releaseJobs(input: ReleaseJobsInput): Promise<void>;
-  releaseRun(input: ReleaseRunInput): Promise<void>;
-  publishPeers(input: PublishPeersInput): Promise<PublishPeersResult>;
-  readJobLog(input: ReadLogInput): Promise<LogChunk>;
-  verifyRunExecution(input: VerifyRunExecutionInput): Promise<void>;
-  /** PUT the table on every gateway of this worker, in parallel. Returns each gateway's public endpoints of this service. */
-  pushServiceTable(input: PushServiceTableInput): Promise<PushServiceTableResult>;
-  /** DELETE the run's table on every gateway. */
-  removeServiceTable(input: RemoveServiceTableInput): Promise<void>;
-  /** Wait until the gateways have no request in flight to these replicas (or the timeout). */
-  drainReplicas(input: DrainReplicasInput): Promise<DrainReplicasResult>;
-}

@@ -1,5 +1,5 @@
 import { allHandlersFinished, condition, continueAsNew, proxyActivities, workflowInfo } from '@temporalio/workflow';
-import type { TroupeActivities } from '../activities/types';
+import type { TroupeActivities } from '../activities';
 import { setFleetHandlers, type Fleet } from './fleet-handlers';
 import { applySpec, specOf } from './fleet-hosts';
 import type { FleetHostState, FleetInput, FleetState } from './fleet-messages';

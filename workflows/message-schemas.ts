@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { InstanceSchema, JobRefSchema } from '../src/backends/backend';
+import { BackendCapabilitiesSchema, InstanceSchema, JobRefSchema } from '../src/backends/backend';
 import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema } from '../src/plan/plan-schema';
 import { CarriedCoreSchema, PeersBookSchema } from '../src/run-core/state-schema';
 import { JobTerminationReasonSchema } from './run-state-schema';
@@ -99,7 +99,7 @@ export const CarriedRunSchema = z.object({
   core: CarriedCoreSchema,
   /** 0 for the run's first execution, +1 at each hand-over: part of its group children's ids. */
   generation: z.number().int().positive(),
-  group_provisioning: z.boolean(),
+  capabilities: BackendCapabilitiesSchema,
   announced: AddressBookSchema.nullable(),
   /** Jobs already let start. */
   signalled: z.array(z.number().int()),

@@ -1,6 +1,5 @@
 import { ActivityCancellationType, proxyActivities, proxyLocalActivities, type LocalActivityOptions } from '@temporalio/workflow';
-import type { TroupeActivities } from '../activities/types';
-import { LOCAL_BACKEND } from '../src/backends/backend-names';
+import type { TroupeActivities } from '../activities';
 import { FailureType } from '../src/run-core/failure-table';
 import type { NodeGroupInput } from './node-group-input';
 
@@ -35,12 +34,12 @@ function provisionOptions(input: NodeGroupInput, newAttempt: boolean): LocalActi
 }
 
 /**
- * The local fleet is the machine of the worker that runs the group's workflow task, and it
- * provisions in milliseconds: provisioned as a local activity, inside that task, without the two
- * round trips through the server an activity takes (schedule, then its result in a new task).
+ * A backend that provisions on the worker's own machine, in milliseconds (the local fleet), is
+ * called as a local activity, inside the group's workflow task, without the two round trips through
+ * the server an activity takes (schedule, then its result in a new task).
  */
 export function provisionJobsActivity(input: NodeGroupInput, newAttempt = false) {
-  return input.backend === LOCAL_BACKEND
+  return input.capabilities.provisions_on_worker
     ? proxyLocalActivities<TroupeActivities>(provisionOptions(input, newAttempt)).provisionJobs
     : proxyActivities<TroupeActivities>({ ...provisionOptions(input, newAttempt), heartbeatTimeout: HEARTBEAT_TIMEOUT }).provisionJobs;
 }

@@ -33,7 +33,7 @@ async function runAttempts(input: NodeGroupInput, group: GroupState, jobs: JobPl
   };
   const room = { makeRoom: release.length > 0 ? giveBack : null };
   const placed: JobPlan[] = [];
-  if (input.group_provisioning) {
+  if (input.capabilities.group_provisioning) {
     if (await provision(input, group, jobs, room)) placed.push(...jobs);
   } else {
     const results = await Promise.all(jobs.map((job) => provision(input, group, [job], room)));

@@ -1,4 +1,4 @@
-import type { Instance } from '../src/backends/backend';
+import type { BackendCapabilities, Instance } from '../src/backends/backend';
 import type { GroupPlan, JobPlan, Plan, RetryPolicy } from '../src/plan/plan-schema';
 import type { RunOptions } from './messages';
 
@@ -8,7 +8,8 @@ export interface NodeGroupInput {
   run_uid: string;
   submission: number;
   backend: string;
-  group_provisioning: boolean;
+  /** What the run's backend can do: how the group provisions. */
+  capabilities: BackendCapabilities;
   group: GroupPlan;
   /** This group's jobs, master first. */
   jobs: JobPlan[];

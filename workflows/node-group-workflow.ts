@@ -46,7 +46,7 @@ async function startInitialJobs(input: NodeGroupInput, group: GroupState): Promi
 
   // The staged unlock: the master's attempt (or the whole batch) first; the rest only after it.
   await condition(() => group.unlocked);
-  if (input.group_provisioning) {
+  if (input.capabilities.group_provisioning) {
     if (!(await provision(input, group, input.jobs))) return;
   } else {
     if (!(await provision(input, group, [master]))) return;

@@ -1,6 +1,7 @@
 import { proxyActivities } from '@temporalio/workflow';
 import type { LogChunk } from '../src/backends/backend';
-import type { ReadLogInput, TroupeActivities } from '../activities/types';
+import type { TroupeActivities } from '../activities';
+import type { ReadLogInput } from '../activities/types';
 
 const { readJobLog } = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '30s',

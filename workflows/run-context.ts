@@ -1,5 +1,6 @@
 import { upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { RunEvent } from '../src/run-core/events';
+import type { BackendCapabilities } from '../src/backends/backend';
 import { newRunCore, type RunCore } from '../src/run-core/state';
 import type { AddressBook, RunInput } from './messages';
 import type { RunState, RunStatus } from './run-state';
@@ -21,8 +22,8 @@ export interface Run {
   readonly state: RunState;
   /** Events queued by the handlers, oldest first, for the loop. */
   inbox: RunEvent[];
-  /** The backend provisions a group's batch in one call. */
-  groupProvisioning: boolean;
+  /** What the run's backend can do (asked once, at the run's start; carried across hand-overs). */
+  capabilities: BackendCapabilities;
   /** Bumped when a step outside the core changes the jobs: the loop looks again. */
   version: number;
   /** Healing, resizing and live peers (null: the run uses none of them). */
@@ -64,7 +65,7 @@ export function newRun(input: RunInput): Run {
       return this.core.run;
     },
     inbox: [],
-    groupProvisioning: false,
+    capabilities: { group_provisioning: false, provisions_on_worker: false },
     version: 0,
     live: core.live ? newLiveRun() : null,
     submissionNow: null,

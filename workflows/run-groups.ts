@@ -61,7 +61,7 @@ function startGroup(run: Run, index: number, adopt: boolean): Promise<ChildWorkf
     run_uid: state.run_uid,
     submission: state.submission,
     backend: input.backend,
-    group_provisioning: run.groupProvisioning,
+    capabilities: run.capabilities,
     group,
     jobs: plan.jobs.filter((job) => job.node_group_index === index),
     run: {

@@ -74,7 +74,7 @@ export async function handOver(run: Run, submission: Submission): Promise<never>
   const carried: CarriedRun = {
     core,
     generation: run.generation + 1,
-    group_provisioning: run.groupProvisioning,
+    capabilities: run.capabilities,
     announced: run.announced,
     signalled: [...submission.signalled],
     live: { unwanted: live.unwanted },
@@ -89,7 +89,7 @@ export function resumeRun(input: RunInput, carried: CarriedRun): { run: Run; sig
   // The core as the execution before left it: its submission goes on where it was, its jobs running.
   run.core = { ...carried.core, plan: input.plan };
   run.generation = carried.generation;
-  run.groupProvisioning = carried.group_provisioning;
+  run.capabilities = carried.capabilities;
   run.announced = carried.announced;
   // Until its children have taken the jobs up (startGroups), resizes are asked again.
   run.handingOver = true;

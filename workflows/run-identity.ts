@@ -1,5 +1,5 @@
 import { ApplicationFailure, proxyLocalActivities, workflowInfo } from '@temporalio/workflow';
-import type { TroupeActivities } from '../activities/types';
+import type { TroupeActivities } from '../activities';
 import { FailureType } from '../src/run-core/failure-table';
 import type { CarriedRun } from './messages';
 import type { NodeGroupInput } from './node-group-input';

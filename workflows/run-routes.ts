@@ -1,5 +1,5 @@
 import { proxyActivities } from '@temporalio/workflow';
-import type { TroupeActivities } from '../activities/types';
+import type { TroupeActivities } from '../activities';
 import type { Effect } from '../src/run-core/effects';
 import { activeJobs, isJobFinished } from '../src/run-core/jobs';
 import { DRAIN_TIMEOUT_S, replicaUrl, routesSettled } from '../src/run-core/routing';

@@ -1,5 +1,5 @@
 import { ApplicationFailure, condition, proxyActivities, setHandler } from '@temporalio/workflow';
-import type { TroupeActivities } from '../activities/types';
+import type { TroupeActivities } from '../activities';
 import type { GroupPlan } from '../src/plan/plan-schema';
 import type { Effect } from '../src/run-core/effects';
 import { groupMembers } from '../src/run-core/jobs';

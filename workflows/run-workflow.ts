@@ -6,7 +6,7 @@ import {
   isCancellation,
   proxyLocalActivities,
 } from '@temporalio/workflow';
-import type { TroupeActivities } from '../activities/types';
+import type { TroupeActivities } from '../activities';
 import { decideAfterTeardown, resubmit } from '../src/run-core/outcome';
 import { withoutPeersProblem } from '../src/run-core/peers';
 import type { RunInput, RunInputArg } from './messages';
@@ -44,10 +44,8 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   setScaleHandler(run);
   setDeployHandler(run);
   try {
-    // Whether the backend provisions a group in one call only matters to groups of several nodes.
-    if (!resumed && run.input.plan.groups.some((g) => g.nodes > 1)) {
-      run.groupProvisioning = (await describeBackend({ backend: run.input.backend })).group_provisioning;
-    }
+    // What the backend can do decides how its groups provision (a resumed run carries the answer).
+    if (!resumed) run.capabilities = await describeBackend({ backend: run.input.backend });
     let submission = resumed ? await startGroups(run, resumed) : await startSubmission(run);
     for (;;) {
       const outcome = await runSubmission(run, submission);

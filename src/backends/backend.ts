@@ -99,10 +99,28 @@ export interface LogChunk {
   next_offset: number;
 }
 
+/**
+ * What a backend can do, asked once per run (the `describeBackend` activity) and carried by the run
+ * and its groups: the paths a run takes follow from these, never from the backend's name.
+ */
+export const BackendCapabilitiesSchema = z.object({
+  /** One provision() call may place a whole group's batch. */
+  group_provisioning: z.boolean(),
+  /**
+   * provision() places nodes on the worker's own machine, in milliseconds: the group provisions as a
+   * local activity, inside its workflow task, without the two round trips through the server an
+   * activity takes (schedule, then its result in a new task).
+   */
+  provisions_on_worker: z.boolean(),
+});
+export type BackendCapabilities = z.infer<typeof BackendCapabilitiesSchema>;
+
 export interface Backend {
   readonly kind: string;
   /** True when one provision() call may place a whole group's batch. */
   readonly groupProvisioning: boolean;
+  /** True when provision() places nodes on the worker's own machine (BackendCapabilities.provisions_on_worker); absent: false. */
+  readonly provisionsOnWorker?: boolean;
   /** Places the jobs; throws NoCapacityError when the fleet cannot hold them. */
   provision(req: ProvisionRequest): Promise<Instance[]>;
   /**

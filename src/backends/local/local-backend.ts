@@ -154,6 +154,8 @@ function forEachJob<T, R>(items: readonly T[], fn: (item: T, index: number) => P
 export class LocalBackend implements Backend {
   readonly kind = 'local';
   readonly groupProvisioning: boolean;
+  /** The local fleet is the machine of the worker that provisions. */
+  readonly provisionsOnWorker = true;
   private readonly store: InstanceStore;
   /** Single stops (stopJob, releaseJob) that read and write job files at once, however many a caller asks for. */
   private readonly jobFiles = new Slots(JOBS_IN_FLIGHT);
