@@ -1,7 +1,9 @@
-import { ApplicationFailure } from '@temporalio/common';
+import type { ApplicationFailure } from '@temporalio/common';
 import { deleteServiceTable, gatewayInfo, GatewayAdminError, putServiceTable, serviceInflight, type GatewayAdmin } from '../src/gateway/admin-client';
 import type { GatewayInfo } from '../src/gateway/routing-table';
-import type { DrainReplicasInput, DrainReplicasResult, GatewayFailureType, PushServiceTableInput, PushServiceTableResult, RemoveServiceTableInput } from './types';
+import type { DrainReplicasInput, DrainReplicasResult, PushServiceTableInput, PushServiceTableResult, RemoveServiceTableInput } from './types';
+import { FailureType } from '../src/run-core/failure-table';
+import { activityFailure } from './activity-failure';
 import { whileHeartbeating } from './heartbeat';
 
 /** How often a drain asks the gateways, and how long one answer may take. */
@@ -13,10 +15,6 @@ const DRAIN_POLL_TIMEOUT_MS = 2_000;
  * they serve from the table they hold, so a push that fails on one gateway leaves the others served,
  * and a retry is harmless (an equal generation replaces, a lower one is refused as stale).
  */
-
-export const NO_GATEWAY: GatewayFailureType = 'NoGateway';
-export const GATEWAY_REFUSED: GatewayFailureType = 'GatewayRefused';
-export const GATEWAY_UNREACHABLE: GatewayFailureType = 'GatewayUnreachable';
 
 /** Where a gateway serves a run: by path on its data plane, and by Host where it has a domain (data-plane.ts routeOf). */
 export function serviceEndpoints(info: GatewayInfo, run: string): string[] {
@@ -38,8 +36,8 @@ function gatewaysFailed(what: string, total: number, errors: unknown[]): Applica
   const shown = (list: GatewayAdminError[]) => list.map((e) => e.message).join('; ');
   const others = total - errors.length;
   const tail = others > 0 ? ` (the other ${others} gateway(s) took it)` : '';
-  if (refused.length > 0) return ApplicationFailure.nonRetryable(`${what} refused: ${shown(refused)}${tail}`, GATEWAY_REFUSED);
-  return ApplicationFailure.retryable(`${what} failed on ${known.map((e) => e.adminUrl).join(', ')}: ${shown(known)}${tail}`, GATEWAY_UNREACHABLE);
+  if (refused.length > 0) return activityFailure(FailureType.GatewayRefused, `${what} refused: ${shown(refused)}${tail}`);
+  return activityFailure(FailureType.GatewayUnreachable, `${what} failed on ${known.map((e) => e.adminUrl).join(', ')}: ${shown(known)}${tail}`);
 }
 
 function rejections(results: PromiseSettledResult<unknown>[]): unknown[] {
@@ -59,9 +57,9 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
     /** PUT the table on every gateway of this worker, in parallel; returns each gateway's public endpoints of this service. */
     async pushServiceTable({ table }: PushServiceTableInput): Promise<PushServiceTableResult> {
       if (gateways.length === 0) {
-        throw ApplicationFailure.nonRetryable(
+        throw activityFailure(
+          FailureType.NoGateway,
           `service ${table.run} cannot be served: this worker has no gateway: start \`troupe gateway\` and give the worker --gateway ADMIN_URL (or env TROUPE_GATEWAYS)`,
-          NO_GATEWAY,
         );
       }
       // A stale answer is success: the gateway holds a newer table of this run, pushed by a later attempt.

@@ -1,4 +1,5 @@
 import type { GatewayAdmin } from '../src/gateway/admin-client';
+import { atTheBoundary } from './activity-failure';
 import { createFleetActivities } from './fleet';
 import { createGatewayRouteActivities } from './gateway-routes';
 import { createJobBatchActivities } from './job-batches';
@@ -18,7 +19,7 @@ export interface ActivityOptions {
 
 /** Every activity a worker offers, by name: what the workflows' proxies are typed by (TroupeActivities). */
 export function createActivities(backends: BackendRegistry, options: ActivityOptions = {}) {
-  return {
+  return atTheBoundary({
     ...createProvisioningActivities(backends),
     ...createJobActivities(backends),
     ...createJobBatchActivities(backends),
@@ -27,7 +28,7 @@ export function createActivities(backends: BackendRegistry, options: ActivityOpt
     ...createFleetActivities(),
     ...createRunIdentityActivities(),
     ...createGatewayRouteActivities(options.gateways ?? []),
-  };
+  });
 }
 
 /** The activities as the workflows call them: their types are the implementation's, never written twice. */

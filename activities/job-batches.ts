@@ -1,11 +1,11 @@
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
 import { WorkflowNotFoundError } from '@temporalio/client';
-import { CannotStartError, InstanceUnreachableError, SubmissionClosedError, type Backend, type JobFiles, type JobRef } from '../src/backends/backend';
+import { CannotStartError, SubmissionClosedError, type Backend, type JobFiles, type JobRef } from '../src/backends/backend';
 import { renderProbeScript } from '../src/runner/ready-probe';
 import { FailureType, type BatchJobFailure } from '../src/run-core/failure-table';
 import { AddressBookSchema } from '../workflows/message-schemas';
 import { jobEventsSignal, runAddressBookQuery, type AddressBook, type JobEvent } from '../workflows/messages';
+import { activityFailure, jobFailureOf } from './activity-failure';
 import { backendFor } from './backend-lookup';
 import { mapLimit } from '../src/concurrency/map-limit';
 import type { RunSshKeys } from '../src/secrets/run-ssh-keys';
@@ -61,10 +61,7 @@ async function sendEvents(ctx: Context, runWorkflowId: string, submission: numbe
 async function askAddressBook(ctx: Context, runWorkflowId: string, submission: number): Promise<AddressBook> {
   const answer = await ctx.client.workflow.getHandle(runWorkflowId).query(runAddressBookQuery, { submission });
   if (answer === null) {
-    throw ApplicationFailure.nonRetryable(
-      `${runWorkflowId} has no address book for submission ${submission} (it has moved on to another)`,
-      FailureType.SubmissionClosed,
-    );
+    throw activityFailure(FailureType.SubmissionClosed, `${runWorkflowId} has no address book for submission ${submission} (it has moved on to another)`);
   }
   return AddressBookSchema.parse(answer);
 }
@@ -196,13 +193,11 @@ async function startBatch(
   let env: Record<string, string>;
   let sshKeys: RunSshKeys | null;
   try {
-    if (run instanceof SecretKeyError) throw ApplicationFailure.nonRetryable(run.message, FailureType.SecretKey);
+    if (run instanceof SecretKeyError) throw run;
     env = openSecrets(input.run.env, run);
     sshKeys = runSshKeysFor(input.run_uid, input.submission, addresses.job_ips.length);
   } catch (err) {
-    if (err instanceof ApplicationFailure && err.type === FailureType.SecretKey) {
-      return { events: input.jobs.map(({ ref }) => failed(ref, { type: FailureType.SecretKey, message: err.message })), running: [] };
-    }
+    if (err instanceof SecretKeyError) return { events: input.jobs.map(({ ref }) => failed(ref, jobFailureOf(err, FailureType.SecretKey))), running: [] };
     throw err;
   }
   const ctx = {
@@ -236,11 +231,10 @@ async function startBatch(
         return { kind: 'running', job_num: ref.job_num, ...attemptOf(ref), pid };
       } catch (err) {
         // Released, or a stop claimed the job first: starting it now would leak a process.
-        if (err instanceof SubmissionClosedError) return failed(ref, { type: FailureType.SubmissionClosed, message: err.message });
+        if (err instanceof SubmissionClosedError) return failed(ref, jobFailureOf(err, FailureType.SubmissionClosed));
         // Trying again cannot help (no container runtime for its image): the job fails now, naming the host.
         if (attempt >= START_ATTEMPTS || err instanceof CannotStartError) {
-          const type = err instanceof InstanceUnreachableError ? FailureType.InstanceUnreachable : 'StartFailed';
-          return failed(ref, { type, message: `${ref.job_name} on ${ref.instance.host} did not start: ${messageOf(err)}` });
+          return failed(ref, jobFailureOf(err, FailureType.StartFailed, `${ref.job_name} on ${ref.instance.host} did not start: ${messageOf(err)}`));
         }
         await new Promise((resolve) => setTimeout(resolve, 500 * 2 ** (attempt - 1)));
       }

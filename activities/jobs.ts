@@ -1,4 +1,3 @@
-import { ApplicationFailure } from '@temporalio/common';
 import type { Backend, JobFiles, JobRef } from '../src/backends/backend';
 import type { JobPlan } from '../src/plan/plan-schema';
 import type { AddressBook } from '../workflows/messages';
@@ -7,7 +6,6 @@ import { renderJobFiles } from '../src/runner/job-files';
 import { deriveRunSshKeys, type RunSshKeys } from '../src/secrets/run-ssh-keys';
 import { loadSecretKey, openEnv, sealedEntries, SecretKeyError } from '../src/secrets/sealed-env';
 import { bindSealNonces, type RunExecution } from '../src/secrets/seal-binding';
-import { FailureType } from '../src/run-core/failure-table';
 import { backendFor } from './backend-lookup';
 import type { BackendRegistry, ReadLogInput, RunOfJob } from './types';
 
@@ -63,17 +61,12 @@ export function hasSealedValues(env: Readonly<Record<string, string>>): boolean 
  * value that does not open for this run never binds its nonce.
  */
 export function openSecrets(env: Readonly<Record<string, string>>, run: RunExecution | null): Record<string, string> {
-  try {
-    const entries = sealedEntries(env);
-    if (entries.length === 0) return { ...env };
-    if (run === null) throw new SecretKeyError('sealed env values with no run to open them for');
-    const opened = openEnv(env, () => loadSecretKey({ create: false }), run.workflowId);
-    bindSealNonces(entries, run);
-    return opened;
-  } catch (err) {
-    if (err instanceof SecretKeyError) throw ApplicationFailure.nonRetryable(err.message, FailureType.SecretKey);
-    throw err;
-  }
+  const entries = sealedEntries(env);
+  if (entries.length === 0) return { ...env };
+  if (run === null) throw new SecretKeyError('sealed env values with no run to open them for');
+  const opened = openEnv(env, () => loadSecretKey({ create: false }), run.workflowId);
+  bindSealNonces(entries, run);
+  return opened;
 }
 
 /**
@@ -83,12 +76,7 @@ export function openSecrets(env: Readonly<Record<string, string>>, run: RunExecu
  */
 export function runSshKeysFor(runUid: string, submission: number, nodes: number): RunSshKeys | null {
   if (nodes < 2) return null;
-  try {
-    return deriveRunSshKeys(loadSecretKey({ create: true }), runUid, submission);
-  } catch (err) {
-    if (err instanceof SecretKeyError) throw ApplicationFailure.nonRetryable(err.message, FailureType.SecretKey);
-    throw err;
-  }
+  return deriveRunSshKeys(loadSecretKey({ create: true }), runUid, submission);
 }
 
 /** What rendering a job's files needs from the run (once per start call or batch). */

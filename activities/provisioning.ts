@@ -1,6 +1,4 @@
-import { ApplicationFailure } from '@temporalio/common';
 import { InstanceUnreachableError, NoCapacityError, SubmissionClosedError, type BackendCapabilities, type Instance, type Room } from '../src/backends/backend';
-import { FailureType } from '../src/run-core/failure-table';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
 import { workerMetrics } from '../src/metrics/troupe-metrics';
@@ -33,12 +31,6 @@ export function createProvisioningActivities(backends: BackendRegistry) {
         return await whileHeartbeating(() => target.provision(request));
       } catch (err) {
         workerMetrics.provisioningFailures.inc({ backend, reason: provisioningFailureReason(err) });
-        if (err instanceof NoCapacityError) {
-          throw ApplicationFailure.retryable(err.message, FailureType.NoCapacity);
-        }
-        if (err instanceof SubmissionClosedError) {
-          throw ApplicationFailure.nonRetryable(err.message, FailureType.SubmissionClosed);
-        }
         throw err;
       }
     },

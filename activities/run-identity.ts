@@ -1,5 +1,5 @@
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
+import { activityFailure } from './activity-failure';
 import { FailureType } from '../src/run-core/failure-table';
 import type { VerifyRunExecutionInput } from './types';
 
@@ -30,7 +30,7 @@ export function createRunIdentityActivities() {
             : started.firstExecutionRunId !== run_uid
               ? `its first execution is ${started.firstExecutionRunId ?? '?'}, not ${run_uid}`
               : null;
-      if (problem) throw ApplicationFailure.nonRetryable(`run ${workflow_id} (${run_id}) cannot act as run ${run_uid}: ${problem}`, FailureType.ForgedRunIdentity);
+      if (problem) throw activityFailure(FailureType.ForgedRunIdentity, `run ${workflow_id} (${run_id}) cannot act as run ${run_uid}: ${problem}`);
     },
   };
 }

@@ -1,8 +1,7 @@
 /** What the activities take and give: a module of types alone, so that every activity file and the workflows can import it without a circle. */
-import type { Backend, Instance, JobRef, LogChunk, PeersFile, ProvisionRequest, Room, RoomRequest } from '../src/backends/backend';
+import type { Backend, JobRef, PeersFile, ProvisionRequest, RoomRequest } from '../src/backends/backend';
 import type { AddressBook } from '../workflows/messages';
 import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
-import type { BatchJobFailure } from '../src/run-core/failure-table';
 import type { ServiceTableInput } from '../src/gateway/routing-table';
 
 /** The backends a worker can drive, by the name a run asks for (`local`, `ssh`, …). */
@@ -117,9 +116,3 @@ export interface DrainReplicasResult {
   left: number;
   silent_gateways: string[];
 }
-
-/**
- * How the gateway activities fail. `NoGateway` (the worker has none) and `GatewayRefused` (a 4xx: a bad
- * table, a wrong token) are not retried; `GatewayUnreachable` (no answer, a 5xx) is.
- */
-export type GatewayFailureType = 'NoGateway' | 'GatewayRefused' | 'GatewayUnreachable';

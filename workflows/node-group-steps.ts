@@ -1,7 +1,7 @@
 import { getExternalWorkflowHandle, isCancellation } from '@temporalio/workflow';
 import type { JobRef } from '../src/backends/backend';
 import type { JobPlan } from '../src/plan/plan-schema';
-import { classifyBatchFailure, type BatchJobFailure } from '../src/run-core/failure-table';
+import { classifyBatchFailure, FailureType, type BatchJobFailure } from '../src/run-core/failure-table';
 import { classifyProvisioningFailure, classifyRunningFailure } from './failures';
 import { jobEventsSignal, type AddressBook, type JobEvent } from './messages';
 import { batchActivities, provisionJobsActivity, supervisedActivities } from './node-group-activities';
@@ -83,7 +83,7 @@ async function waitForRunners(input: NodeGroupInput, jobs: JobRef[], label: stri
   } catch (err) {
     if (isCancellation(err)) throw err;
     const { message } = classifyRunningFailure(err);
-    return jobs.map((job) => ({ job_num: job.job_num, type: 'RunnerWaitFailed', message }));
+    return jobs.map((job) => ({ job_num: job.job_num, type: FailureType.RunnerWaitFailed, message }));
   }
 }
 

@@ -1,4 +1,5 @@
 import { ApplicationFailure, condition, setHandler } from '@temporalio/workflow';
+import { FailureType } from '../src/run-core/failure-table';
 import { deploymentChange, deploymentRefusal } from '../src/run-core/deployment';
 import { groupMembers } from '../src/run-core/jobs';
 import { routesSettled } from '../src/run-core/routing';
@@ -23,8 +24,8 @@ export function setDeployHandler(run: Run): void {
       await condition(() => rolloutOf()?.over === true || run.state.status !== 'RUNNING');
       const rollout = rolloutOf();
       run.inbox.push({ kind: 'deploy-answered', id });
-      if (!rollout?.over) throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before its deployment was over`, 'DeployFailed');
-      if (rollout.error) throw ApplicationFailure.nonRetryable(rollout.error, 'DeployFailed');
+      if (!rollout?.over) throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before its deployment was over`, FailureType.DeployFailed);
+      if (rollout.error) throw ApplicationFailure.nonRetryable(rollout.error, FailureType.DeployFailed);
       await condition(() => routesSettled(run.core) || run.state.status !== 'RUNNING');
       const { groups } = run.core.plan;
       return {
@@ -58,6 +59,6 @@ function validate(run: Run, plan: Plan): void {
 async function checkedPlan(given: unknown): Promise<Plan> {
   const { RunInputSchema } = await import(/* webpackMode: "eager" */ './message-schemas');
   const parsed = RunInputSchema.shape.plan.safeParse(given);
-  if (!parsed.success) throw ApplicationFailure.nonRetryable(`not a service plan: ${parsed.error.message}`, 'DeployFailed');
+  if (!parsed.success) throw ApplicationFailure.nonRetryable(`not a service plan: ${parsed.error.message}`, FailureType.DeployFailed);
   return parsed.data;
 }

@@ -1,5 +1,6 @@
 import { proxyActivities } from '@temporalio/workflow';
 import type { TroupeActivities } from '../activities';
+import { FailureType } from '../src/run-core/failure-table';
 import type { Effect } from '../src/run-core/effects';
 import { activeJobs, isJobFinished } from '../src/run-core/jobs';
 import { DRAIN_TIMEOUT_S, replicaUrl, routesSettled } from '../src/run-core/routing';
@@ -16,7 +17,7 @@ import type { Run } from './run-context';
 const gatewayActivities = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '20s',
   scheduleToCloseTimeout: '90s',
-  retry: { initialInterval: '1s', maximumInterval: '10s', nonRetryableErrorTypes: ['NoGateway', 'GatewayRefused'] },
+  retry: { initialInterval: '1s', maximumInterval: '10s', nonRetryableErrorTypes: [FailureType.NoGateway, FailureType.GatewayRefused] },
 });
 
 /** A drain polls the gateways for up to its timeout, heartbeating. */

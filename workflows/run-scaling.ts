@@ -27,7 +27,7 @@ export function setScaleHandler(run: Run): void {
       const { live } = run;
       const group = groupNamed(run, name);
       // The validator let it in: a run with a ranged group is live.
-      if (!live) throw ApplicationFailure.nonRetryable(`run ${run.core.plan.run_name} is not running`, 'ScaleFailed');
+      if (!live) throw ApplicationFailure.nonRetryable(`run ${run.core.plan.run_name} is not running`, FailureType.ScaleFailed);
       live.resizing.add(group.index);
       try {
         await checkRoom(run, group, nodes);
@@ -92,11 +92,11 @@ async function checkRoom(run: Run, group: GroupPlan, nodes: number): Promise<voi
   ]);
   if (room.fits < count) {
     const why = room.reason ? `: ${room.reason}` : '';
-    throw ApplicationFailure.nonRetryable(`${room.fleet} has room for ${room.fits} more ${group.name} node${room.fits === 1 ? '' : 's'}, not ${count}${why}`, 'ScaleFailed');
+    throw ApplicationFailure.nonRetryable(`${room.fleet} has room for ${room.fits} more ${group.name} node${room.fits === 1 ? '' : 's'}, not ${count}${why}`, FailureType.ScaleFailed);
   }
   // The run may have moved on while the fleet answered.
   const refused = runRefusal(run, group);
-  if (refused) throw ApplicationFailure.nonRetryable(refused, 'ScaleFailed');
+  if (refused) throw ApplicationFailure.nonRetryable(refused, FailureType.ScaleFailed);
 }
 
 /**
@@ -110,8 +110,8 @@ async function resize(run: Run, group: GroupPlan, nodes: number): Promise<ScaleG
   await condition(() => resizeOf(run.core, id)?.phase === 'over' || run.state.status !== 'RUNNING');
   const answer = resizeOf(run.core, id);
   run.inbox.push({ kind: 'resize-answered', id });
-  if (answer?.phase !== 'over') throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before ${group.name} was resized`, 'ScaleFailed');
-  if (answer.error) throw ApplicationFailure.nonRetryable(answer.error, 'ScaleFailed');
+  if (answer?.phase !== 'over') throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before ${group.name} was resized`, FailureType.ScaleFailed);
+  if (answer.error) throw ApplicationFailure.nonRetryable(answer.error, FailureType.ScaleFailed);
   const { added, removed } = answer;
   if (added.length > 0 || removed.length > 0) metricsOfRun.groupResized(group.name, added.length > 0 ? 'up' : 'down');
   await condition(() => peersSettled(run.core) || run.state.status !== 'RUNNING');
