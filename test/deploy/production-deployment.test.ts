@@ -242,6 +242,26 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
     expect(await handshakeWithoutCertificate(MATCHING_PORT!)).toBe('ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED');
   });
 
+  it("the workers' container healthcheck connects with the client certificate: healthy; without it, unhealthy and why", async () => {
+    const healthcheck = (env: Record<string, string>) => {
+      const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TEMPORAL_TLS')));
+      return run(process.execPath, ['--import', 'tsx', join(repo, 'deploy', 'worker-healthcheck.ts')], {
+        cwd: repo,
+        env: { ...base, ...env, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue },
+        timeout: 60_000,
+      }).then(
+        ({ stdout }) => ({ code: 0, out: stdout }),
+        (err: { code: number; stdout: string }) => ({ code: err.code, out: err.stdout }),
+      );
+    };
+    const healthy = await healthcheck(tlsEnv);
+    expect(healthy.out).toMatch(/^healthy: the worker on .* polls; Temporal at /);
+    expect(healthy.code).toBe(0);
+    const plain = await healthcheck({});
+    expect(plain).toMatchObject({ code: 1 });
+    expect(plain.out).toMatch(/^unhealthy: cannot reach the Temporal service at .*: it speaks TLS and this client connected without; /);
+  });
+
   it('runs the PD sample DONE; ps, logs and visibility lists by TroupeRunStatus and TroupeGroups find it', async () => {
     const name = `pd-${taskQueue.slice(-8)}`;
     await troupe!.submit({ plan: pdPlan(name, 3) });
