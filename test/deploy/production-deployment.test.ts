@@ -236,8 +236,9 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
     await expect(run(temporal, [...health, '--command-timeout', '5s'])).rejects.toThrow();
     const { stdout } = await run(temporal, [...health, '--tls-cert-path', tlsEnv.TEMPORAL_TLS_CLIENT_CERT_PATH, '--tls-key-path', tlsEnv.TEMPORAL_TLS_CLIENT_KEY_PATH]);
     expect(stdout).toMatch(/SERVING/);
-    // Internode: history and matching ask every caller for a certificate of the CA as well.
-    const { HISTORY_PORT, MATCHING_PORT } = ports();
+    // The frontend's HTTP API too; and internode: history and matching ask every caller for a certificate of the CA.
+    const { HTTP_PORT, HISTORY_PORT, MATCHING_PORT } = ports();
+    expect(await handshakeWithoutCertificate(HTTP_PORT!)).toBe('ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED');
     expect(await handshakeWithoutCertificate(HISTORY_PORT!)).toBe('ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED');
     expect(await handshakeWithoutCertificate(MATCHING_PORT!)).toBe('ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED');
   });
