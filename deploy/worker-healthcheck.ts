@@ -13,7 +13,7 @@ import { connectClient, connectionSettings, describeConnection } from '../src/cl
  *
  *   node --import tsx deploy/worker-healthcheck.ts     exit 0 healthy, 1 not (Docker's meanings)
  *
- * Connection settings come from the same environment as the worker's (TEMPORAL_ADDRESS, …).
+ * Connection settings come from the same environment as the worker's (TEMPORAL_ADDRESS, the TEMPORAL_TLS_* files, …).
  */
 
 /** TaskQueueType numbers of the Temporal API. */

@@ -4,10 +4,14 @@
 # matching and worker services each in its own process (so one can be killed and restarted alone);
 # and a Troupe service gateway (`troupe gateway`), its tables kept in the state dir. Troupe workers
 # are yours to start: `up` prints how, with the gateway's admin address and token file.
+# The frontend and the services' traffic among themselves are mTLS: the first `up` makes a CA, a
+# certificate for the services and one for clients (tls/ in the state dir, keys 0600), and a client
+# without a certificate of that CA is refused. `up` prints the variables a client needs.
 #
 #   scripts/deploy-local.sh up       start what is not running; the first time also builds the server,
-#                                    creates the database, the schemas, the namespace `default` and
-#                                    Troupe's search attributes. Prints the frontend's address.
+#                                    makes the certificates, creates the database, the schemas, the
+#                                    namespace `default` and Troupe's search attributes. Prints the
+#                                    frontend's address and the TLS variables a client needs.
 #   scripts/deploy-local.sh down     stop the services and PostgreSQL (by recorded pid); data is kept
 #   scripts/deploy-local.sh stop NAME  stop one part gracefully: postgresql, frontend, history,
 #                                    matching, worker or gateway (`up` starts it again)
@@ -30,6 +34,13 @@ state=${TROUPE_DEPLOY_DIR:-$repo/.troupe/deploy}
 cache=${TROUPE_TEMPORAL_SERVER_CACHE:-$HOME/.cache/troupe/temporal-server-$version}
 services=(frontend history matching worker)
 temporal_cli=$repo/.venv/bin/temporal
+tls=$state/tls
+# What a client of this deployment needs besides its address: the temporal CLI's flags, and its
+# variable names, which Troupe reads too. The server name is the certificate's `localhost`: Node
+# warns when it is given an IP address as a TLS server name.
+cli_tls=(--tls-ca-path "$tls/ca.pem" --tls-cert-path "$tls/client.pem" --tls-key-path "$tls/client.key" --tls-server-name localhost)
+client_tls_env=(TEMPORAL_TLS_SERVER_CA_CERT_PATH="$tls/ca.pem" TEMPORAL_TLS_CLIENT_CERT_PATH="$tls/client.pem"
+  TEMPORAL_TLS_CLIENT_KEY_PATH="$tls/client.key" TEMPORAL_TLS_SERVER_NAME=localhost)
 
 say() { echo "deploy-local: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -58,6 +69,40 @@ ensure_binaries() {
   say "building the Temporal server $version into $cache (minutes, once per machine)"
   GOBIN=$cache go install "go.temporal.io/server/cmd/server@v$version"
   GOBIN=$cache go install "go.temporal.io/server/cmd/tools/sql@v$version"
+}
+
+# A CA of this deployment, a certificate for the services (the frontend's, and each service's toward
+# the others: internode) and one for clients (CLI, SDK, workers), made once: ECDSA P-256, keys 0600
+# in a 0700 folder. Both leaf certificates name 127.0.0.1 and localhost, where everything listens.
+ensure_certs() {
+  local name
+  [ -s "$tls/ca.pem" ] && [ -s "$tls/server.pem" ] && [ -s "$tls/client.pem" ] && return 0
+  command -v openssl >/dev/null || die "no 'openssl' to make the deployment's certificates"
+  ssl() { openssl "$@" 2>>"$state/logs/tls.log" || die "openssl $1 failed making the certificates in $tls (log: $state/logs/tls.log)"; }
+  (umask 077 && mkdir -p "$tls")
+  chmod 700 "$tls"
+  # A subshell for the umask and the folder: a `die` in it ends the script too (set -e).
+  (
+    umask 077
+    cd "$tls"
+    ssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key
+    ssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=Troupe deployment CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" -out ca.pem
+    # The services' certificate is also their client certificate toward each other.
+    printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+      "extendedKeyUsage=serverAuth,clientAuth" "subjectAltName=IP:127.0.0.1,DNS:localhost" >server.ext
+    printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+      "extendedKeyUsage=clientAuth" >client.ext
+    for name in server client; do
+      ssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$name.key"
+      ssl req -new -key "$name.key" -subj "/CN=troupe-$name" -out "$name.csr"
+      ssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -sha256 -days 825 \
+        -extfile "$name.ext" -out "$name.pem"
+      rm -f "$name.csr" "$name.ext"
+    done
+    rm -f ca.srl
+    chmod 644 ca.pem server.pem client.pem
+  )
 }
 
 # The release's schema folders come with its Go module.
@@ -176,7 +221,7 @@ start_service() {
   TROUPE_TEMPORAL_HISTORY_PORT=$HISTORY_PORT TROUPE_TEMPORAL_HISTORY_MEMBERSHIP_PORT=$HISTORY_MEMBERSHIP_PORT \
   TROUPE_TEMPORAL_MATCHING_PORT=$MATCHING_PORT TROUPE_TEMPORAL_MATCHING_MEMBERSHIP_PORT=$MATCHING_MEMBERSHIP_PORT \
   TROUPE_TEMPORAL_WORKER_PORT=$WORKER_PORT TROUPE_TEMPORAL_WORKER_MEMBERSHIP_PORT=$WORKER_MEMBERSHIP_PORT \
-  TROUPE_TEMPORAL_DYNAMIC_CONFIG=$repo/deploy/temporal/dynamicconfig.yaml \
+  TROUPE_TEMPORAL_DYNAMIC_CONFIG=$repo/deploy/temporal/dynamicconfig.yaml TROUPE_TEMPORAL_TLS_DIR=$tls \
     setsid "$cache/server" --root "$repo/deploy/temporal" --config config --env troupe --allow-no-auth \
       start --service "$service" >>"$state/logs/$service.log" 2>&1 </dev/null &
   echo $! >"$state/$service.pid"
@@ -218,7 +263,7 @@ wait_cluster_metadata() {
 
 wait_healthy() {
   local deadline=$((SECONDS + 180)) service
-  until "$temporal_cli" operator cluster health --address "127.0.0.1:$FRONTEND_PORT" 2>/dev/null | grep -q SERVING; do
+  until "$temporal_cli" operator cluster health --address "127.0.0.1:$FRONTEND_PORT" "${cli_tls[@]}" 2>/dev/null | grep -q SERVING; do
     for service in "${services[@]}"; do
       alive "$service" || die "the $service service exited (log: $state/logs/$service.log)"
     done
@@ -231,13 +276,13 @@ wait_healthy() {
 setup_namespace() {
   [ -f "$state/namespace-ready" ] && return 0
   local deadline=$((SECONDS + 120))
-  until "$temporal_cli" operator namespace describe --address "127.0.0.1:$FRONTEND_PORT" --namespace default >/dev/null 2>&1; do
-    "$temporal_cli" operator namespace create --address "127.0.0.1:$FRONTEND_PORT" --namespace default \
+  until "$temporal_cli" operator namespace describe --address "127.0.0.1:$FRONTEND_PORT" "${cli_tls[@]}" --namespace default >/dev/null 2>&1; do
+    "$temporal_cli" operator namespace create --address "127.0.0.1:$FRONTEND_PORT" "${cli_tls[@]}" --namespace default \
       --retention 168h >>"$state/logs/setup.log" 2>&1 || true
     [ "$SECONDS" -lt "$deadline" ] || die "could not create the namespace default (log: $state/logs/setup.log)"
     sleep 2
   done
-  until TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT node "$repo/bin/troupe.js" setup --namespace default >>"$state/logs/setup.log" 2>&1; do
+  until env TEMPORAL_ADDRESS="127.0.0.1:$FRONTEND_PORT" "${client_tls_env[@]}" node "$repo/bin/troupe.js" setup --namespace default >>"$state/logs/setup.log" 2>&1; do
     [ "$SECONDS" -lt "$deadline" ] || die "troupe setup failed (log: $state/logs/setup.log)"
     sleep 2
   done
@@ -260,6 +305,7 @@ up() {
   mkdir -p "$state/logs"
   ensure_binaries
   ensure_ports
+  ensure_certs
   # shellcheck source=/dev/null
   . "$state/ports.env"
   start_postgres
@@ -271,7 +317,7 @@ up() {
   wait_healthy
   setup_namespace
   start_gateway
-  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (export TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT)"
+  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (mTLS; clients: export TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT$(printf ' %q' "${client_tls_env[@]}"))"
   echo "Service gateway: http://127.0.0.1:$GATEWAY_PORT  (workers: troupe worker --gateway http://127.0.0.1:$GATEWAY_ADMIN_PORT --gateway-token-file $state/gateway-admin.token)"
 }
 
@@ -314,7 +360,7 @@ status() {
   else
     echo "gateway  stopped"
   fi
-  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT"
+  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (mTLS: CA and client certificate in $tls)"
 }
 
 case "${1:-}" in

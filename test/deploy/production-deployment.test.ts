@@ -1,6 +1,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect as tlsConnect } from 'node:tls';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -18,7 +19,8 @@ import { kill9 } from '../helpers/worker-process-control';
  * The production path, for real: scripts/deploy-local.sh brings up PostgreSQL and the Temporal
  * server at the release docker-compose.yml pins (frontend, history, matching and worker services,
  * each its own process, from deploy/temporal/config/troupe.yaml and deploy/temporal/dynamicconfig.yaml)
- * and a service gateway, two `troupe worker` processes serve it, and runs go on while each part fails in turn.
+ * with mTLS on the frontend and between the services, and a service gateway; two `troupe worker`
+ * processes serve it with the deployment's client certificate, and runs go on while each part fails in turn.
  */
 
 const run = promisify(execFile);
@@ -36,6 +38,14 @@ const taskQueue = uniqueTaskQueue('deploy');
 const deployEnv = { ...process.env, TROUPE_DEPLOY_DIR: deployDir };
 
 let address = '';
+const tlsDir = join(deployDir, 'tls');
+// What `up` prints for clients: the temporal CLI's variable names, which Troupe reads.
+const tlsEnv = {
+  TEMPORAL_TLS_SERVER_CA_CERT_PATH: join(tlsDir, 'ca.pem'),
+  TEMPORAL_TLS_CLIENT_CERT_PATH: join(tlsDir, 'client.pem'),
+  TEMPORAL_TLS_CLIENT_KEY_PATH: join(tlsDir, 'client.key'),
+  TEMPORAL_TLS_SERVER_NAME: 'localhost',
+};
 const workers: ChildProcess[] = [];
 let troupe: TroupeClient | undefined;
 
@@ -49,12 +59,12 @@ function ports(): Record<string, string> {
 }
 
 const servicePid = (service: string) => Number(readFileSync(join(deployDir, `${service}.pid`), 'utf8').trim());
-const cliEnv = () => ({ ...process.env, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue, NO_COLOR: '1' });
+const cliEnv = () => ({ ...process.env, ...tlsEnv, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue, NO_COLOR: '1' });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function startWorker(): Promise<ChildProcess> {
   const child = spawn(process.execPath, [cli, 'worker', '--state-dir', workerState], {
-    env: { ...process.env, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue },
+    env: { ...process.env, ...tlsEnv, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   await new Promise<void>((resolve, reject) => {
@@ -135,12 +145,43 @@ beforeAll(async () => {
   // scripts/setup.sh --test has built the server; on a machine where it has not, this builds it.
   const { stdout } = await deploy(['up'], 14 * 60_000);
   address = `127.0.0.1:${ports().FRONTEND_PORT}`;
-  expect(stdout).toContain(`Temporal frontend: ${address}`);
+  expect(stdout).toContain(`Temporal frontend: ${address}  (mTLS; clients: export TEMPORAL_ADDRESS=${address} ${Object.entries(tlsEnv).map(([k, v]) => `${k}=${v}`).join(' ')})`);
   expect(stdout).toContain(`Service gateway: http://127.0.0.1:${ports().GATEWAY_PORT}`);
   if (process.env.TROUPE_TEST_TIMING) console.log(`deploy-local up: ${Date.now() - started} ms`);
   await Promise.all([startWorker(), startWorker()]);
-  troupe = await TroupeClient.connect({ address, taskQueue });
+  troupe = await TroupeClient.connect({
+    address,
+    taskQueue,
+    tls: {
+      serverRootCACertificate: readFileSync(tlsEnv.TEMPORAL_TLS_SERVER_CA_CERT_PATH),
+      clientCertPair: { crt: readFileSync(tlsEnv.TEMPORAL_TLS_CLIENT_CERT_PATH), key: readFileSync(tlsEnv.TEMPORAL_TLS_CLIENT_KEY_PATH) },
+      serverNameOverride: 'localhost',
+    },
+  });
 }, 15 * 60_000);
+
+/** `troupe ps` against the deployment with these settings: its exit code and what it printed. */
+async function ps(env: Record<string, string>): Promise<{ code: number; out: string }> {
+  const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TEMPORAL_TLS')));
+  return run(process.execPath, [cli, 'ps'], { env: { ...base, ...env, TEMPORAL_ADDRESS: address, NO_COLOR: '1' }, timeout: 60_000 }).then(
+    ({ stdout, stderr }) => ({ code: 0, out: stdout + stderr }),
+    (err: { code: number; stdout: string; stderr: string }) => ({ code: err.code, out: err.stdout + err.stderr }),
+  );
+}
+
+/** One TLS handshake with the CA and no client certificate, then what the server says: its alert, or nothing. */
+function handshakeWithoutCertificate(port: string): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = tlsConnect({ host: '127.0.0.1', port: Number(port), servername: 'localhost', ca: readFileSync(tlsEnv.TEMPORAL_TLS_SERVER_CA_CERT_PATH), ALPNProtocols: ['h2'] });
+    const timer = setTimeout(() => done('no alert'), 3000);
+    const done = (what: string) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(what);
+    };
+    socket.once('error', (err: NodeJS.ErrnoException) => done(err.code ?? err.message));
+  });
+}
 
 afterAll(async () => {
   await troupe?.close().catch(() => undefined);
@@ -158,6 +199,70 @@ afterAll(async () => {
 }, 180_000);
 
 describe('the production deployment from bare processes (Temporal 1.29.1 on PostgreSQL)', () => {
+  it('makes its CA and certificates once, keys 0600 in a 0700 folder, and `up` again keeps them', async () => {
+    expect(statSync(tlsDir).mode & 0o777).toBe(0o700);
+    for (const key of ['ca.key', 'server.key', 'client.key']) expect(statSync(join(tlsDir, key)).mode & 0o777, key).toBe(0o600);
+    const before = readFileSync(join(tlsDir, 'client.pem'), 'utf8');
+    await deploy(['up'], 180_000);
+    expect(readFileSync(join(tlsDir, 'client.pem'), 'utf8')).toBe(before);
+  });
+
+  it('refuses clients without the deployment\'s client certificate, at the frontend and between the services', async () => {
+    const advice = /give the deployment's CA and a client certificate: --tls-ca, --tls-cert, --tls-key/;
+    // No TLS at all, the CA but no certificate, and a certificate of another CA: each one line, exit 1.
+    const plain = await ps({});
+    expect(plain).toMatchObject({ code: 1 });
+    expect(plain.out).toMatch(new RegExp(`^cannot reach the Temporal service at ${address}: it speaks TLS and this client connected without; ${advice.source}`));
+    const noCert = await ps({ TEMPORAL_TLS_SERVER_CA_CERT_PATH: tlsEnv.TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME: 'localhost' });
+    expect(noCert).toMatchObject({ code: 1 });
+    expect(noCert.out).toMatch(/: it requires a client certificate and this client showed none; /);
+    const other = mkdtempSync(join(tmpdir(), 'troupe-other-ca-'));
+    try {
+      await run('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', '/CN=stranger', '-days', '2',
+        '-keyout', join(other, 'key.pem'), '-out', join(other, 'cert.pem')]);
+      const stranger = await ps({ ...tlsEnv, TEMPORAL_TLS_CLIENT_CERT_PATH: join(other, 'cert.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(other, 'key.pem') });
+      expect(stranger).toMatchObject({ code: 1 });
+      expect(stranger.out).toMatch(/: it refused the client certificate \(not signed by a CA it trusts\); /);
+    } finally {
+      rmSync(other, { recursive: true, force: true });
+    }
+    // A missing file: named with its variable, bad usage, before any connection.
+    const missing = await ps({ ...tlsEnv, TEMPORAL_TLS_CLIENT_CERT_PATH: join(tlsDir, 'nope.pem') });
+    expect(missing).toEqual({ code: 2, out: `TEMPORAL_TLS_CLIENT_CERT_PATH ${join(tlsDir, 'nope.pem')}: no such file\n` });
+    // The SDK without TLS, and the temporal CLI without a certificate, are refused too; with it, served.
+    await expect(TroupeClient.connect({ address, taskQueue, connectTimeout: '3s' })).rejects.toThrow();
+    const temporal = join(repo, '.venv', 'bin', 'temporal');
+    const health = ['operator', 'cluster', 'health', '--address', address, '--tls-ca-path', tlsEnv.TEMPORAL_TLS_SERVER_CA_CERT_PATH, '--tls-server-name', 'localhost'];
+    await expect(run(temporal, [...health, '--command-timeout', '5s'])).rejects.toThrow();
+    const { stdout } = await run(temporal, [...health, '--tls-cert-path', tlsEnv.TEMPORAL_TLS_CLIENT_CERT_PATH, '--tls-key-path', tlsEnv.TEMPORAL_TLS_CLIENT_KEY_PATH]);
+    expect(stdout).toMatch(/SERVING/);
+    // The frontend's HTTP API too; and internode: history and matching ask every caller for a certificate of the CA.
+    const { HTTP_PORT, HISTORY_PORT, MATCHING_PORT } = ports();
+    expect(await handshakeWithoutCertificate(HTTP_PORT!)).toBe('ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED');
+    expect(await handshakeWithoutCertificate(HISTORY_PORT!)).toBe('ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED');
+    expect(await handshakeWithoutCertificate(MATCHING_PORT!)).toBe('ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED');
+  });
+
+  it("the workers' container healthcheck connects with the client certificate: healthy; without it, unhealthy and why", async () => {
+    const healthcheck = (env: Record<string, string>) => {
+      const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TEMPORAL_TLS')));
+      return run(process.execPath, ['--import', 'tsx', join(repo, 'deploy', 'worker-healthcheck.ts')], {
+        cwd: repo,
+        env: { ...base, ...env, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue },
+        timeout: 60_000,
+      }).then(
+        ({ stdout }) => ({ code: 0, out: stdout }),
+        (err: { code: number; stdout: string }) => ({ code: err.code, out: err.stdout }),
+      );
+    };
+    const healthy = await healthcheck(tlsEnv);
+    expect(healthy.out).toMatch(/^healthy: the worker on .* polls; Temporal at /);
+    expect(healthy.code).toBe(0);
+    const plain = await healthcheck({});
+    expect(plain).toMatchObject({ code: 1 });
+    expect(plain.out).toMatch(/^unhealthy: cannot reach the Temporal service at .*: it speaks TLS and this client connected without; /);
+  });
+
   it('runs the PD sample DONE; ps, logs and visibility lists by TroupeRunStatus and TroupeGroups find it', async () => {
     const name = `pd-${taskQueue.slice(-8)}`;
     await troupe!.submit({ plan: pdPlan(name, 3) });
