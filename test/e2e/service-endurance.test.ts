@@ -262,20 +262,29 @@ describe("issue 27's endurance run", () => {
       await run.scaleGroup('prefill', 3);
       await waitForState((s) => readyIn(s, 'prefill') === 3);
     });
-    await step('worker killed with SIGKILL and started again', async () => {
+    // The deployment rolls decode one machine at a time while the worker and then the dev server die under it.
+    const decodeMachines = new Set<string>();
+    const decodeStarting = (s: RunState, machines: number) => {
+      for (const j of s.jobs) if (j.group_name === 'decode' && j.instance) decodeMachines.add(j.instance.instance_id);
+      return decodeMachines.size >= machines && s.jobs.some((j) => j.group_name === 'decode' && !j.removed && j.status !== 'READY');
+    };
+    let rolledAt = 0;
+    const deploying = step("decode's commands rolled (troupe apply)", async () => {
+      const deployed = await troupeCli(['apply', '-f', 'v2.yml', '-y']);
+      expect(deployed.code, deployed.output).toBe(0);
+      expect(deployed.output).toContain(`Deployment 1 of ${name} is done: rolled decode;`);
+      rolledAt = Date.now();
+    });
+    await step("worker killed with SIGKILL (decode's first new machine starting) and started again", async () => {
+      await waitForState((s) => decodeStarting(s, 3));
       const first = workers[0] as ChildProcess;
       await kill9(first);
       expect(first.signalCode).toBe('SIGKILL');
       await sleep(1_000);
       workers.push(await startWorker());
     });
-    let rolledAt = 0;
-    await step("decode's commands rolled (troupe apply)", async () => {
-      const deployed = await troupeCli(['apply', '-f', 'v2.yml', '-y']);
-      expect(deployed.code, deployed.output).toBe(0);
-      rolledAt = Date.now();
-    });
-    await step('dev server killed with SIGKILL and started again', async () => {
+    await step("dev server killed with SIGKILL (decode's second new machine starting) and started again", async () => {
+      await waitForState((s) => decodeStarting(s, 4));
       const pid = runningDevServer(server);
       if (pid === null) throw new Error('the dev server is not running');
       process.kill(pid, 'SIGKILL');
@@ -283,6 +292,7 @@ describe("issue 27's endurance run", () => {
       await sleep(2_000);
       expect((await startDevServer(server)).pid).not.toBe(pid);
     });
+    await deploying;
     await step('prefill scaled 3 → 1', async () => {
       await run.scaleGroup('prefill', 1);
       await waitForState((s) => s.jobs.filter((j) => j.group_name === 'prefill' && !j.removed).length === 1 && readyIn(s, 'prefill') === 1);
