@@ -26,7 +26,6 @@ import { kill9, startWorkerProcess } from '../helpers/worker-process-control';
 const RATE = 25;
 const SECONDS = 60;
 const name = `endure-${randomBytes(3).toString('hex')}`;
-const token = { value: '' };
 const scratch = mkdtempSync(join(tmpdir(), 'troupe-endure-'));
 const fleet = makeLocalFleet('troupe-endure-fleet-');
 // Under /var/tmp: a local node has a /tmp of its own.
@@ -173,6 +172,8 @@ interface Mark {
   revision: string;
 }
 interface Answer {
+  /** When the request was sent and when its answer came (Date.now()). */
+  sentAt: number;
   at: number;
   router: Mark;
   prefill: Mark;
@@ -209,8 +210,8 @@ describe("issue 27's endurance run", () => {
     writeFileSync(join(scratch, 'v2.yml'), serviceYaml('d2'));
     const applied = await troupeCli(['apply', '-f', 'v1.yml', '-y', '-d']);
     expect(applied.code, applied.output).toBe(0);
-    token.value = /^ {2}export TOKEN=(\S+)$/m.exec(applied.output)?.[1] ?? '';
-    expect(token.value, applied.output).not.toBe('');
+    const token = /^ {2}export TOKEN=(\S+)$/m.exec(applied.output)?.[1] ?? '';
+    expect(token, applied.output).not.toBe('');
     const run = troupe.run(name);
     const serving = await waitForState((s) => s.jobs.length === 4 && s.jobs.every((j) => j.status === 'READY') && (s.service?.endpoints.length ?? 0) > 0, 120_000);
     const endpoint = serving.service?.endpoints[0] ?? '';
@@ -237,16 +238,17 @@ describe("issue 27's endurance run", () => {
       seconds: SECONDS,
       timeoutMs: 20_000,
       send: async (signal) => {
+        const sentAt = Date.now();
         const res = await fetch(`${endpoint}v1/chat/completions`, {
           method: 'POST',
-          headers: { authorization: `Bearer ${token.value}`, 'content-type': 'application/json' },
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
           body: JSON.stringify({ model: 'stand-in-llama', messages: [{ role: 'user', content: 'Hello' }] }),
           signal,
         });
         const text = await res.text();
         if (res.status !== 200) throw new Error(`${res.status} ${text.trim()}`);
         const troupeMark = (JSON.parse(text) as { troupe: Mark & { prefill: Mark; decode: Mark } }).troupe;
-        answers.push({ at: Date.now(), router: troupeMark, prefill: troupeMark.prefill, decode: troupeMark.decode });
+        answers.push({ sentAt, at: Date.now(), router: troupeMark, prefill: troupeMark.prefill, decode: troupeMark.decode });
       },
     });
     const loadStarted = Date.now();
@@ -338,7 +340,21 @@ describe("issue 27's endurance run", () => {
     expect(stopped.code, stopped.output).toBe(0);
     const final = await run.wait();
     expect(final.status).toBe('TERMINATED');
-    expect((await fetch(`${endpoint}v1/models`, { headers: { authorization: `Bearer ${token.value}` } })).status).toBe(404);
+    // Not asserted yet, only shown: requests sent after the run had ended a drained prefill or decode
+    // machine (its finished_at) that it still answered. BUG: a replica behind the router stays `ready`
+    // in the book the router reads until the pass that releases it (test/unit/service-drain-peers.test.ts,
+    // it.fails); once fixed, expect this list to be empty.
+    const finishedAt = new Map<string, number>();
+    for (const m of final.jobs.flatMap((j) => [j, ...j.previous_attempts])) {
+      if (m.instance && m.finished_at) finishedAt.set(m.instance.instance_id, Date.parse(m.finished_at));
+    }
+    const afterEnd = answers.flatMap((a) =>
+      [a.router, a.prefill, a.decode]
+        .filter((mark) => a.sentAt > (finishedAt.get(instanceOf(mark)) ?? Infinity))
+        .map((mark) => `${mark.group}/${mark.replica} ${mark.revision}: sent ${new Date(a.sentAt).toISOString()}, its finished_at ${new Date(finishedAt.get(instanceOf(mark)) ?? 0).toISOString()}`),
+    );
+    console.log(`${name}: ${afterEnd.length} request(s) sent after the run had ended the machine that answered${afterEnd.length > 0 ? `:\n  ${afterEnd.slice(0, 5).join('\n  ')}` : ''}`);
+    expect((await fetch(`${endpoint}v1/models`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(404);
     expect(leftovers(final, fleet.stateDir)).toEqual({ processes: 0, namespaces: 0, leases: 0, instances: 0 });
   }, 240_000);
 });
