@@ -108,12 +108,18 @@ async function startGatewayProcess(): Promise<{ child: ChildProcess; url: string
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let log = '';
+  let started = false;
   return await new Promise((resolve, reject) => {
     const read = (chunk: Buffer) => {
+      // Read on after its start line (the pipe must not fill), kept only until then.
+      if (started) return;
       log += chunk.toString();
       // Its start line: `Gateway on …, shown to users as URL (…); admin API on URL; …`.
       const match = /shown to users as (\S+) .*admin API on (\S+);/.exec(log);
-      if (match) resolve({ child, url: match[1] as string, adminUrl: match[2] as string });
+      if (match) {
+        started = true;
+        resolve({ child, url: match[1] as string, adminUrl: match[2] as string });
+      }
     };
     child.stdout?.on('data', read);
     child.stderr?.on('data', read);
@@ -145,6 +151,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // Only what a failed test left going: the run aborted, then what this file started, by pid.
+  // A test that failed while the dev server was away: back first, so the run can be stopped.
+  if (server && runningDevServer(server) === null) await startDevServer(server).catch(() => undefined);
   if (troupe) {
     const run = troupe.run(name);
     const state = await run.state().catch(() => null);
