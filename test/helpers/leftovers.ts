@@ -45,10 +45,11 @@ export function leftovers(state: RunState | null, fleetDir: string): Leftovers {
   if (!state) return { processes: 0, namespaces: 0, leases: 0, instances: 0 };
   const pids = new Set<number>();
   for (const job of state.jobs) if (job.pid !== null) for (const p of processGroupMembers(job.pid)) pids.add(p);
-  const instanceIds = state.jobs.flatMap((j) => (j.instance ? [j.instance.instance_id] : []));
-  for (const p of markedProcesses(instanceIds)) pids.add(p);
-  const namespaces = state.jobs.filter((j) => {
-    const netns = j.instance?.details?.netns;
+  // Every machine the run had: a node's earlier attempts (replaced, or its rank taken again after a resize) as well.
+  const machines = state.jobs.flatMap((j) => [j.instance, ...j.previous_attempts.map((a) => a.instance)]).flatMap((i) => (i ? [i] : []));
+  for (const p of markedProcesses(machines.map((i) => i.instance_id))) pids.add(p);
+  const namespaces = machines.filter((i) => {
+    const netns = i.details?.netns;
     return netns !== undefined && existsSync(`/run/netns/${netns}`);
   }).length;
   return {
