@@ -12,14 +12,20 @@ import { Client, Connection } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { NativeConnection } from '@temporalio/worker';
 import { LocalBackend } from '../src/backends/local/local-backend';
+import { closeAllSshSessions } from '../src/backends/ssh';
+import { SshBackend } from '../src/backends/ssh/ssh-backend';
+import { FleetClient } from '../src/fleet/fleet-client';
+import { fleetSpecOf } from '../src/fleet/fleet-spec';
+import { loadFleetConfig } from '../src/plan';
+import { createTestHosts } from '../test/e2e/hosts';
 import { SimulatedBackend } from '../src/backends/simulated/simulated-backend';
 import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 import { createTroupeWorker } from '../src/worker/create-worker';
 import { TroupeClient } from '../src/client';
 import { failureConverterPath } from '../src/codec/data-converter';
-import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
+import { fleetWorkflowId, nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
 import { runStateQuery, stopRunSignal, type RunInputArg } from '../workflows/messages';
-import { makePlan } from '../test/helpers/plans';
+import { makePlan, testHostSized } from '../test/helpers/plans';
 import type { Plan } from '../src/plan/plan-schema';
 
 const outDir = join(projectRoot, 'test', 'histories');
@@ -34,6 +40,20 @@ const connection = await Connection.connect({ address: `127.0.0.1:${port}` });
 const client = new Client({ connection });
 const workerConnection = await NativeConnection.connect({ address: `127.0.0.1:${port}` });
 const taskQueue = 'record-histories';
+// Real SSH hosts (network namespaces with their own sshd) for the fleet's histories: what
+// test/e2e/ssh-fleet-fixtures.ts sets up, each host's jobs in a directory of its own.
+const sshHosts = await createTestHosts(['h1', 'h2', 'h3'].map((name) => ({ name, skipBashrc: true })));
+const fleets = new FleetClient(client, { taskQueue });
+const jobDirs = new Map(Object.values(sshHosts.hosts).map((h) => [h.address, h.jobBaseDir]));
+const ssh = new SshBackend({
+  fleets,
+  releaseGraceSeconds: 1,
+  jobBaseDir: ({ hostname }) => {
+    const dir = jobDirs.get(hostname);
+    if (!dir) throw new Error(`no test host at ${hostname}`);
+    return dir;
+  },
+});
 const worker = await createTroupeWorker({
   connection: workerConnection,
   namespace: 'default',
@@ -44,6 +64,7 @@ const worker = await createTroupeWorker({
     simulated: new SimulatedBackend({ groupProvisioning: true }),
     'simulated-one-by-one': new SimulatedBackend({ groupProvisioning: false }),
     local: new LocalBackend({ stateDir: join(stateDir, 'local'), network: 'auto' }),
+    ssh,
   },
 });
 const running = worker.run();
@@ -73,14 +94,47 @@ async function record(name: string, input: RunInputArg, during?: (h: Awaited<Ret
     save(`${stamp}-${name}.group.json`, childId, historyToJSON(await client.workflow.getHandle(childId).fetchHistory()));
   }
   // A run that continued as new: its last execution (which took up the running jobs) and that one's group child too.
-  let executions = 0;
-  for await (const _ of client.workflow.list({ query: `WorkflowId = "${workflowId}"` })) executions += 1;
+  // By run id: visibility may list one execution twice while its record is being closed.
+  const runIds = new Set<string>();
+  for await (const e of client.workflow.list({ query: `WorkflowId = "${workflowId}"` })) runIds.add(e.runId);
+  const executions = runIds.size;
   if (executions > 1 && first) {
     save(`${stamp}-${name}-adopted.run.json`, workflowId, historyToJSON(await client.workflow.getHandle(workflowId).fetchHistory()));
     const childId = nodeGroupWorkflowId(workflowId, first.name, 0, executions - 1);
     save(`${stamp}-${name}-adopted.group.json`, childId, historyToJSON(await client.workflow.getHandle(childId).fetchHistory()));
   }
   console.log(`recorded ${name} (${executions} execution${executions === 1 ? '' : 's'})`);
+}
+
+/** A fleet of some of the SSH hosts, applied as `troupe fleet apply` does, through `through`. */
+async function applyFleet(through: FleetClient, name: string, hostNames: string[]): Promise<void> {
+  const hostLines = hostNames.map((h) => `    - ${sshHosts.host(h).address}`);
+  const yaml = ['type: fleet', `name: ${name}`, 'ssh_config:', '  user: root', `  identity_file: ${sshHosts.clientKeyPath}`, '  hosts:', ...hostLines, ''].join('\n');
+  const file = join(stateDir, `${name}.yml`);
+  writeFileSync(file, yaml);
+  const state = await through.apply(fleetSpecOf(loadFleetConfig(yaml, file, { environ: {} }), file));
+  const notReady = state.hosts.filter((h) => h.status !== 'ready');
+  if (notReady.length > 0) throw new Error(`fleet ${name}: ${notReady.map((h) => `${h.spec.target.hostname}: ${h.reason}`).join('; ')}`);
+}
+
+/** A fleet's executions, oldest first (a fleet that continued as new has several). */
+async function fleetExecutions(name: string): Promise<Array<{ runId: string; startTime: Date }>> {
+  const executions = new Map<string, Date>();
+  for await (const e of client.workflow.list({ query: `WorkflowId = "${fleetWorkflowId(name)}"` })) executions.set(e.runId, e.startTime);
+  return [...executions].map(([runId, startTime]) => ({ runId, startTime })).sort((a, b) => a.startTime.getTime() - b.startTime.getTime());
+}
+
+/** The fleet's first execution as `<scenario>.fleet.json`, and its last as `<scenario>-adopted.fleet.json` when it continued as new. */
+async function saveFleet(scenario: string, name: string): Promise<number> {
+  const executions = await fleetExecutions(name);
+  const workflowId = fleetWorkflowId(name);
+  const history = async (runId: string) => historyToJSON(await client.workflow.getHandle(workflowId, runId).fetchHistory());
+  const [first, last] = [executions[0], executions.at(-1)];
+  if (!first || !last) throw new Error(`fleet ${name}: no execution`);
+  save(`${stamp}-${scenario}.fleet.json`, workflowId, await history(first.runId));
+  if (last !== first) save(`${stamp}-${scenario}-adopted.fleet.json`, workflowId, await history(last.runId));
+  console.log(`recorded ${scenario} (${executions.length} execution${executions.length === 1 ? '' : 's'})`);
+  return executions.length;
 }
 
 /** A resize through the SDK, which asks again while the run continues as new. */
@@ -164,11 +218,55 @@ try {
     backend: 'simulated',
     options: {},
   });
+
+  // A fleet's hosts change: two hosts probed, a third added, all probed again (re-detected), one removed, the fleet deleted.
+  await applyFleet(fleets, 'rec-hosts', ['h1', 'h2']);
+  await applyFleet(fleets, 'rec-hosts', ['h1', 'h2', 'h3']);
+  await applyFleet(fleets, 'rec-hosts', ['h1', 'h2', 'h3']);
+  await applyFleet(fleets, 'rec-hosts', ['h1', 'h3']);
+  await fleets.delete('rec-hosts', { force: false });
+  await client.workflow.getHandle(fleetWorkflowId('rec-hosts')).result();
+  await saveFleet('fleet-hosts-changed', 'rec-hosts');
+
+  // A run on an SSH fleet holds a host while the fleet continues as new (re-probed until its history
+  // is long); the next execution takes the lease up and gets the host back at the run's teardown.
+  const handingOver = new FleetClient(client, { taskQueue, continueAsNewAfterEvents: 20 });
+  await applyFleet(handingOver, 'rec-lease', ['h1', 'h2']);
+  await record('ssh-fleet-lease', { plan: makePlan('rec-ssh-lease', [{ name: 'g', nodes: 1, commands: ['sleep 60'], resources: testHostSized }], { fleets: ['rec-lease'] }), backend: 'ssh', options: { stop_grace_s: 1 } }, async (h) => {
+    for (;;) {
+      const s = await h.query(runStateQuery);
+      if (s.jobs.every((j) => j.status === 'RUNNING')) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const before = (await fleetExecutions('rec-lease')).length;
+    while ((await fleetExecutions('rec-lease')).length === before) await applyFleet(handingOver, 'rec-lease', ['h1', 'h2']);
+    const held = (await fleets.state('rec-lease'))?.hosts.filter((host) => host.holder !== null).length;
+    if (held !== 1) throw new Error(`fleet rec-lease: ${held} hosts held after its hand-over, not 1`);
+    await h.signal(stopRunSignal, { abort: false });
+  });
+  const released = (await fleets.state('rec-lease'))?.hosts.every((host) => host.holder === null);
+  if (!released) throw new Error('fleet rec-lease: a host is still held after the run ended');
+  await fleets.delete('rec-lease', { force: false });
+  await client.workflow.getHandle(fleetWorkflowId('rec-lease')).result();
+  await saveFleet('fleet-lease-handover', 'rec-lease');
 } finally {
-  worker.shutdown();
-  await running;
-  await workerConnection.close();
-  await connection.close();
-  await stopDevServer(serverOpts);
-  rmSync(stateDir, { recursive: true, force: true });
+  // Each step whatever the one before did: a recording that failed must not leave the dev server or the hosts behind.
+  const steps: Array<[string, () => unknown]> = [
+    ['worker', async () => {
+      worker.shutdown();
+      await running;
+    }],
+    ['connections', async () => Promise.all([workerConnection.close(), connection.close(), closeAllSshSessions()])],
+    ['ssh hosts', async () => sshHosts.destroy()],
+    ['dev server', async () => stopDevServer(serverOpts)],
+    ['state', () => rmSync(stateDir, { recursive: true, force: true })],
+  ];
+  for (const [what, step] of steps) {
+    try {
+      await step();
+    } catch (err) {
+      console.error(`record-histories: stopping the ${what} failed: ${err instanceof Error ? err.message : String(err)}`);
+      process.exitCode = 1;
+    }
+  }
 }

@@ -18,6 +18,11 @@ export interface FleetInput {
   spec: FleetSpec;
   /** Carried over by continue-as-new. */
   state?: FleetState;
+  /**
+   * Continue as new once the history has this many events (at least 20), besides when the server
+   * suggests it: a test makes a fleet hand over early. Carried over by continue-as-new.
+   */
+  continue_as_new_after_events?: number;
 }
 
 export type AllocatedHost = HeldHost;

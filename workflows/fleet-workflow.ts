@@ -30,8 +30,10 @@ export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
   }
   setFleetHandlers(fleet, schemas);
 
+  const handOverAfter = Math.max(20, input.continue_as_new_after_events ?? Number.POSITIVE_INFINITY);
+  const historyIsLong = () => workflowInfo().continueAsNewSuggested || workflowInfo().historyLength >= handOverAfter;
   while (!state.deleted) {
-    await condition(() => state.deleted || fleet.pending.size > 0 || workflowInfo().continueAsNewSuggested);
+    await condition(() => state.deleted || fleet.pending.size > 0 || historyIsLong());
     if (state.deleted) break;
     if (fleet.pending.size > 0) {
       const round = fleet.requestedRound;
@@ -44,7 +46,7 @@ export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
     // An apply that arrives meanwhile waits for a probe: probe first, continue as new after.
     await condition(() => allHandlersFinished() || fleet.pending.size > 0 || state.deleted);
     if (fleet.pending.size > 0 || state.deleted) continue;
-    await continueAsNew<typeof FleetWorkflow>({ spec: specOf(state), state });
+    await continueAsNew<typeof FleetWorkflow>({ spec: specOf(state), state, continue_as_new_after_events: input.continue_as_new_after_events });
   }
   // A forced delete: the runs holding hosts are being stopped; their teardown releases the hosts.
   await condition(() => state.hosts.every((h) => h.holder === null), FORCED_DELETE_GRACE);

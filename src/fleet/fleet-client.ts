@@ -56,6 +56,8 @@ export interface FleetClientOptions {
   taskQueue: string;
   /** How long a state query may take. Default 10 s. */
   queryTimeoutMs?: number;
+  /** A fleet this client creates hands over (continues as new) past this many history events (FleetInput); tests and recordings. */
+  continueAsNewAfterEvents?: number;
 }
 
 function innermost(err: unknown): Error | null {
@@ -98,6 +100,7 @@ function slotsOf(workflowId: string): Slots {
 export class FleetClient {
   readonly taskQueue: string;
   private readonly queryTimeoutMs: number;
+  private readonly continueAsNewAfterEvents: number | undefined;
 
   constructor(
     readonly temporal: Client,
@@ -105,6 +108,7 @@ export class FleetClient {
   ) {
     this.taskQueue = options.taskQueue;
     this.queryTimeoutMs = options.queryTimeoutMs ?? 10_000;
+    this.continueAsNewAfterEvents = options.continueAsNewAfterEvents;
   }
 
   private handle(name: string): WorkflowHandle {
@@ -116,7 +120,7 @@ export class FleetClient {
    * returns the state once every host has answered or been found unreachable.
    */
   async apply(spec: FleetSpec): Promise<FleetState> {
-    const input: FleetInput = { spec };
+    const input: FleetInput = { spec, ...(this.continueAsNewAfterEvents === undefined ? {} : { continue_as_new_after_events: this.continueAsNewAfterEvents }) };
     const start = new WithStartWorkflowOperation(FLEET_WORKFLOW_TYPE, {
       workflowId: fleetWorkflowId(spec.name),
       taskQueue: this.taskQueue,

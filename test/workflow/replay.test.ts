@@ -22,10 +22,14 @@ const EXPECTED_SCENARIOS = [
   'heal-restart-resize-adopted',
   'large-paged',
   'retry-then-fail',
+  'ssh-fleet-lease',
   'stopped-by-user',
   'unlock-group-provisioning-workers-first',
   'unlock-one-by-one-master-first',
 ];
+
+/** The fleet's: hosts added, re-detected and removed; a host held by a run while the fleet continued as new (its last execution, `-adopted`). */
+const EXPECTED_FLEET_SCENARIOS = ['fleet-hosts-changed', 'fleet-lease-handover', 'fleet-lease-handover-adopted'];
 
 interface SavedHistory {
   workflow_id: string;
@@ -41,11 +45,12 @@ async function replay(saved: SavedHistory): Promise<void> {
 }
 
 describe('replay of saved histories', () => {
-  it('has a run and a group history for each behaviour scripts/record-histories.ts records, by name', () => {
+  it('has a run and a group history for each behaviour scripts/record-histories.ts records, and the fleet\'s, by name', () => {
     // A scenario missing (not recorded again after a change) fails here, not only fewer files.
     const scenarios = (suffix: string) => [...new Set(files.filter((f) => f.endsWith(suffix)).map((f) => f.slice(11, -suffix.length)))].sort();
     expect(scenarios('.run.json')).toEqual(EXPECTED_SCENARIOS);
     expect(scenarios('.group.json')).toEqual(EXPECTED_SCENARIOS);
+    expect(scenarios('.fleet.json')).toEqual(EXPECTED_FLEET_SCENARIOS);
   });
 
   for (const file of files) {
