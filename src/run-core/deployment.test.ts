@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { Plan } from '../plan/plan-schema';
-import { coreOf, exited, jobs, openService, pass, provisioned, ready, running, T0 } from '../../test/helpers/run-core';
+import { answersTo, coreOf, exited, jobs, openService, pass, provisioned, ready, running, T0 } from '../../test/helpers/run-core';
 import { deploymentChange } from './deployment';
 import type { Effect } from './effects';
-import type { RunEvent } from './events';
 import { groupMembers } from './jobs';
+import { peersSettled } from './peers';
 import type { RunCore } from './state';
 
 /**
@@ -22,17 +22,7 @@ function settle(core: RunCore, effects: Effect[], now: number): RunCore {
   let state = core;
   let pending = effects;
   for (let i = 0; i < 50 && pending.length > 0; i++) {
-    const events: RunEvent[] = [];
-    for (const e of pending) {
-      if (e.kind === 'push-routes') events.push({ kind: 'routes-pushed', generation: e.generation, endpoints: ['http://gw/services/pd/'], error: null });
-      if (e.kind === 'drain') events.push({ kind: 'drained', id: e.resize, left: 0 });
-      if (e.kind === 'release') events.push({ kind: 'released', id: e.resize, error: null });
-      if (e.kind === 'new-attempts') {
-        events.push(jobs(state, e.jobs.map((j) => provisioned(j.job_num, j.attempt))));
-        events.push(jobs(state, e.jobs.flatMap((j) => [running(j.job_num, j.attempt), ready(j.job_num, j.attempt)])));
-      }
-    }
-    const step = pass(state, events, now + i);
+    const step = pass(state, pending.flatMap((e) => answersTo(state, e)), now + i);
     state = step.core;
     pending = step.effects;
   }
@@ -67,20 +57,11 @@ describe("a service's deployments", () => {
     let pending = step.effects;
     core = step.core;
     for (let i = 0; i < 60 && !(core.service?.rollout?.over ?? true); i++) {
-      const events: RunEvent[] = [];
       for (const e of pending) {
-        if (e.kind === 'push-routes') events.push({ kind: 'routes-pushed', generation: e.generation, endpoints: [], error: null });
-        if (e.kind === 'drain') {
-          // Drained only once the table without the victim is what the gateways have.
-          expect(core.service?.delivered_key).toBe(core.service?.key);
-          events.push({ kind: 'drained', id: e.resize, left: 0 });
-        }
-        if (e.kind === 'release') events.push({ kind: 'released', id: e.resize, error: null });
-        if (e.kind === 'new-attempts') {
-          events.push(jobs(core, e.jobs.map((j) => provisioned(j.job_num, j.attempt))));
-          events.push(jobs(core, e.jobs.flatMap((j) => [running(j.job_num, j.attempt), ready(j.job_num, j.attempt)])));
-        }
+        // Drained only once the table without the victim is what the gateways have, and the book the router reads.
+        if (e.kind === 'drain') expect([core.service?.delivered_key, peersSettled(core)]).toEqual([core.service?.key, true]);
       }
+      const events = pending.flatMap((e) => answersTo(core, e));
       step = pass(core, events, T0 + 4000 + i);
       core = step.core;
       pending = step.effects;

@@ -34,6 +34,14 @@ export function dependentsOf(plan: Plan, index: number): GroupPlan[] {
   return plan.groups.filter((g) => (g.depends_on ?? []).includes(index));
 }
 
+/**
+ * The ranks a resize is draining (a scale-down, a deployment's old replica): off the gateways' table
+ * and not ready in the address book, so neither a gateway nor a router sends them new requests.
+ */
+export function drainingRanks(live: LiveCore | null): ReadonlySet<number> {
+  return new Set(live?.resizes.flatMap((r) => (r.phase === 'draining' ? r.draining : [])) ?? []);
+}
+
 /** Nothing of a restart or resize under way: what a hand-over needs. */
 export function isLiveSettled(live: LiveCore): boolean {
   return (

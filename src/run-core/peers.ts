@@ -3,7 +3,7 @@ import type { JobState } from '../../workflows/run-state';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, addressBookOf, isJobFinished } from './jobs';
-import type { LiveCore } from './live';
+import { drainingRanks, type LiveCore } from './live';
 import type { RunCore } from './state';
 import type { PeersBook } from './state-schema';
 import { isJobReady } from './startup-order';
@@ -97,8 +97,10 @@ export function withoutPeersProblem(core: RunCore): RunCore {
 
 type PeerStatus = PeersBook['groups'][number]['nodes'][number]['status'];
 
-function statusOf(core: RunCore, job: JobState): PeerStatus {
+function statusOf(core: RunCore, job: JobState, draining: ReadonlySet<number>): PeerStatus {
   if (isJobFinished(job)) return 'ended';
+  // Taken out by a resize: the router must send it nothing new before it is stopped.
+  if (draining.has(job.job_num)) return 'draining';
   // Replaced after a failure and without its new machine yet.
   if (job.restarts > 0 && job.instance === null) return 'restarting';
   if (job.ready_at !== null || (job.running_at !== null && isJobReady(core.plan, job))) return 'ready';
@@ -107,13 +109,14 @@ function statusOf(core: RunCore, job: JobState): PeerStatus {
 
 function groupsOf(core: RunCore): PeersBook['groups'] {
   const jobs = activeJobs(core.run);
+  const draining = drainingRanks(core.live);
   return core.plan.groups.map((group) => ({
     name: group.name,
     index: group.index,
     nodes: jobs
       .filter((job) => job.group_index === group.index)
       .map((job) => {
-        const status = statusOf(core, job);
+        const status = statusOf(core, job, draining);
         return {
           rank: job.job_num,
           group_rank: job.group_job_index,

@@ -52,9 +52,15 @@ function serving(): RunCore {
 }
 
 /** The pass's pushes (at most one) answered as done. */
+/** The address book's publications among the effects. */
+const publications = (effects: Effect[]) => effects.flatMap((e) => (e.kind === 'publish-peers' ? [e] : []));
+const delivered = (version: number): RunEvent => ({ kind: 'peers-published', version, failed_hooks: [], error: null });
+
+/** The step's table push and book publication answered (delivered). */
 function answered(step: { core: RunCore; effects: Effect[] }): RunCore {
   const [push] = pushes(step.effects);
-  return push ? pass(step.core, [pushed(push.generation)], T0 + 500).core : step.core;
+  const answers = [...(push ? [pushed(push.generation)] : []), ...publications(step.effects).map((p) => delivered(p.version))];
+  return answers.length > 0 ? pass(step.core, answers, T0 + 500).core : step.core;
 }
 
 describe("a service's routing table", () => {
@@ -157,7 +163,13 @@ describe("a service's routing table", () => {
     expect(replicasOf(push).decode).toEqual(['http://10.0.0.1:8000']);
     expect(shrink.effects.some((e) => e.kind === 'drain' || e.kind === 'release')).toBe(false);
     expect(shrink.core.run.jobs.filter((j) => j.status === 'READY')).toHaveLength(3);
-    const landed = pass(shrink.core, [pushed(push!.generation)], T0 + 5100);
+    // Not ready in the book a router reads either; the drain waits for that book to be delivered too.
+    const [book] = publications(shrink.effects);
+    const decode = (JSON.parse(book!.json) as { groups: Array<{ nodes: Array<{ rank: number; status: string; ready: boolean }> }> }).groups[0]!.nodes;
+    expect(decode.map((n) => [n.rank, n.status, n.ready])).toEqual([[0, 'ready', true], [1, 'draining', false], [2, 'draining', false]]);
+    const routed = pass(shrink.core, [pushed(push!.generation)], T0 + 5100);
+    expect(routed.effects.some((e) => e.kind === 'drain')).toBe(false);
+    const landed = pass(routed.core, [delivered(book!.version)], T0 + 5150);
     const drains = landed.effects.filter((e) => e.kind === 'drain');
     expect(drains).toEqual([{ kind: 'drain', resize: 2, urls: ['http://10.0.0.3:8000', 'http://10.0.0.2:8000'], timeout_s: DRAIN_TIMEOUT_S }]);
     // Asked once only.

@@ -2,6 +2,7 @@ import type { ServiceTableInput } from '../gateway/routing-table';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, isJobFinished } from './jobs';
+import { drainingRanks } from './live';
 import type { RunCore, ServiceCore } from './state';
 import type { JobState } from '../../workflows/run-state';
 
@@ -58,7 +59,7 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
   if (!service) throw new Error(`run ${plan.run_name} is not a service`);
   const ending = core.submission.ending !== null;
   // A resize's ranks being drained are off the table already.
-  const draining = new Set(core.live?.resizes.flatMap((r) => (r.phase === 'draining' ? r.draining : [])) ?? []);
+  const draining = drainingRanks(core.live);
   const jobs = activeJobs(core.run).filter((job) => !draining.has(job.job_num));
   return {
     run: plan.run_name,

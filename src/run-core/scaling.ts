@@ -7,6 +7,7 @@ import { endJob, freshJob, groupMembers, isJobFinished, nextAttempt } from './jo
 import { rankPlan } from '../plan/expand';
 import type { LiveCore, Resize } from './live';
 import type { RunCore } from './state';
+import { peersSettled } from './peers';
 import { isJobReady } from './startup-order';
 import { DRAIN_TIMEOUT_S, replicaUrl, routesSettled } from './routing';
 
@@ -152,7 +153,10 @@ function draining(core: RunCore, resize: Resize, effects: Effect[]): RunCore {
   if (core.run.status !== 'RUNNING' || core.submission.ending !== null) {
     return finish(core, resize.id, [], `the run ended (${core.run.status}) before ${group.name} shrank`);
   }
-  if (resize.drain_asked || !routesSettled(core)) return core;
+  // Off the gateways' table, and not ready in the book a router reads (peers.json), before the drain is
+  // asked; a book that cannot be delivered (its problem is the run's message) does not hold the drain up.
+  const bookOut = peersSettled(core) || (core.live?.peers.problem ?? null) !== null;
+  if (resize.drain_asked || !routesSettled(core) || !bookOut) return core;
   const urls = resize.draining.flatMap((n) => {
     const job = core.run.jobs[n];
     return job ? (replicaUrl(core, job) ?? []) : [];

@@ -25,7 +25,7 @@ export const PeersBookSchema = z.object({
           ip: z.string().nullable(),
           gpus: z.number().int().nonnegative(),
           attempt: z.number().int().nonnegative(),
-          status: z.enum(['starting', 'running', 'ready', 'restarting', 'ended']),
+          status: z.enum(['starting', 'running', 'ready', 'restarting', 'draining', 'ended']),
           ready: z.boolean(),
         }),
       ),

@@ -57,3 +57,27 @@ export function openService(groups: string[], extra: string[] = []): Plan {
   const text = ['type: service', 'name: pd', 'port: 8000', 'auth: false', 'groups:', ...groups.map((g) => `  - ${g}`), ...extra].join('\n');
   return serviceRunPlan(loadServicePlan(text, 'pd.yml', { environ: {} }), null);
 }
+
+/**
+ * What the shell and the nodes answer to an effect, when all goes well: a push landed, a book
+ * delivered, a drain and a release done, new attempts provisioned, running and READY.
+ */
+export function answersTo(core: RunCore, effect: Effect): RunEvent[] {
+  switch (effect.kind) {
+    case 'push-routes':
+      return [{ kind: 'routes-pushed', generation: effect.generation, endpoints: ['http://gw/services/pd/'], error: null }];
+    case 'publish-peers':
+      return [{ kind: 'peers-published', version: effect.version, failed_hooks: [], error: null }];
+    case 'drain':
+      return [{ kind: 'drained', id: effect.resize, left: 0 }];
+    case 'release':
+      return [{ kind: 'released', id: effect.resize, error: null }];
+    case 'new-attempts':
+      return [
+        jobs(core, effect.jobs.map((j) => provisioned(j.job_num, j.attempt))),
+        jobs(core, effect.jobs.flatMap((j) => [running(j.job_num, j.attempt), ready(j.job_num, j.attempt)])),
+      ];
+    default:
+      return [];
+  }
+}
