@@ -13,7 +13,7 @@ import {
   type VerifiedHostKey,
 } from '../src/backends/ssh';
 import { hostKeyFile } from '../src/fleet/host-key-file';
-import type { FleetHostSpec, HostKey } from '../workflows/fleet-messages';
+import type { FleetHostSpec, HostKey } from '../src/contract/fleet-messages';
 
 /**
  * known_hosts files the worker checks fleet hosts' keys against: TROUPE_KNOWN_HOSTS

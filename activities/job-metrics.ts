@@ -1,7 +1,7 @@
 import type { Backend, JobRef } from '../src/backends/backend';
 import type { JobKey } from '../src/metrics/job-usage';
 import { workerMetrics } from '../src/metrics/troupe-metrics';
-import type { JobEvent } from '../workflows/messages';
+import type { JobEvent } from '../src/contract/messages';
 import { sampleUsage } from './job-usage-sampler';
 import type { RunJobsInput } from './types';
 

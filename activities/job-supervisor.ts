@@ -4,7 +4,7 @@ import { mapLimit } from '../src/concurrency/map-limit';
 import { describeProbeAnswer, renderProbeScript } from '../src/runner/ready-probe';
 import type { ReadyProbe } from '../src/plan/plan-schema';
 import { classifyBatchFailure, FailureType, type BatchJobFailure } from '../src/run-core/failure-table';
-import type { JobEvent } from '../workflows/messages';
+import type { JobEvent } from '../src/contract/messages';
 import { UNREACHABLE_LIMIT_MS } from './jobs';
 import type { PushedEnds } from './pushed-ends';
 import type { RunJobsInput } from './types';

@@ -1,6 +1,6 @@
 import type { Backend, JobFiles, JobRef } from '../src/backends/backend';
 import type { JobPlan } from '../src/plan/plan-schema';
-import type { AddressBook } from '../workflows/messages';
+import type { AddressBook } from '../src/contract/messages';
 import { buildClusterInfo } from '../src/runner/cluster-info';
 import { renderJobFiles } from '../src/runner/job-files';
 import { deriveRunSshKeys, type RunSshKeys } from '../src/secrets/run-ssh-keys';

@@ -1,6 +1,6 @@
 /** What the activities take and give: a module of types alone, so that every activity file and the workflows can import it without a circle. */
 import type { Backend, JobRef, PeersFile, ProvisionRequest, RoomRequest } from '../src/backends/backend';
-import type { AddressBook } from '../workflows/messages';
+import type { AddressBook } from '../src/contract/messages';
 import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
 import type { ServiceTableInput } from '../src/gateway/routing-table';
 

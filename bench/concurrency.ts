@@ -9,8 +9,8 @@
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { runWorkflowId } from '../workflows/ids';
-import type { RunState } from '../workflows/run-state';
+import { runWorkflowId } from '../src/contract/ids';
+import type { RunState } from '../src/contract/run-state';
 import { cpuSeconds, loadAverage } from './harness/cpu';
 import { pdPlan } from './harness/plans';
 import { resultsDir } from './harness/results';

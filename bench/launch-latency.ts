@@ -19,9 +19,9 @@ import { nodeLinkNames, type NodeLinkNames } from '../src/backends/local/local-n
 import { ensureNodeNetwork, netnsAvailable, removeNodeNetwork } from '../src/backends/local/netns';
 import type { Plan } from '../src/plan/plan-schema';
 import type { TestHosts } from '../test/e2e/hosts';
-import { nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
-import type { RunOptionsInput } from '../workflows/messages';
-import type { RunState } from '../workflows/run-state';
+import { nodeGroupWorkflowId, runWorkflowId } from '../src/contract/ids';
+import type { RunOptionsInput } from '../src/contract/messages';
+import type { RunState } from '../src/contract/run-state';
 import { firstEvent, lastEvent, lastEventOf, workflowCost, type WorkflowCost } from './harness/history';
 import type { BackendRegistry } from '../activities/types';
 import { cpuSeconds, loadAverage } from './harness/cpu';

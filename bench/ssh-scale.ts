@@ -17,7 +17,7 @@ import { closeAllSshSessions, connectSsh, HostKeyTrust } from '../src/backends/s
 import { SshBackend } from '../src/backends/ssh/ssh-backend';
 import type { Client } from '@temporalio/client';
 import { TroupeClient } from '../src/client';
-import { runWorkflowId } from '../workflows/ids';
+import { runWorkflowId } from '../src/contract/ids';
 import { workflowCost } from './harness/history';
 import { FleetClient } from '../src/fleet/fleet-client';
 import { fleetSpecOf } from '../src/fleet/fleet-spec';

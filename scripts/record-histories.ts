@@ -23,8 +23,8 @@ import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } f
 import { createTroupeWorker } from '../src/worker/create-worker';
 import { TroupeClient } from '../src/client';
 import { failureConverterPath } from '../src/codec/data-converter';
-import { fleetWorkflowId, nodeGroupWorkflowId, runWorkflowId } from '../workflows/ids';
-import { runStateQuery, stopRunSignal, type RunInputArg } from '../workflows/messages';
+import { fleetWorkflowId, nodeGroupWorkflowId, runWorkflowId } from '../src/contract/ids';
+import { runStateQuery, stopRunSignal, type RunInputArg } from '../src/contract/messages';
 import { makePlan, testHostSized } from '../test/helpers/plans';
 import type { Plan } from '../src/plan/plan-schema';
 

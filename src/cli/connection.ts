@@ -5,7 +5,7 @@ import { connect as tlsConnect, createSecureContext } from 'node:tls';
 import type { TLSConfig } from '@temporalio/client';
 import type { NativeConnection } from '@temporalio/worker';
 import { TroupeClient } from '../client';
-import { DEFAULT_TASK_QUEUE } from '../../workflows/ids';
+import { DEFAULT_TASK_QUEUE } from '../contract/ids';
 import { CliError } from './command';
 import { escapeControlChars, hasControlChars } from './render/control-chars';
 import { troupeDataConverter } from '../codec/data-converter';

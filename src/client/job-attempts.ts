@@ -1,6 +1,6 @@
 import type { JobRef } from '../backends/backend';
 import { newJobRef } from '../backends/job-ref';
-import type { JobState, RunState } from '../../workflows/run-state';
+import type { JobState, RunState } from '../contract/run-state';
 import { TroupeClientError } from './errors';
 
 /** The machine of one attempt of a job: the current one, or an earlier one kept in `previous_attempts`. */

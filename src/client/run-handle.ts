@@ -17,7 +17,7 @@ import {
 import type { LogChunk } from '../backends/backend';
 import type { Plan } from '../plan/plan-schema';
 import type { ReadLogInput } from '../../activities/types';
-import { logReaderWorkflowId, runWorkflowId } from '../../workflows/ids';
+import { logReaderWorkflowId, runWorkflowId } from '../contract/ids';
 import {
   runJobsQuery,
   runStateQuery,
@@ -28,9 +28,9 @@ import {
   type ApplyServiceResult,
   type RunInputArg,
   type ScaleGroupResult,
-} from '../../workflows/messages';
-import { isFinished, type JobState, type RunState, type RunStatus } from '../../workflows/run-state';
-import { RunStateSchema } from '../../workflows/run-state-schema';
+} from '../contract/messages';
+import { isFinished, type JobState, type RunState, type RunStatus } from '../contract/run-state';
+import { RunStateSchema } from '../contract/run-state-schema';
 import {
   isRunUnavailable,
   JobNotFoundError,

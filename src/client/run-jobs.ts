@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { JOBS_PAGE_MAX, type JobState, type RunState } from '../../workflows/run-state';
-import { JobStateSchema } from '../../workflows/run-state-schema';
+import { JOBS_PAGE_MAX, type JobState, type RunState } from '../contract/run-state';
+import { JobStateSchema } from '../contract/run-state-schema';
 import { TroupeClientError } from './errors';
 
 /**

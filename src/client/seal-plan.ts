@@ -1,7 +1,7 @@
 import { looksSecret } from '../config/secret-names';
 import type { Plan } from '../plan/plan-schema';
 import { isSealed, loadSecretKey, newSealNonce, sealEnv } from '../secrets/sealed-env';
-import { runWorkflowId } from '../../workflows/ids';
+import { runWorkflowId } from '../contract/ids';
 
 /**
  * Secret env values leave this process sealed: history, the Web UI and errors never see them. A

@@ -1,4 +1,4 @@
-import type { RunState } from '../../workflows/run-state';
+import type { RunState } from '../contract/run-state';
 
 /** A replica group of a service: how many of its replicas are READY (their probe passed) of the group's size. */
 export interface ReplicaGroupSummary {

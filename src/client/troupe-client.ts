@@ -10,10 +10,10 @@ import {
 import { ConfigError, loadPlan, PlanSchema, type Plan } from '../plan';
 import { sealSecrets } from './seal-plan';
 import { RUN_NAME } from '../plan/run-name';
-import { DEFAULT_TASK_QUEUE, runNameFromWorkflowId, runWorkflowId } from '../../workflows/ids';
-import { RunOptionsSchema, type RunInput, type RunOptionsInput } from '../../workflows/message-schemas';
-import type { RunState, RunStatus } from '../../workflows/run-state';
-import { RunStatusSchema } from '../../workflows/run-state-schema';
+import { DEFAULT_TASK_QUEUE, runNameFromWorkflowId, runWorkflowId } from '../contract/ids';
+import { RunOptionsSchema, type RunInput, type RunOptionsInput } from '../contract/message-schemas';
+import type { RunState, RunStatus } from '../contract/run-state';
+import { RunStatusSchema } from '../contract/run-state-schema';
 import { InvalidConfigError, InvalidRunNameError, RunNameInUseError, TroupeClientError } from './errors';
 import { RunHandle, rootCauseMessage, type RunContext, type RunWorkflowFn } from './run-handle';
 import { readRunMemo, runMemo, runSummaryLine } from './run-memo';

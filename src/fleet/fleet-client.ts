@@ -9,7 +9,7 @@ import { ApplicationFailure, TemporalFailure } from '@temporalio/common';
 import { NoCapacityError, SubmissionClosedError } from '../backends/backend';
 import { Slots } from '../concurrency/slots';
 import { FailureType } from '../run-core/failure-table';
-import { fleetWorkflowId } from '../../workflows/ids';
+import { fleetWorkflowId } from '../contract/ids';
 import {
   allocateHostsUpdate,
   applyFleetUpdate,
@@ -27,7 +27,7 @@ import {
   type JobHostRelease,
   type ReleaseRequest,
   type SubmissionRef,
-} from '../../workflows/fleet-messages';
+} from '../contract/fleet-messages';
 
 export const FLEET_WORKFLOW_TYPE = 'FleetWorkflow';
 const FLEET_ID_PREFIX = fleetWorkflowId('');

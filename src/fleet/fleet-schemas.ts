@@ -5,7 +5,7 @@ import { HostFactsSchema } from '../backends/ssh/detect';
 
 /**
  * A fleet as FleetWorkflow holds it: hosts over SSH, what each has, and which run/job holds it.
- * The updates and the query are in workflows/fleet-messages.ts, which imports only these types:
+ * The updates and the query are in src/contract/fleet-messages.ts, which imports only these types:
  * a workflow's modules are evaluated again for every new workflow of a worker, and zod's are the
  * largest. FleetWorkflow loads this module when it starts.
  */

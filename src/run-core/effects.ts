@@ -1,5 +1,5 @@
 import type { Instance } from '../backends/backend';
-import type { RunStatus, RunTerminationReason } from '../../workflows/run-state';
+import type { RunStatus, RunTerminationReason } from '../contract/run-state';
 import type { Ending } from './ending';
 import type { ServiceTableInput } from '../gateway/routing-table';
 

@@ -4,7 +4,7 @@ import type { EndingSchema } from './state-schema';
 /** How a submission ended for good: what teardown, retry and the run's final status go by. */
 export type Ending = z.infer<typeof EndingSchema>;
 
-/** How a submission ended, before teardown; or a live run's history is long and it continues as new, its jobs running on (workflows/run-handover.ts). */
+/** How a submission ended, before teardown; or a live run's history is long and it continues as new, its jobs running on (workflows/run/run-handover.ts). */
 export type Outcome = Ending | { kind: 'handover' };
 
 /** A failure as a policy reports it. */

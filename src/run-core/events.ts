@@ -1,4 +1,4 @@
-import type { JobEvent } from '../../workflows/message-schemas';
+import type { JobEvent } from '../contract/message-schemas';
 import type { Plan } from '../plan/plan-schema';
 
 /**

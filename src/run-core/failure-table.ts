@@ -1,5 +1,5 @@
 import type { RetryEvent } from '../plan/plan-schema';
-import type { JobTerminationReason } from '../../workflows/run-state';
+import type { JobTerminationReason } from '../contract/run-state';
 
 /**
  * `type` of the ApplicationFailures that activities throw, and the one table of what each means for
@@ -19,7 +19,7 @@ export const FailureType = {
   SecretKey: 'SecretKey',
   /** The job's env, hostfile or script cannot be written (a value no shell can carry). */
   InvalidJobFiles: 'InvalidJobFiles',
-  /** An input (a client's) that claims a run's identity the workflow does not have (workflows/run-identity.ts). */
+  /** An input (a client's) that claims a run's identity the workflow does not have (workflows/run/run-identity.ts). */
   ForgedRunIdentity: 'ForgedRunIdentity',
   /** A job's commands could not be started on its machine (after a few tries, or at once when trying again cannot help). */
   StartFailed: 'StartFailed',

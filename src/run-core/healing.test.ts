@@ -36,7 +36,7 @@ function comesBack(core: RunCore, n: number, now: number): RunCore {
   const live = core.live!;
   const left = { ...live.attempts_to_start };
   delete left[n];
-  // What the shell does when it lets the attempt start (workflows/run-attempts.ts).
+  // What the shell does when it lets the attempt start (workflows/run/run-attempts.ts).
   const letStart = { ...core, live: { ...live, attempts_to_start: left } };
   return pass(letStart, [jobs(letStart, [provisioned(n, attempt), running(n, attempt), ready(n, attempt)])], now).core;
 }

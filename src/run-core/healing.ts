@@ -1,4 +1,4 @@
-import type { JobState } from '../../workflows/run-state';
+import type { JobState } from '../contract/run-state';
 import type { Failure } from './ending';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';

@@ -1,10 +1,10 @@
 import type { JobPlan } from '../plan/plan-schema';
-import type { AddressBook, JobEvent } from '../../workflows/message-schemas';
-import type { JobState, JobTerminationReason, RunState } from '../../workflows/run-state';
+import type { AddressBook, JobEvent } from '../contract/message-schemas';
+import type { JobState, JobTerminationReason, RunState } from '../contract/run-state';
 
 /**
  * How a run's jobs move through their statuses: changes of the run's state, made only by the run's
- * loop (workflows/run-loop.ts) and the policies it applies. `now` (ISO) comes in; nothing here reads a clock.
+ * loop (workflows/run/run-loop.ts) and the policies it applies. `now` (ISO) comes in; nothing here reads a clock.
  */
 
 export function freshJob(job_num: number, job_name: string, group_index: number, group_name: string, group_job_index: number, now: string): JobState {

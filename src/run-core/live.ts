@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import type { GroupPlan, JobPlan, Plan } from '../plan/plan-schema';
 import type { LiveCoreSchema, ResizeSchema } from './state-schema';
-import type { JobState } from '../../workflows/run-state';
+import type { JobState } from '../contract/run-state';
 
 /**
  * What a live run (one that heals, resizes or keeps live peers: Troupe's extensions) keeps in its

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Plan } from '../plan/plan-schema';
-import type { JobEvent } from '../../workflows/message-schemas';
+import type { JobEvent } from '../contract/message-schemas';
 import { makePlan } from '../../test/helpers/plans';
 import { coreOf, endingOf, exited, instance, jobs, pass, provisioned, running, started, T0 } from '../../test/helpers/run-core';
 import type { Ending } from './ending';

@@ -1,6 +1,6 @@
-import type { JobEvent } from '../../workflows/message-schemas';
+import type { JobEvent } from '../contract/message-schemas';
 import type { RetryEvent } from '../plan/plan-schema';
-import type { JobState, JobTerminationReason } from '../../workflows/run-state';
+import type { JobState, JobTerminationReason } from '../contract/run-state';
 import type { Ending, Failure } from './ending';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';

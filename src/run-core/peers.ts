@@ -1,5 +1,5 @@
-import type { AddressBook } from '../../workflows/message-schemas';
-import type { JobState } from '../../workflows/run-state';
+import type { AddressBook } from '../contract/message-schemas';
+import type { JobState } from '../contract/run-state';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, addressBookOf, isJobFinished } from './jobs';

@@ -4,7 +4,7 @@ import type { RunEvent } from './events';
 import { activeJobs, isJobFinished } from './jobs';
 import { drainingRanks } from './live';
 import type { RunCore, ServiceCore } from './state';
-import type { JobState } from '../../workflows/run-state';
+import type { JobState } from '../contract/run-state';
 
 /**
  * A service's routing: the table every gateway routes its requests by (src/gateway/routing-table.ts),

@@ -1,5 +1,5 @@
 import type { GroupPlan } from '../plan/plan-schema';
-import type { JobState } from '../../workflows/run-state';
+import type { JobState } from '../contract/run-state';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { restartOver } from './healing';

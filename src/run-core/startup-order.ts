@@ -1,5 +1,5 @@
 import type { Plan } from '../plan/plan-schema';
-import type { JobState } from '../../workflows/run-state';
+import type { JobState } from '../contract/run-state';
 import { groupMembers } from './jobs';
 
 /** Running, or already past running (a job that started and ended counts as started). */

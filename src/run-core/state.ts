@@ -1,13 +1,13 @@
 import type { z } from 'zod';
 import type { Plan, RetryPolicy } from '../plan/plan-schema';
-import type { RunState } from '../../workflows/run-state';
+import type { RunState } from '../contract/run-state';
 import { freshJobsOf } from './jobs';
 import { isLivePlan, newLiveCore } from './live';
 import type { RunCoreSchema, ServiceCoreSchema, SubmissionCoreSchema } from './state-schema';
 
 /**
  * The run's core state: plain, serialisable data that its policies decide over (its schema, with
- * what each field means: state-schema.ts). Only the run's loop (workflows/run-loop.ts) replaces it,
+ * what each field means: state-schema.ts). Only the run's loop (workflows/run/run-loop.ts) replaces it,
  * with what a policy returned. `run` is what queries answer; its job records are changed in place
  * by the policies (jobs.ts), the rest is replaced.
  */

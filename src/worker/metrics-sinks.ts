@@ -1,5 +1,5 @@
 import type { InjectedSinks } from '@temporalio/worker';
-import type { TroupeMetricsSinks } from '../../workflows/run-metrics';
+import type { TroupeMetricsSinks } from '../../workflows/run/run-metrics';
 import type { TroupeMetrics } from '../metrics/troupe-metrics';
 
 /** The worker's side of the runs' metrics sink: each call counted once, never during replay. */

@@ -1,5 +1,5 @@
 import type { Client } from '@temporalio/client';
-import { RunStatusSchema } from '../../workflows/run-state-schema';
+import { RunStatusSchema } from '../contract/run-state-schema';
 import type { RunStatusCounter } from '../metrics/troupe-metrics';
 import { TroupeSearchAttributes } from '../client/search-attributes';
 

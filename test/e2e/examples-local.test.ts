@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { runWorkflowId } from '../../workflows/ids';
-import type { RunState } from '../../workflows/run-state';
+import { runWorkflowId } from '../../src/contract/ids';
+import type { RunState } from '../../src/contract/run-state';
 import { makeLocalFleet } from '../helpers/local-fleet';
 import { temporalAddress } from '../helpers/temporal';
 import { useLocalTroupe } from '../helpers/local-troupe';

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { RunState } from '../../workflows/run-state';
+import type { RunState } from '../../src/contract/run-state';
 import { filesNamedNow, readFileNow } from '../helpers/live-dir';
 import { makeLocalFleet } from '../helpers/local-fleet';
 import { useLocalTroupe } from '../helpers/local-troupe';

@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { RunHandle } from '../../src/client';
-import type { RunState } from '../../workflows/run-state';
+import type { RunState } from '../../src/contract/run-state';
 import { makeLocalFleet } from '../helpers/local-fleet';
 import { useLocalTroupe } from '../helpers/local-troupe';
 

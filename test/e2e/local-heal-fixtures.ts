@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { request } from 'node:http';
 import type { Resources } from '../../src/config/resources-schema';
 import type { GroupPlan, Plan } from '../../src/plan/plan-schema';
-import type { RunState } from '../../workflows/run-state';
+import type { RunState } from '../../src/contract/run-state';
 import { makePlan } from '../helpers/plans';
 import { waitFor } from './local-fixtures';
 

@@ -1,9 +1,9 @@
 import type { ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runWorkflowId } from '../../workflows/ids';
-import { runStateQuery, stopRunSignal } from '../../workflows/messages';
-import type { RunState } from '../../workflows/run-state';
+import { runWorkflowId } from '../../src/contract/ids';
+import { runStateQuery, stopRunSignal } from '../../src/contract/messages';
+import type { RunState } from '../../src/contract/run-state';
 import { expectNothingLeft, jobDirsOf, sshServersUnder } from '../helpers/inter-node-ssh';
 import { makePlan } from '../helpers/plans';
 import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';

@@ -7,14 +7,14 @@ import type { SubmitRequest } from '../../src/client/troupe-client';
 import { LocalBackend } from '../../src/backends/local/local-backend';
 import { lookupUser, runUserName } from '../../src/backends/local/run-user';
 import { JobLayout } from '../../src/runner/job-layout';
-import type { RunState } from '../../workflows/run-state';
+import type { RunState } from '../../src/contract/run-state';
 import { stopRunsLeftGoing, useLocalTroupe } from '../helpers/local-troupe';
 import { deriveRunSshKeys } from '../../src/secrets/run-ssh-keys';
 import { loadSecretKey } from '../../src/secrets/sealed-env';
 import { loadCodecKeyring } from '../../src/codec/codec-keys';
 import { EncryptionCodec } from '../../src/codec/payload-codec';
 import { historiesText } from '../helpers/history-text';
-import { nodeGroupWorkflowId, runWorkflowId } from '../../workflows/ids';
+import { nodeGroupWorkflowId, runWorkflowId } from '../../src/contract/ids';
 import { expectNothingLeft, jobDirsOf, privateKeysUnder, sshServersUnder, twoNodeTask } from '../helpers/inter-node-ssh';
 
 /**

@@ -11,7 +11,7 @@ import { RunUnreachableError, TroupeClient, type RunState } from '../../src/clie
 import { loadFleetConfig } from '../../src/plan';
 import { FleetClient } from '../../src/fleet/fleet-client';
 import { fleetSpecOf } from '../../src/fleet/fleet-spec';
-import type { FleetState } from '../../workflows/fleet-messages';
+import type { FleetState } from '../../src/contract/fleet-messages';
 import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
 import { createTestHosts, type TestHostSpec, type TestHosts } from './hosts';

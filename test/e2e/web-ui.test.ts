@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { LocalBackend } from '../../src/backends/local/local-backend';
 import { TroupeClient } from '../../src/client';
 import { runSummaryLine } from '../../src/client/run-memo';
-import { runWorkflowId } from '../../workflows/ids';
+import { runWorkflowId } from '../../src/contract/ids';
 import { launchChromium, screenshotDir, TemporalUi, timelineLabel } from '../helpers/browser';
 import { makeLocalFleet } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';

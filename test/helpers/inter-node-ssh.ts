@@ -4,7 +4,7 @@ import { expect } from 'vitest';
 import { stringify } from 'yaml';
 import { JobLayout } from '../../src/runner/job-layout';
 import { filesUnderNow, readFileNow } from './live-dir';
-import type { RunState } from '../../workflows/run-state';
+import type { RunState } from '../../src/contract/run-state';
 
 /** Checks shared by the inter-node SSH tests: the SSH servers of a run's nodes, and what is left after it. */
 

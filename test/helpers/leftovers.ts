@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { RunState } from '../../workflows/run-state';
+import type { RunState } from '../../src/contract/run-state';
 import { processGroupMembers } from './local-fleet';
 
 /** What a local-fleet run left on this machine after its end (all zero when teardown did its job). */

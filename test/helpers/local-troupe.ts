@@ -2,7 +2,7 @@ import type { Client, WorkflowHandle } from '@temporalio/client';
 import { afterAll, beforeAll } from 'vitest';
 import { TroupeClient } from '../../src/client';
 import type { Plan } from '../../src/plan';
-import { runWorkflowId } from '../../workflows/ids';
+import { runWorkflowId } from '../../src/contract/ids';
 import type { makeLocalFleet } from './local-fleet';
 import { temporalAddress, testClient } from './temporal';
 import { startTroupeWorker } from './troupe-worker';

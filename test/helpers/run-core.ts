@@ -5,7 +5,7 @@ import type { Effect } from '../../src/run-core/effects';
 import type { Ending } from '../../src/run-core/ending';
 import type { RunEvent } from '../../src/run-core/events';
 import { newRunCore, type RunCore } from '../../src/run-core/state';
-import type { JobEvent } from '../../workflows/message-schemas';
+import type { JobEvent } from '../../src/contract/message-schemas';
 
 /** Fixtures for the run core's event-sequence tests: a core, passes of the loop, job events. */
 

@@ -2,8 +2,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll } from 'vitest';
-import { runStateQuery } from '../../workflows/messages';
-import type { RunState } from '../../workflows/run-state';
+import { runStateQuery } from '../../src/contract/messages';
+import type { RunState } from '../../src/contract/run-state';
 import { makeLocalFleet, makeSharedDir } from './local-fleet';
 import { temporalAddress, testClient, uniqueTaskQueue } from './temporal';
 

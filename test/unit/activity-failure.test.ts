@@ -1,13 +1,9 @@
-import { readFileSync } from 'node:fs';
-import { dirname, join, relative, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { ApplicationFailure } from '@temporalio/common';
 import { describe, expect, it } from 'vitest';
 import { activityFailure, atTheBoundary, jobFailureOf, toActivityFailure } from '../../activities/activity-failure';
 import { InstanceUnreachableError, NoCapacityError, SubmissionClosedError } from '../../src/backends/backend';
 import { FailureType, isRetryable } from '../../src/run-core/failure-table';
 import { SecretKeyError } from '../../src/secrets/sealed-env';
-import { tsFiles } from '../helpers/import-cycles';
 
 /** The activity boundary: domain errors in, Temporal failures out, typed and retried as the one failure table says. */
 describe('the activity boundary', () => {
@@ -53,12 +49,5 @@ describe('the activity boundary', () => {
     });
     await expect(activities.provision(2)).resolves.toBe(2);
     await expect(activities.provision(3)).rejects.toMatchObject({ type: FailureType.NoCapacity, message: 'room for 2, not 3', nonRetryable: false });
-  });
-
-  it('below the activities nothing knows Temporal: backends, runner, plan, config and the run core throw domain errors only', () => {
-    const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-    const below = ['src/backends', 'src/runner', 'src/plan', 'src/config', 'src/run-core'].flatMap((dir) => tsFiles(join(root, dir)));
-    const temporal = below.filter((file) => /from '@temporalio\//.test(readFileSync(file, 'utf8'))).map((file) => relative(root, file));
-    expect(temporal).toEqual([]);
   });
 });

@@ -1,5 +1,5 @@
 import type { Instance } from '../../src/backends/backend';
-import type { JobState, RunState } from '../../workflows/run-state';
+import type { JobState, RunState } from '../../src/contract/run-state';
 
 /** A PD run (router, prefill×2, decode) as RunWorkflow's query returns it, at a chosen moment. */
 

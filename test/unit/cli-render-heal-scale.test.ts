@@ -8,7 +8,7 @@ import type { RunSummary } from '../../src/client';
 import { logRefOf } from '../../src/client/job-attempts';
 import { TroupeClientError } from '../../src/client/errors';
 import { loadPlan, planToJson, PlanJsonSchema } from '../../src/plan';
-import type { JobState, RunState } from '../../workflows/run-state';
+import type { JobState, RunState } from '../../src/contract/run-state';
 import { thrownBy } from '../helpers/refusal';
 import { group, instance, pdRunning, t0 } from './cli-render-fixtures';
 

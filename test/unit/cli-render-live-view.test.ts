@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { describeStateChanges, LiveView, type Terminal } from '../../src/cli/render/live-view';
 import { LogLines } from '../../src/cli/render/log-lines';
 import { plain } from '../../src/cli/render/style';
-import type { JobState, RunState } from '../../workflows/run-state';
+import type { JobState, RunState } from '../../src/contract/run-state';
 import { instance, job, pdRun, pdRunning, t0 } from './cli-render-fixtures';
 
 class Screen implements Terminal {

@@ -7,7 +7,7 @@ import { formatAge, formatDuration } from '../../src/cli/render/time-text';
 import type { RunSummary } from '../../src/client';
 import { makePlan } from '../helpers/plans';
 import { group, instance, job, pdRun, pdRunning, t0 } from './cli-render-fixtures';
-import type { JobState } from '../../workflows/run-state';
+import type { JobState } from '../../src/contract/run-state';
 
 const color = { color: true };
 

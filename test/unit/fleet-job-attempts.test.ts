@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { allocate, release, releaseJobHost } from '../../workflows/fleet-hosts';
-import type { AllocateRequest, FleetHostState, FleetState } from '../../workflows/fleet-messages';
+import { allocate, release, releaseJobHost } from '../../workflows/fleet/fleet-hosts';
+import type { AllocateRequest, FleetHostState, FleetState } from '../../src/contract/fleet-messages';
 import { resources } from '../e2e/local-fixtures';
 
 /** The fleet's allocation keyed by job attempt, as pure changes of its state. */

@@ -4,7 +4,7 @@ import { fleetSpecOf, ignoredFleetSettings } from '../../src/fleet/fleet-spec';
 import { hostShortfalls, pickHosts } from '../../src/fleet/host-match';
 import { previewPlacement } from '../../src/fleet/placement-preview';
 import { loadFleetConfig, loadPlan } from '../../src/plan';
-import type { FleetHostState, FleetState } from '../../workflows/fleet-messages';
+import type { FleetHostState, FleetState } from '../../src/contract/fleet-messages';
 
 /** Which host a job gets (the rule FleetWorkflow allocates by, and `troupe apply` previews with). */
 

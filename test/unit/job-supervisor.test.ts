@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { InstanceUnreachableError, type ExecResult, type JobProcessState, type JobRef, type ReadinessState } from '../../src/backends/backend';
 import type { ReadyProbe } from '../../src/plan/plan-schema';
-import type { JobEvent } from '../../workflows/messages';
+import type { JobEvent } from '../../src/contract/messages';
 import { instance } from '../helpers/run-core';
 import { JobSupervisor, sendNow, type JobSupervisorOptions, type SupervisionRounds, type SupervisorClock } from '../../activities/job-supervisor';
 import { job as planJob } from './runner-fixtures';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { withAllJobs } from '../../src/client/run-jobs';
 import { TroupeClientError } from '../../src/client/errors';
-import { answerOf, JOBS_INLINE_MAX_BYTES, JOBS_PAGE_MAX, jobsPage, type RunState } from '../../workflows/run-state';
+import { answerOf, JOBS_INLINE_MAX_BYTES, JOBS_PAGE_MAX, jobsPage, type RunState } from '../../src/contract/run-state';
 import { group, job, pdRun } from './cli-render-fixtures';
 
 /** A run of `nodes` jobs in one group, each with a message of `messageBytes` characters. */

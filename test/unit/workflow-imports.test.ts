@@ -16,7 +16,7 @@ describe('what the workflow bundle evaluates for each new workflow', () => {
 
   it('imports no package but the Temporal workflow SDK', () => {
     const packages = [...closure].filter(([name]) => !name.startsWith('workflows/') && !name.startsWith('src/'));
-    expect(packages.map(([name, chain]) => `${name} <- ${chain.join(' <- ')}`)).toEqual(['@temporalio/workflow <- workflows/index.ts <- workflows/run-workflow.ts']);
+    expect(packages.map(([name, chain]) => `${name} <- ${chain.join(' <- ')}`)).toEqual(['@temporalio/workflow <- workflows/index.ts <- workflows/run/run-workflow.ts']);
   });
 
   it('evaluates no schema module', () => {
@@ -25,7 +25,7 @@ describe('what the workflow bundle evaluates for each new workflow', () => {
   });
 
   it('sees through `import type` but not through value imports (the check itself)', () => {
-    const clientSide = runtimeClosure(root, 'workflows/message-schemas.ts');
+    const clientSide = runtimeClosure(root, 'src/contract/message-schemas.ts');
     expect(clientSide.has('zod')).toBe(true);
     expect(clientSide.has('src/plan/plan-schema.ts')).toBe(true);
   });

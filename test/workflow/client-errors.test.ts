@@ -9,7 +9,7 @@ import {
   TroupeClient,
   TroupeSearchAttributes,
 } from '../../src/client';
-import { runWorkflowId } from '../../workflows/ids';
+import { runWorkflowId } from '../../src/contract/ids';
 import { makePlan } from '../helpers/plans';
 import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
 

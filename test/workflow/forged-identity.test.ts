@@ -6,10 +6,10 @@ import { RecordingBackend } from '../helpers/recording-backend';
 import { testClient } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
 import { FailureType } from '../../src/run-core/failure-table';
-import { nodeGroupWorkflowId, runWorkflowId } from '../../workflows/ids';
-import { runStateQuery, stopRunSignal, type CarriedRun } from '../../workflows/messages';
-import type { NodeGroupInput } from '../../workflows/node-group-input';
-import type { RunState } from '../../workflows/run-state';
+import { nodeGroupWorkflowId, runWorkflowId } from '../../src/contract/ids';
+import { runStateQuery, stopRunSignal, type CarriedRun } from '../../src/contract/messages';
+import type { NodeGroupInput } from '../../src/contract/node-group-input';
+import type { RunState } from '../../src/contract/run-state';
 import { waitForRunState } from '../helpers/worker-process-control';
 
 /**

@@ -1,8 +1,8 @@
 import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SimulatedBackend } from '../../src/backends/simulated/simulated-backend';
-import { runWorkflowId } from '../../workflows/ids';
-import type { RunState } from '../../workflows/run-state';
+import { runWorkflowId } from '../../src/contract/ids';
+import type { RunState } from '../../src/contract/run-state';
 import { makePlan } from '../helpers/plans';
 import { testClient } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Plan, ReadyProbe } from '../../src/plan/plan-schema';
-import { runStateQuery } from '../../workflows/messages';
-import type { RunState } from '../../workflows/run-state';
+import { runStateQuery } from '../../src/contract/messages';
+import type { RunState } from '../../src/contract/run-state';
 import { makeLocalFleet, makeSharedDir, processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
 import { useLocalTroupe } from '../helpers/local-troupe';

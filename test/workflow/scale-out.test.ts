@@ -1,8 +1,8 @@
 import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { runWorkflowId } from '../../workflows/ids';
-import { runStateQuery } from '../../workflows/messages';
-import type { RunState } from '../../workflows/run-state';
+import { runWorkflowId } from '../../src/contract/ids';
+import { runStateQuery } from '../../src/contract/messages';
+import type { RunState } from '../../src/contract/run-state';
 import { processGroupMembers } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
 import { kill9, startWorkerProcess, useWorkerProcesses } from '../helpers/worker-process-control';

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client } from '@temporalio/client';
 import { SimulatedBackend } from '../../src/backends/simulated/simulated-backend';
-import { runWorkflowId } from '../../workflows/ids';
-import type { RunInputArg } from '../../workflows/messages';
+import { runWorkflowId } from '../../src/contract/ids';
+import type { RunInputArg } from '../../src/contract/messages';
 import { makePlan } from '../helpers/plans';
 import { RecordingBackend, type ProvisionCall } from '../helpers/recording-backend';
 import { testClient } from '../helpers/temporal';

@@ -1,8 +1,8 @@
 import { writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import type { Plan } from '../../src/plan/plan-schema';
-import { runStateQuery } from '../../workflows/messages';
-import type { RunState } from '../../workflows/run-state';
+import { runStateQuery } from '../../src/contract/messages';
+import type { RunState } from '../../src/contract/run-state';
 import { makeLocalFleet, makeSharedDir } from '../helpers/local-fleet';
 import { makePlan } from '../helpers/plans';
 import { useLocalTroupe } from '../helpers/local-troupe';

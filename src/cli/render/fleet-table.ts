@@ -1,7 +1,7 @@
 import type { FleetListing } from '../../fleet/fleet-client';
 import { hostKeyFile } from '../../fleet/host-key-file';
 import type { JobPlacement } from '../../fleet/placement-preview';
-import type { FleetHostState, FleetState, HostKey } from '../../../workflows/fleet-messages';
+import type { FleetHostState, FleetState, HostKey } from '../../contract/fleet-messages';
 import { paint, type Style } from './style';
 import { renderTable } from './table';
 

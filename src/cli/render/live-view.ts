@@ -1,6 +1,6 @@
 import { endpointsChanged, serviceEndpointLines } from './service-lines';
 import { writeRaw } from './control-chars';
-import type { JobState, RunState } from '../../../workflows/run-state';
+import type { JobState, RunState } from '../../contract/run-state';
 import { jobReason, nodeName, renderJobsTable, renderRunHeadline } from './run-table';
 import { onceInFull } from './reason-text';
 import { paint, paintStatus, visibleLength, type Style } from './style';

@@ -1,5 +1,5 @@
 import type { ReplicaGroupSummary, RunSummary, ServiceSummary } from '../../client';
-import type { JobState, RunState } from '../../../workflows/run-state';
+import type { JobState, RunState } from '../../contract/run-state';
 import { formatGroupNodes } from './plan-table';
 import { onceInFull } from './reason-text';
 import { paint, paintStatus, type Style } from './style';

@@ -1,4 +1,4 @@
-import type { JobStatus, RunStatus } from '../../../workflows/run-state';
+import type { JobStatus, RunStatus } from '../../contract/run-state';
 
 /** Whether output gets ANSI colors: only on a terminal, never with NO_COLOR, always with FORCE_COLOR. */
 export interface Style {
