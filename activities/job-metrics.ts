@@ -1,5 +1,5 @@
 import type { Backend, JobRef } from '../src/backends/backend';
-import type { JobKey } from '../src/metrics/job-usage';
+import type { JobKey } from '../src/backends/job-usage';
 import { workerMetrics } from '../src/metrics/troupe-metrics';
 import type { JobEvent } from '../src/contract/messages';
 import { sampleUsage } from './job-usage-sampler';

@@ -1,6 +1,6 @@
 import type { Backend, JobRef } from '../src/backends/backend';
 import { mapLimit } from '../src/concurrency/map-limit';
-import type { JobKey } from '../src/metrics/job-usage';
+import type { JobKey } from '../src/backends/job-usage';
 import type { TroupeMetrics } from '../src/metrics/troupe-metrics';
 
 /**

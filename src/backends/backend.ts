@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { GroupPlan, JobPlan } from '../plan/plan-schema';
 import type { JobFiles, PeersFile, ReadinessState } from '../runner/node-files';
-import type { JobUsage } from '../metrics/job-usage';
+import type { JobUsage } from './job-usage';
 
 export type { JobFiles, NodeReadyProbe, NodeSshKeys, PeersFile, ReadinessState } from '../runner/node-files';
 

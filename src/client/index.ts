@@ -6,7 +6,7 @@ export { loadCodecKeyring, codecKeyFile, CodecKeyError } from '../codec/codec-ke
 export { RunHandle } from './run-handle';
 export { DEFAULT_WORKER_METRICS_URL, workerMetricsUrls } from './run-usage';
 export type { RunMetrics, RunMetricsOptions } from './run-usage';
-export type { GpuUsage, JobKey, JobSeries, UsagePoint } from '../metrics/job-usage';
+export type { GpuUsage, JobKey, JobSeries, UsagePoint } from '../backends/job-usage';
 export type { JobLogChunk, ReadLogOptions, StreamLogsOptions, WatchOptions } from './run-handle';
 export {
   InvalidConfigError,

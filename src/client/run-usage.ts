@@ -1,4 +1,4 @@
-import { RunUsageSchema, type JobSeries } from '../metrics/job-usage';
+import { RunUsageSchema, type JobSeries } from '../backends/job-usage';
 
 /**
  * A run's job usage, read from the workers that sample it (`troupe worker --metrics`): each

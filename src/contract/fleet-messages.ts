@@ -1,7 +1,7 @@
 import { defineQuery, defineUpdate } from '@temporalio/workflow';
-import type { AllocateRequest, FleetSpec, FleetState, HeldHost } from '../fleet/fleet-schemas';
+import type { AllocateRequest, FleetSpec, FleetState, HeldHost } from './fleet-schemas';
 
-/** What a fleet's workflow is asked and answers (the shapes' schemas: src/fleet/fleet-schemas.ts, the fleet's contract). */
+/** What a fleet's workflow is asked and answers (the shapes' schemas: src/contract/fleet-schemas.ts, the fleet's contract). */
 export type {
   AllocateRequest,
   FleetHostSpec,
@@ -12,7 +12,7 @@ export type {
   HostKey,
   HostKeySource,
   HeldHost,
-} from '../fleet/fleet-schemas';
+} from './fleet-schemas';
 
 export interface FleetInput {
   spec: FleetSpec;

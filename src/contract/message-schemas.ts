@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { BackendCapabilitiesSchema, InstanceSchema, JobRefSchema } from '../backends/backend';
 import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema } from '../plan/plan-schema';
-import { CarriedCoreSchema, PeersBookSchema } from '../run-core/state-schema';
+import { CarriedCoreSchema, PeersBookSchema } from './core-state-schema';
 import { JobTerminationReasonSchema } from './run-state-schema';
 
 /**
@@ -39,7 +39,7 @@ export type RunOptions = z.infer<typeof RunOptionsSchema>;
 export type RunOptionsInput = z.input<typeof RunOptionsSchema>;
 
 
-export { PeersBookSchema, type PeersBook } from '../run-core/state-schema';
+export { PeersBookSchema, type PeersBook } from './core-state-schema';
 
 /** Group child → run: what happened to one job. */
 /**
@@ -91,7 +91,7 @@ export type AddressBook = z.infer<typeof AddressBookSchema>;
 /**
  * What a live run's execution hands to the next when it continues as new, at a quiet moment: no
  * restart, resize or delivery under way, every node running (and ready, with a probe). Its core
- * travels as it is (src/run-core/state-schema.ts; the plan is the input's); beside it what the
+ * travels as it is (src/contract/core-state-schema.ts; the plan is the input's); beside it what the
  * workflow shell keeps. Maps and sets travel as arrays.
  */
 export const CarriedRunSchema = z.object({

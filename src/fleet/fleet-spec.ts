@@ -1,7 +1,7 @@
 import { dirname, isAbsolute, resolve } from 'node:path';
 import type { FleetConfig, SshHost } from '../config/fleet-schema';
 import type { SshTarget } from '../backends/ssh/target';
-import type { FleetSpec } from './fleet-schemas';
+import type { FleetSpec } from '../contract/fleet-schemas';
 
 /** What of a fleet config Troupe does not use (yet), said once when the fleet is applied. */
 export function ignoredFleetSettings(config: FleetConfig): string[] {

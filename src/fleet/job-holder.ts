@@ -1,4 +1,4 @@
-import type { Holder } from './fleet-schemas';
+import type { Holder } from '../contract/fleet-schemas';
 
 /** What names a job attempt in a fleet: its run's submission, its rank and its attempt (absent: 0). */
 export type JobAttemptKey = Pick<Holder, 'run_id' | 'submission' | 'job_num' | 'attempt'>;

@@ -1,6 +1,6 @@
 import type { Resources } from '../config/resources-schema';
 import type { Plan } from '../plan/plan-schema';
-import type { FleetHostState, FleetState } from './fleet-schemas';
+import type { FleetHostState, FleetState } from '../contract/fleet-schemas';
 import { describeResources, hostShortfalls, pickHosts } from './host-match';
 
 export interface JobPlacement {

@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
-import type { RunUsage } from './job-usage';
+import type { RunUsage } from '../backends/job-usage';
 import type { TroupeMetrics } from './troupe-metrics';
 
 /**

@@ -1,4 +1,4 @@
-import { pointOf, type JobKey, type JobSeries, type JobUsage, type UsagePoint } from './job-usage';
+import { pointOf, type JobKey, type JobSeries, type JobUsage, type UsagePoint } from '../backends/job-usage';
 
 /**
  * The worker's samples of the jobs it supervises: a ring of the last points per job, and a bound

@@ -9,7 +9,7 @@ import { parseWithSchema } from '../config/validate';
 import { ConfigSource } from '../config/yaml-source';
 import { checkConfigType } from '../config/config-type';
 import { looksSecret } from '../config/secret-names';
-import { containsReference, InterpolationError, parseReferences, type ReferenceMember } from '../runner/interpolation';
+import { containsReference, InterpolationError, parseReferences, type ReferenceMember } from './interpolation';
 import { expandJobs } from './expand';
 import { formatMB, MAX_RUN_INPUT_BYTES, MAX_TOTAL_NODES, runInputBytes, TEMPORAL_PAYLOAD_LIMIT_BYTES } from './input-size';
 import { PlanSchema, RetryEventSchema, type GroupPlan, type Plan, type RetryPolicy } from './plan-schema';

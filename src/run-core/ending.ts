@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { EndingSchema } from './state-schema';
+import type { EndingSchema } from '../contract/core-state-schema';
 
 /** How a submission ended for good: what teardown, retry and the run's final status go by. */
 export type Ending = z.infer<typeof EndingSchema>;

@@ -4,7 +4,7 @@ import { makePlan } from '../../test/helpers/plans';
 import { exited, jobs, pass, provisioned, ready, running, started, T0 } from '../../test/helpers/run-core';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
-import { CarriedCoreSchema } from './state-schema';
+import { CarriedCoreSchema } from '../contract/core-state-schema';
 import type { RunCore } from './state';
 
 /**

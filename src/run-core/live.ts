@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import type { GroupPlan, JobPlan, Plan } from '../plan/plan-schema';
-import type { LiveCoreSchema, ResizeSchema } from './state-schema';
+import type { LiveCoreSchema, ResizeSchema } from '../contract/core-state-schema';
 import type { JobState } from '../contract/run-state';
 
 /**

@@ -5,7 +5,7 @@ import type { RunEvent } from './events';
 import { activeJobs, addressBookOf, isJobFinished } from './jobs';
 import { drainingRanks, type LiveCore } from './live';
 import type { RunCore } from './state';
-import type { PeersBook } from './state-schema';
+import type { PeersBook } from '../contract/core-state-schema';
 import { isJobReady } from './startup-order';
 
 /**

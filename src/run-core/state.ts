@@ -3,7 +3,7 @@ import type { Plan, RetryPolicy } from '../plan/plan-schema';
 import type { RunState } from '../contract/run-state';
 import { freshJobsOf } from './jobs';
 import { isLivePlan, newLiveCore } from './live';
-import type { RunCoreSchema, ServiceCoreSchema, SubmissionCoreSchema } from './state-schema';
+import type { RunCoreSchema, ServiceCoreSchema, SubmissionCoreSchema } from '../contract/core-state-schema';
 
 /**
  * The run's core state: plain, serialisable data that its policies decide over (its schema, with

@@ -2,7 +2,7 @@ import type { JobFiles } from './node-files';
 import type { JobPlan, Plan } from '../plan/plan-schema';
 import type { ClusterInfo } from './cluster-info';
 import { renderHostfile } from './hostfile';
-import { interpolateCommand } from './interpolation';
+import { interpolateCommand } from '../plan/interpolation';
 import { renderJobEnv } from './job-env';
 import { JobLayout } from './job-layout';
 import { renderLaunchScript } from './launch-script';

@@ -4,7 +4,7 @@ import type { JobRef } from '../../src/backends/backend';
 import { closeAllSshSessions, HostKeyTrust, SshRunner } from '../../src/backends/ssh';
 import { renderUsageTable } from '../../src/cli/render/usage-table';
 import { plain } from '../../src/cli/render/style';
-import { pointOf } from '../../src/metrics/job-usage';
+import { pointOf } from '../../src/backends/job-usage';
 import { renderLaunchScript } from '../../src/runner/launch-script';
 import { createTestHosts, type TestHosts } from './hosts';
 import { fakeGpuLoad, type FakeGpus } from './hosts/fake-gpu-tools';

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { mergeSeries, workerMetricsUrls } from '../../src/client/run-usage';
 import { formatBytes, renderUsageTable } from '../../src/cli/render/usage-table';
 import { plain } from '../../src/cli/render/style';
-import { pointOf, type JobKey, type JobSeries, type JobUsage } from '../../src/metrics/job-usage';
+import { pointOf, type JobKey, type JobSeries, type JobUsage } from '../../src/backends/job-usage';
 import { parseListenAddress } from '../../src/metrics/metrics-server';
 import { TroupeMetrics } from '../../src/metrics/troupe-metrics';
 import { UsageRings } from '../../src/metrics/usage-rings';

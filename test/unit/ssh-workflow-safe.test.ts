@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { runtimeClosure } from '../helpers/runtime-imports';
 
 /**
- * Workflow code (FleetWorkflow, through src/fleet/fleet-schemas.ts) loads SshTargetSchema and
+ * Workflow code (FleetWorkflow, through src/contract/fleet-schemas.ts) loads SshTargetSchema and
  * HostFactsSchema: the modules they live in, and everything those import, must stay free of Node
  * built-ins and ssh2.
  */

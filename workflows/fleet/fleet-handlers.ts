@@ -11,7 +11,7 @@ import {
   type FleetHostState,
   type FleetState,
 } from '../../src/contract/fleet-messages';
-import type { AllocateRequestSchema, FleetSpecSchema } from '../../src/fleet/fleet-schemas';
+import type { AllocateRequestSchema, FleetSpecSchema } from '../../src/contract/fleet-schemas';
 
 /** One fleet as plain data: its state, the hosts waiting for a probe and the apply rounds asked for and done. */
 export interface Fleet {

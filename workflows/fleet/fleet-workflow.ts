@@ -21,7 +21,7 @@ const FORCED_DELETE_GRACE = '2 minutes';
 export async function FleetWorkflow(input: FleetInput): Promise<FleetState> {
   // Loaded here, not with the module: every new workflow of a worker evaluates the workflow modules
   // again, and zod's are most of that time. `eager` keeps it in the bundle: a microtask, on every replay.
-  const schemas = await import(/* webpackMode: "eager" */ '../../src/fleet/fleet-schemas');
+  const schemas = await import(/* webpackMode: "eager" */ '../../src/contract/fleet-schemas');
   const state: FleetState = input.state ?? { name: input.spec.name, placement: input.spec.placement, hosts: [], closed_submissions: [], deleted: false };
   const fleet: Fleet = { state, pending: new Set(state.hosts.filter((h) => h.status === 'probing')), requestedRound: 0, completedRound: 0 };
   if (!input.state) {

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
-import type { JobUsage } from '../../metrics/job-usage';
+import type { JobUsage } from '../job-usage';
 import { isAlive, listPids, readProcStat, type ProcessIdentity, type ProcStat } from './proc';
 
 /**

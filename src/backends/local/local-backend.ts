@@ -62,7 +62,7 @@ import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-sa
 import { readLocalJobUsage } from './job-usage';
 import { FolderWatch } from './folder-watch';
 import { watchLocalJobEnds } from './job-ends';
-import type { JobUsage } from '../../metrics/job-usage';
+import type { JobUsage } from '../job-usage';
 import { mapLimit } from '../../concurrency/map-limit';
 import { Slots } from '../../concurrency/slots';
 import { retryFdShortage } from '../../concurrency/fd-shortage';

@@ -21,14 +21,14 @@ import { newJobRef } from '../job-ref';
 import { FleetNotFoundError, type FleetClient } from '../../fleet/fleet-client';
 import { describeResources, freeFittingHosts } from '../../fleet/host-match';
 import { hostsFor } from '../../fleet/placement-preview';
-import type { FleetState, HeldHost } from '../../fleet/fleet-schemas';
+import type { FleetState, HeldHost } from '../../contract/fleet-schemas';
 import { isHeldBy } from '../../fleet/job-holder';
 import { defaultJobBaseDir } from './detect';
 import { HostKeyTrust } from './host-key-trust';
 import { NoContainerRuntimeError, SshRunner } from './ssh-runner';
 import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from './target';
 import type { SshTimeouts } from './timeouts';
-import type { JobUsage } from '../../metrics/job-usage';
+import type { JobUsage } from '../job-usage';
 
 /** Clean-ups of a run on a host that answers, before the failure is reported (the host is never taken for lost for it). */
 const CLEANUP_TRIES = 3;

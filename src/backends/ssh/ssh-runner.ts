@@ -46,7 +46,7 @@ import {
 import type { CommandResult, SshSession } from './session';
 import { quoteShellWord } from '../../runner/shell-quote';
 import { jobUsageScript, parseJobUsage } from './usage-script';
-import type { JobUsage } from '../../metrics/job-usage';
+import type { JobUsage } from '../job-usage';
 import { describeTarget, type SshTarget } from './target';
 import { resolveTimeouts, type SshTimeouts } from './timeouts';
 

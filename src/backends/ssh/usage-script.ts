@@ -1,4 +1,4 @@
-import type { GpuUsage, JobUsage } from '../../metrics/job-usage';
+import type { GpuUsage, JobUsage } from '../job-usage';
 import { JobLayout as L } from '../../runner/job-layout';
 import { quoteShellWord } from '../../runner/shell-quote';
 

@@ -1,4 +1,4 @@
-import type { JobSeries, UsagePoint } from '../../metrics/job-usage';
+import type { JobSeries, UsagePoint } from '../../backends/job-usage';
 import type { RunMetrics } from '../../client/run-usage';
 import { paint, type Style } from './style';
 import { renderTable } from './table';

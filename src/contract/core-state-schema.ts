@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema } from '../plan/plan-schema';
-import { RunStateSchema } from '../contract/run-state-schema';
+import { RunStateSchema } from './run-state-schema';
 
 /**
  * The run core's state as zod schemas: its types (state.ts, live.ts, ending.ts) are inferred from
