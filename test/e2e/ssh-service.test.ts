@@ -1,5 +1,5 @@
 import { spawnSync, type ChildProcess } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openLoop, type OpenLoopResult } from '../../bench/harness/open-loop';
@@ -127,6 +127,28 @@ async function gatewayRoutesTo(state: RunState): Promise<void> {
   expect(await routedUrls()).toEqual(urls);
 }
 
+/**
+ * waitForRun, and when the state is not reached, what each live job's host says of its readiness
+ * (its `readiness` file: absent while it probes) and which job watchers listen: the hosts share
+ * this machine's disk.
+ */
+async function waitForRunOrTell(run: string, done: (s: RunState) => boolean, timeoutMs: number): Promise<RunState> {
+  try {
+    return await waitForRun({ troupe }, run, done, timeoutMs);
+  } catch (err) {
+    const state = await troupe.run(run).state().catch(() => null);
+    const base = (details: Record<string, string> | undefined) => details?.base_dir ?? '';
+    const jobs = (state ? live(state) : []).map((j) => {
+      const dir = join(base(j.instance?.details), state?.run_uid ?? '', String(state?.submission ?? 0), j.job_name);
+      const readiness = existsSync(join(dir, 'readiness')) ? readFileSync(join(dir, 'readiness'), 'utf8').trim() : '(none)';
+      return `${j.job_name} ${j.status} on ${j.instance?.host}: readiness ${readiness}`;
+    });
+    const watchers = state ? join(base(live(state)[0]?.instance?.details), '.watchers') : '';
+    const fifos = watchers && existsSync(watchers) ? readdirSync(watchers).join(', ') : '(none)';
+    throw new Error(`${(err as Error).message.split('\n')[0]}\n  ${jobs.join('\n  ')}\n  watchers: ${fifos}`);
+  }
+}
+
 const live = (s: RunState) => s.jobs.filter((j) => !j.removed);
 const readyCount = (s: RunState) => live(s).filter((j) => j.status === 'READY').length;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -151,7 +173,7 @@ describe('a service on an SSH fleet', () => {
     const curlLine = /^ {2}try: (curl .*)$/m.exec(output)?.[1] ?? '';
     expect(curlLine, output).toContain(endpoint);
 
-    const serving = await waitForRun({ troupe }, name, (s) => readyCount(s) === 1 && (s.service?.table_generation ?? 0) > 0, 60_000);
+    const serving = await waitForRunOrTell(name, (s) => readyCount(s) === 1 && (s.service?.table_generation ?? 0) > 0, 60_000);
     expect(serving.service?.endpoints).toEqual([endpoint]);
     // The gateway (root namespace) routes to the host's own address on the harness's bridge.
     const addresses = new Map(HOSTS.map((h) => [env.hosts.host(h).address, h]));
@@ -190,7 +212,7 @@ describe('a service on an SSH fleet', () => {
     await step('scaled 1 → 2 (troupe scale)', async () => {
       const scaled = await cli(['scale', name, '0', '2']);
       expect(scaled.code, scaled.stderr).toBe(0);
-      await gatewayRoutesTo(await waitForRun({ troupe }, name, (s) => readyCount(s) === 2, 60_000));
+      await gatewayRoutesTo(await waitForRunOrTell(name, (s) => readyCount(s) === 2, 60_000));
       await sleep(2_000);
     });
     // Two replicas on three hosts: the surge replica takes the third host, then the host of the
@@ -201,7 +223,7 @@ describe('a service on an SSH fleet', () => {
       expect(deployed.code, deployed.stderr).toBe(0);
       expect(deployed.stderr).toContain(`Deployment 1 of ${name} is done: rolled 0; replicas 0 2.`);
       rolledAt = Date.now();
-      await gatewayRoutesTo(await waitForRun({ troupe }, name, (s) => s.service?.deployment === 1 && live(s).length === 2 && readyCount(s) === 2));
+      await gatewayRoutesTo(await waitForRunOrTell(name, (s) => s.service?.deployment === 1 && live(s).length === 2 && readyCount(s) === 2, 60_000));
       await sleep(2_000);
     });
     await step('scaled 2 → 1 (troupe scale), slow requests in flight to both', async () => {
@@ -211,7 +233,7 @@ describe('a service on an SSH fleet', () => {
       expect(scaled.code, scaled.stderr).toBe(0);
       // Drained before its host's process was stopped: every slow one answered.
       expect(await slow).toEqual([200, 200, 200, 200]);
-      await gatewayRoutesTo(await waitForRun({ troupe }, name, (s) => live(s).length === 1 && readyCount(s) === 1, 60_000));
+      await gatewayRoutesTo(await waitForRunOrTell(name, (s) => live(s).length === 1 && readyCount(s) === 1, 60_000));
     });
     const stepsDone = Date.now();
     const result = await load;
@@ -267,7 +289,7 @@ describe('a service on an SSH fleet', () => {
     const applied = await cli(['apply', '-f', join(env.dir, 'hidden.yml'), '-y', '-d']);
     expect(applied.code, applied.stderr).toBe(0);
     hiddenToken = /^ {2}export TOKEN=(\S+)$/m.exec(applied.stderr)?.[1] ?? '';
-    const state = await waitForRun({ troupe }, hiddenName, (s) => readyCount(s) === 1, 60_000);
+    const state = await waitForRunOrTell(hiddenName, (s) => readyCount(s) === 1, 60_000);
     const address = env.hosts.host(HIDDEN).address;
     expect(live(state)[0]?.instance?.internal_ip).toBe(address);
     const deadline = Date.now() + 15_000;
@@ -275,7 +297,7 @@ describe('a service on an SSH fleet', () => {
     expect(await routedUrls(hiddenName)).toEqual([`http://${address}:8000`]);
     // Not on the harness's bridge: the root namespace has no route to it.
     await expect(fetch(`http://${address}:8000/where`, { signal: AbortSignal.timeout(3_000) })).rejects.toThrow();
-  }, 60_000);
+  }, 90_000);
 
   it.fails('GAP: requests to that replica through the gateway are answered (today: 502 EHOSTUNREACH)', async () => {
     const res = await fetch(`${gateway.url}/services/${hiddenName}/where`, { headers: { authorization: `Bearer ${hiddenToken}` }, signal: AbortSignal.timeout(10_000) });
