@@ -8,6 +8,8 @@ import { openLoop, type OpenLoopResult } from '../../bench/harness/open-loop';
 import { TroupeClient, type RunState } from '../../src/client';
 import { defaultDevServerOptions, projectRoot, runningDevServer, startDevServer, stopDevServer, type DevServerOptions } from '../../src/devserver/dev-server';
 import { freePort } from '../helpers/free-port';
+import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process';
+import { timedSteps } from '../helpers/timed-steps';
 import { leftovers } from '../helpers/leftovers';
 import { makeLocalFleet, makeSharedDir } from '../helpers/local-fleet';
 import { uniqueTaskQueue } from '../helpers/temporal';
@@ -31,12 +33,11 @@ const fleet = makeLocalFleet('troupe-endure-fleet-');
 // Under /var/tmp: a local node has a /tmp of its own.
 const shared = makeSharedDir('troupe-endure-shared-');
 const taskQueue = uniqueTaskQueue('endure');
-const adminTokenFile = join(scratch, 'gateway-admin.token');
 const starts = join(shared.dir, 'starts');
 const standIn = join(shared.dir, 'stand-in-model.py');
 let server: DevServerOptions;
 let troupe: TroupeClient;
-let gateway: { child: ChildProcess; url: string; adminUrl: string };
+let gateway: GatewayProcess;
 const workers: ChildProcess[] = [];
 
 /**
@@ -101,32 +102,6 @@ async function troupeCli(args: string[]): Promise<{ code: number; output: string
   return { code, output };
 }
 
-async function startGatewayProcess(): Promise<{ child: ChildProcess; url: string; adminUrl: string }> {
-  writeFileSync(adminTokenFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
-  const child = spawn(process.execPath, [join(projectRoot, 'bin', 'troupe.js'), 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--admin-token-file', adminTokenFile], {
-    cwd: scratch,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let log = '';
-  let started = false;
-  return await new Promise((resolve, reject) => {
-    const read = (chunk: Buffer) => {
-      // Read on after its start line (the pipe must not fill), kept only until then.
-      if (started) return;
-      log += chunk.toString();
-      // Its start line: `Gateway on …, shown to users as URL (…); admin API on URL; …`.
-      const match = /shown to users as (\S+) .*admin API on (\S+);/.exec(log);
-      if (match) {
-        started = true;
-        resolve({ child, url: match[1] as string, adminUrl: match[2] as string });
-      }
-    };
-    child.stdout?.on('data', read);
-    child.stderr?.on('data', read);
-    child.once('exit', (code) => reject(new Error(`the gateway exited (${code}): ${log}`)));
-  });
-}
-
 function startWorker(): Promise<ChildProcess> {
   return startWorkerProcess({
     taskQueue,
@@ -134,7 +109,7 @@ function startWorker(): Promise<ChildProcess> {
     env: {
       TEMPORAL_ADDRESS: `127.0.0.1:${server.port}`,
       TROUPE_GATEWAYS: gateway.adminUrl,
-      TROUPE_GATEWAY_ADMIN_TOKEN: readFileSync(adminTokenFile, 'utf8').trim(),
+      TROUPE_GATEWAY_ADMIN_TOKEN: readFileSync(gateway.adminTokenFile, 'utf8').trim(),
     },
   });
 }
@@ -145,7 +120,7 @@ beforeAll(async () => {
   server = defaultDevServerOptions({ stateDir: scratch, port: await freePort(), uiPort: await freePort(), dbFile: join(scratch, 'temporal.db'), codecEndpoint: null });
   await startDevServer(server);
   troupe = await TroupeClient.connect({ address: `127.0.0.1:${server.port}`, taskQueue });
-  gateway = await startGatewayProcess();
+  gateway = await startGatewayProcess(scratch);
   workers.push(await startWorker());
 }, 120_000);
 
@@ -259,14 +234,7 @@ describe("issue 27's endurance run", () => {
         answers.push({ sentAt, at: Date.now(), router: troupeMark, prefill: troupeMark.prefill, decode: troupeMark.decode });
       },
     });
-    const loadStarted = Date.now();
-
-    const steps: string[] = [];
-    const step = async (what: string, act: () => Promise<unknown>) => {
-      const began = Date.now();
-      await act();
-      steps.push(`${what}: ${((began - loadStarted) / 1000).toFixed(1)} s → ${((Date.now() - loadStarted) / 1000).toFixed(1)} s`);
-    };
+    const { lines: steps, step } = timedSteps();
     await sleep(2_000);
     await step('prefill scaled 1 → 3', async () => {
       await run.scaleGroup('prefill', 3);

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 /**
  * A replica for services' e2e tests: a threaded HTTP server on port 8000 (python3's standard
  * library) that answers `<label> <rank>` — the label its first argument, else `replica` — and
- * `/slow` after 2 s. Written to `dir` (readable by a run's user); returns the command that runs it.
+ * `/slow` after 2 s; `/where` adds the address the request reached it on (which host answered).
+ * Written to `dir` (readable by a run's user); returns the command that runs it.
  */
 export function writeReplicaServer(dir: string): (label?: string) => string {
   const file = join(dir, 'replica-server.py');
@@ -19,7 +20,8 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == '/slow':
             time.sleep(2)
-        body = ('%s %s\\n' % (LABEL, os.environ['DSTACK_NODE_RANK'])).encode()
+        where = ' %s' % self.connection.getsockname()[0] if self.path == '/where' else ''
+        body = ('%s %s%s\\n' % (LABEL, os.environ['DSTACK_NODE_RANK'], where)).encode()
         self.send_response(200)
         self.send_header('Content-Length', str(len(body)))
         self.end_headers()

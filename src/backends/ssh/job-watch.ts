@@ -67,6 +67,8 @@ export class JobWatch {
   private starting: Promise<void> | null = null;
   private epoch = 0;
   private seq = 0;
+  /** The event counter when the current watcher began to listen: a check that began before it cannot be vouched for. */
+  private listeningFrom = 0;
   private failedAt = 0;
   private readonly watched = new Map<string, Watched>();
   private readonly lastEvent = new Map<string, number>();
@@ -124,10 +126,15 @@ export class JobWatch {
     return true;
   }
 
-  /** A read on the host that began at `since` found the job's readiness pending: the watcher vouches from now on. */
+  /**
+   * A read on the host that began at `since` found the job's readiness pending: the watcher vouches
+   * from now on — only when it was already listening at `since`. A watcher started after the read
+   * may have missed a `ready` said in between (readiness has no /proc check behind it, as exits
+   * have): then the next ask reads the host again, with the watcher listening.
+   */
   async watchReadiness(dir: string, since: number): Promise<void> {
     await this.ensureStarted();
-    if (!this.channel || (this.lastReadyEvent.get(dir) ?? 0) > since) return;
+    if (!this.channel || since < this.listeningFrom || (this.lastReadyEvent.get(dir) ?? 0) > since) return;
     this.awaitingReady.set(dir, { epoch: this.epoch, since, lastAsked: Date.now() });
   }
 
@@ -216,6 +223,8 @@ export class JobWatch {
       });
     });
     this.epoch += 1;
+    this.seq += 1;
+    this.listeningFrom = this.seq;
     this.channel = channel;
     this.sweeper ??= setInterval(() => this.sweep(), FORGET_AFTER_MS / 2);
     this.sweeper.unref();

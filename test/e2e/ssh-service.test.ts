@@ -1,0 +1,315 @@
+import { spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openLoop, type OpenLoopResult } from '../../bench/harness/open-loop';
+import { TroupeClient, type RunState } from '../../src/client';
+import { FleetClient } from '../../src/fleet/fleet-client';
+import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process';
+import { timedSteps } from '../helpers/timed-steps';
+import { writeReplicaServer } from '../helpers/replica-server';
+import { uniqueTaskQueue } from '../helpers/temporal';
+import { kill9 } from '../helpers/worker-process-control';
+import { expectAllClean, fleetYaml, startCliWorker, startSshFleetEnv, troupeCli, waitForRun, type CliResult, type SshFleetEnv } from './ssh-fleet-fixtures';
+
+/**
+ * A service on an SSH fleet, end to end, as a user runs it: three real sshd hosts (test/e2e/hosts),
+ * a `troupe gateway` process in the root network namespace and a `troupe worker --gateway`; the
+ * service applied with `troupe apply`, its replicas on the hosts reached through the gateway at the
+ * hosts' bridge addresses, with the token (401 without), scaled 1 → 2 → 1 (`troupe scale`) and its
+ * commands rolled (`troupe apply`) under a steady open-loop load that loses no request; after
+ * `troupe stop` the gateway answers 404 and nothing is left on the hosts. Then the known gap: a
+ * replica on a host behind a jump host, which the gateway cannot reach (`it.fails`).
+ */
+
+const HOSTS = ['h0', 'h1', 'h2'];
+/** A host the gateway cannot reach: on a private subnet behind `jump` (the fleet's proxy_jump). */
+const HIDDEN = 'hidden';
+const RATE = 10;
+const SECONDS = 35;
+
+let env: SshFleetEnv;
+let gateway: GatewayProcess;
+let worker: ChildProcess;
+let troupe: TroupeClient;
+let fleets: FleetClient;
+let hiddenToken = '';
+/** The worker's own task queue: startSshFleetEnv's in-process worker pushes to no gateway. */
+const taskQueue = uniqueTaskQueue('ssh-service');
+const suffix = taskQueue.slice(-6);
+const fleetName = `svc-fleet-${suffix}`;
+const name = `ssh-svc-${suffix}`;
+const hiddenFleet = `svc-hidden-${suffix}`;
+const hiddenName = `ssh-hid-${suffix}`;
+
+beforeAll(async () => {
+  env = await startSshFleetEnv([...HOSTS.map((n) => ({ name: n })), { name: 'jump' }, { name: HIDDEN, behindJump: 'jump' }]);
+  gateway = await startGatewayProcess(env.dir);
+  worker = await startCliWorker({ TROUPE_TASK_QUEUE: taskQueue, TROUPE_STATE_DIR: join(env.dir, 'state'), TROUPE_KNOWN_HOSTS: env.hosts.knownHostsFile }, [
+    '--gateway',
+    gateway.adminUrl,
+    '--gateway-token-file',
+    gateway.adminTokenFile,
+  ]);
+  troupe = new TroupeClient(env.client, { taskQueue });
+  fleets = new FleetClient(env.client, { taskQueue });
+}, 120_000);
+
+afterAll(async () => {
+  // Only what a failed test left going: the run aborted, the fleet deleted, then what this file started, by pid.
+  for (const run of troupe ? [name, hiddenName] : []) {
+    const state = await troupe.run(run).state().catch(() => null);
+    if (state && !['DONE', 'FAILED', 'TERMINATED'].includes(state.status)) {
+      await cli(['stop', run, '-x', '-y']);
+      await troupe.run(run).wait().catch(() => undefined);
+    }
+  }
+  for (const fleet of fleets ? [fleetName, hiddenFleet] : []) await fleets.delete(fleet, { force: true }).catch(() => undefined);
+  if (worker) await kill9(worker);
+  if (gateway) await kill9(gateway.child);
+  await env?.close();
+}, 120_000);
+
+/** `troupe …` on this file's task queue. */
+const cli = (args: string[]): Promise<CliResult> => troupeCli({ ...env, taskQueue }, args);
+
+function serviceYaml(command: string, run = name, fleet = fleetName): string {
+  return [
+    'type: service',
+    `name: ${run}`,
+    'port: 8000',
+    `fleets: [${fleet}]`,
+    'probes:',
+    '  - type: http',
+    '    url: /where',
+    '    interval: 1s',
+    'replicas: 1..2',
+    'scaling: {metric: rps, target: 10}',
+    'resources: {cpu: 1.., memory: 1GB.., disk: 1GB..}',
+    'commands:',
+    `  - ${command}`,
+    '',
+  ].join('\n');
+}
+
+/** A replica's answer to `/where`: its commands' label, its rank, the address it was reached on. */
+interface Answer {
+  label: string;
+  rank: number;
+  address: string;
+  at: number;
+}
+
+function parseWhere(body: string): Omit<Answer, 'at'> {
+  const [label, rank, address] = body.trim().split(' ');
+  if (label === undefined || rank === undefined || address === undefined) throw new Error(`not an answer of /where: ${JSON.stringify(body)}`);
+  return { label, rank: Number(rank), address };
+}
+
+/** The replica URLs the gateway routes a service to (its admin API). */
+async function routedUrls(run = name): Promise<string[]> {
+  const res = await fetch(`${gateway.adminUrl}/services`, { headers: { authorization: `Bearer ${readFileSync(gateway.adminTokenFile, 'utf8').trim()}` } });
+  const body = (await res.json()) as { services: Array<{ run: string; revisions: Array<{ groups: Array<{ replicas: Array<{ url: string; state: string }> }> }> }> };
+  const table = body.services.find((s) => s.run === run);
+  return (table?.revisions ?? []).flatMap((r) => r.groups.flatMap((g) => g.replicas.filter((x) => x.state === 'ready').map((x) => x.url))).sort();
+}
+
+/**
+ * Waits until the gateway routes to the state's READY replicas, by their hosts' addresses on the
+ * harness's bridge (the gateway runs in the root namespace); a table follows the state by a push.
+ */
+async function gatewayRoutesTo(state: RunState): Promise<void> {
+  const urls = live(state).filter((j) => j.status === 'READY').map((j) => `http://${j.instance?.internal_ip}:8000`).sort();
+  const hosts = new Set(Object.values(env.hosts.hosts).map((h) => `http://${h.address}:8000`));
+  expect(urls.filter((u) => !hosts.has(u)), 'replica URLs that are not a test host\'s address').toEqual([]);
+  const deadline = Date.now() + 15_000;
+  while (JSON.stringify(await routedUrls()) !== JSON.stringify(urls) && Date.now() < deadline) await sleep(100);
+  expect(await routedUrls()).toEqual(urls);
+}
+
+/**
+ * waitForRun, and when the state is not reached, what each live job's host says of its readiness
+ * (its `readiness` file: absent while it probes) and which job watchers listen: the hosts share
+ * this machine's disk.
+ */
+async function waitForRunOrTell(run: string, done: (s: RunState) => boolean, timeoutMs: number): Promise<RunState> {
+  try {
+    return await waitForRun({ troupe }, run, done, timeoutMs);
+  } catch (err) {
+    const state = await troupe.run(run).state().catch(() => null);
+    const base = (details: Record<string, string> | undefined) => details?.base_dir ?? '';
+    const jobs = (state ? live(state) : []).map((j) => {
+      const dir = join(base(j.instance?.details), state?.run_uid ?? '', String(state?.submission ?? 0), j.job_name);
+      const readiness = existsSync(join(dir, 'readiness')) ? readFileSync(join(dir, 'readiness'), 'utf8').trim() : '(none)';
+      return `${j.job_name} ${j.status} on ${j.instance?.host}: readiness ${readiness}`;
+    });
+    const watchers = state ? join(base(live(state)[0]?.instance?.details), '.watchers') : '';
+    const fifos = watchers && existsSync(watchers) ? readdirSync(watchers).join(', ') : '(none)';
+    throw new Error(`${(err as Error).message.split('\n')[0]}\n  ${jobs.join('\n  ')}\n  watchers: ${fifos}`);
+  }
+}
+
+const live = (s: RunState) => s.jobs.filter((j) => !j.removed);
+const readyCount = (s: RunState) => live(s).filter((j) => j.status === 'READY').length;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('a service on an SSH fleet', () => {
+  it('troupe apply serves it through the gateway from the hosts; a scale 1 → 2 → 1 and a rolled deployment lose no request; troupe stop leaves nothing', async () => {
+    const fleetFile = join(env.dir, 'fleet.yml');
+    writeFileSync(fleetFile, fleetYaml(env, fleetName, HOSTS));
+    const fleet = await cli(['fleet', 'apply', '-f', fleetFile, '-y']);
+    expect(fleet.code, fleet.stderr).toBe(0);
+
+    const replica = writeReplicaServer(env.dir);
+    writeFileSync(join(env.dir, 'v1.yml'), serviceYaml(replica('v1')));
+    writeFileSync(join(env.dir, 'v2.yml'), serviceYaml(replica('v2')));
+    const applied = await cli(['apply', '-f', join(env.dir, 'v1.yml'), '-y', '-d']);
+    expect(applied.code, applied.stderr).toBe(0);
+    const output = applied.stdout + applied.stderr;
+    const token = /^ {2}export TOKEN=(\S+)$/m.exec(output)?.[1] ?? '';
+    expect(token, output).not.toBe('');
+    const endpoint = `${gateway.url}/services/${name}/`;
+    expect(output).toContain(`${name}: endpoint ${endpoint}\n`);
+    const curlLine = /^ {2}try: (curl .*)$/m.exec(output)?.[1] ?? '';
+    expect(curlLine, output).toContain(endpoint);
+
+    const serving = await waitForRunOrTell(name, (s) => readyCount(s) === 1 && (s.service?.table_generation ?? 0) > 0, 60_000);
+    expect(serving.service?.endpoints).toEqual([endpoint]);
+    // The gateway (root namespace) routes to the host's own address on the harness's bridge.
+    const addresses = new Map(HOSTS.map((h) => [env.hosts.host(h).address, h]));
+    const first = live(serving)[0]?.instance?.internal_ip ?? '';
+    expect(addresses.has(first), `${first} is not a test host's address`).toBe(true);
+    await gatewayRoutesTo(serving);
+
+    const call = (bearer: string | null, signal?: AbortSignal) =>
+      fetch(`${endpoint}where`, { headers: bearer === null ? {} : { authorization: `Bearer ${bearer}` }, signal: signal ?? AbortSignal.timeout(10_000) });
+    /** `n` requests at once to `/slow` (2 s each), resolved with their statuses. */
+    const slowCalls = (n: number) =>
+      Promise.all(Array.from({ length: n }, () => fetch(`${endpoint}slow`, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(10_000) }).then((r) => r.status, () => 0)));
+    const res = await call(token);
+    expect(res.status).toBe(200);
+    expect(parseWhere(await res.text())).toEqual({ label: 'v1', rank: 0, address: first });
+    expect((await call(null)).status).toBe(401);
+    // The `curl` line `troupe apply` printed works as it is, with the token it exported.
+    const curl = spawnSync('bash', ['-c', curlLine], { env: { ...process.env, TOKEN: token }, encoding: 'utf8', timeout: 10_000 });
+    expect({ code: curl.status, stdout: curl.stdout }).toEqual({ code: 0, stdout: 'v1 0\n' });
+
+    // A steady open-loop load through the scale 1 → 2 → 1 and the rolled deployment.
+    const answers: Answer[] = [];
+    const load: Promise<OpenLoopResult> = openLoop({
+      rate: RATE,
+      seconds: SECONDS,
+      timeoutMs: 10_000,
+      send: async (signal) => {
+        const answer = await call(token, signal);
+        const text = await answer.text();
+        if (answer.status !== 200) throw new Error(`${answer.status} ${text.trim()}`);
+        answers.push({ ...parseWhere(text), at: Date.now() });
+      },
+    });
+    const { lines: steps, step } = timedSteps();
+
+    await step('scaled 1 → 2 (troupe scale)', async () => {
+      const scaled = await cli(['scale', name, '0', '2']);
+      expect(scaled.code, scaled.stderr).toBe(0);
+      await gatewayRoutesTo(await waitForRunOrTell(name, (s) => readyCount(s) === 2, 60_000));
+      await sleep(2_000);
+    });
+    // Two replicas on three hosts: the surge replica takes the third host, then the host of the
+    // first old replica, once given back, takes the second new one.
+    let rolledAt = 0;
+    await step('commands rolled (troupe apply)', async () => {
+      const deployed = await cli(['apply', '-f', join(env.dir, 'v2.yml'), '-y']);
+      expect(deployed.code, deployed.stderr).toBe(0);
+      expect(deployed.stderr).toContain(`Deployment 1 of ${name} is done: rolled 0; replicas 0 2.`);
+      rolledAt = Date.now();
+      await gatewayRoutesTo(await waitForRunOrTell(name, (s) => s.service?.deployment === 1 && live(s).length === 2 && readyCount(s) === 2, 60_000));
+      await sleep(2_000);
+    });
+    await step('scaled 2 → 1 (troupe scale), slow requests in flight to both', async () => {
+      const slow = slowCalls(4);
+      await sleep(300);
+      const scaled = await cli(['scale', name, '0', '1']);
+      expect(scaled.code, scaled.stderr).toBe(0);
+      // Drained before its host's process was stopped: every slow one answered.
+      expect(await slow).toEqual([200, 200, 200, 200]);
+      await gatewayRoutesTo(await waitForRunOrTell(name, (s) => live(s).length === 1 && readyCount(s) === 1, 60_000));
+    });
+    const stepsDone = Date.now();
+    const result = await load;
+    const loadEnded = Date.now();
+    const tally = new Map<string, number>();
+    for (const a of answers) {
+      const key = `${a.label} rank ${a.rank} on ${addresses.get(a.address) ?? a.address}`;
+      tally.set(key, (tally.get(key) ?? 0) + 1);
+    }
+    const counts = [...tally].map(([k, n]) => `${k}: ${n}`);
+    console.log(`${name}: ${result.sent} requests at ${RATE} rps, ${result.failed} failed, max lag ${result.maxLagMs.toFixed(0)} ms\n  ${steps.join('\n  ')}\n  answers: ${counts.join(', ')}`);
+
+    expect(stepsDone, steps.join('\n')).toBeLessThan(loadEnded);
+    expect({ sent: result.sent, failed: result.failed, errors: result.errors }).toEqual({ sent: RATE * SECONDS, failed: 0, errors: [] });
+    // Every answer came from a test host, reached at its bridge address; each host served, old and new commands from two each.
+    const byHost = (label: string) => [...new Set(answers.filter((a) => a.label === label).map((a) => addresses.get(a.address) ?? a.address))].sort();
+    expect(answers.filter((a) => !addresses.has(a.address))).toEqual([]);
+    expect(new Set([...byHost('v1'), ...byHost('v2')]).size).toBe(3);
+    expect([byHost('v1').length, byHost('v2').length]).toEqual([2, 2]);
+    expect(new Set(answers.map((a) => a.rank)).size).toBeGreaterThanOrEqual(2);
+    // The old and then the new commands answered; after the roll, only the new ones.
+    expect([...new Set(answers.map((a) => a.label))].sort()).toEqual(['v1', 'v2']);
+    expect(answers.filter((a) => a.at > rolledAt + 1_000 && a.label !== 'v2')).toEqual([]);
+    const after = await call(token);
+    expect(parseWhere(await after.text()).label).toBe('v2');
+
+    // `troupe stop` drains too: the slow requests in flight finish.
+    const inFlight = slowCalls(2);
+    await sleep(300);
+    const stopped = await cli(['stop', name, '-y']);
+    expect(await inFlight).toEqual([200, 200]);
+    expect(stopped.code, stopped.stderr).toBe(0);
+    const final = await troupe.run(name).wait();
+    expect(final.status).toBe('TERMINATED');
+    expect((await call(token)).status).toBe(404);
+    await expectAllClean({ ...env, fleets }, fleetName);
+    // Nothing listens on the replicas' port of any host any more.
+    for (const address of addresses.keys()) {
+      await expect(fetch(`http://${address}:8000/where`, { signal: AbortSignal.timeout(3_000) })).rejects.toThrow();
+    }
+  }, 180_000);
+
+  // A known gap, not a bug of the SSH backend: the gateway connects to a replica's internal IP
+  // itself (src/run-core/routing.ts, replicaUrl), with no tunnel through the fleet's proxy_jump;
+  // a replica on a host only its jump host reaches is READY and routed to,
+  // and every request gets 502 EHOSTUNREACH. The next test is that gap, the one after cleans up.
+  it('a replica on a host behind a jump host is READY and routed at its private address, which the gateway cannot reach', async () => {
+    const file = join(env.dir, 'hidden-fleet.yml');
+    writeFileSync(file, fleetYaml(env, hiddenFleet, [HIDDEN]));
+    const fleet = await cli(['fleet', 'apply', '-f', file, '-y']);
+    expect(fleet.code, fleet.stderr).toBe(0);
+    writeFileSync(join(env.dir, 'hidden.yml'), serviceYaml(writeReplicaServer(env.dir)('v1'), hiddenName, hiddenFleet));
+    const applied = await cli(['apply', '-f', join(env.dir, 'hidden.yml'), '-y', '-d']);
+    expect(applied.code, applied.stderr).toBe(0);
+    hiddenToken = /^ {2}export TOKEN=(\S+)$/m.exec(applied.stderr)?.[1] ?? '';
+    const state = await waitForRunOrTell(hiddenName, (s) => readyCount(s) === 1, 60_000);
+    const address = env.hosts.host(HIDDEN).address;
+    expect(live(state)[0]?.instance?.internal_ip).toBe(address);
+    const deadline = Date.now() + 15_000;
+    while ((await routedUrls(hiddenName)).length === 0 && Date.now() < deadline) await sleep(100);
+    expect(await routedUrls(hiddenName)).toEqual([`http://${address}:8000`]);
+    // Not on the harness's bridge: the root namespace has no route to it.
+    await expect(fetch(`http://${address}:8000/where`, { signal: AbortSignal.timeout(3_000) })).rejects.toThrow();
+  }, 90_000);
+
+  it.fails('GAP: requests to that replica through the gateway are answered (today: 502 EHOSTUNREACH)', async () => {
+    const res = await fetch(`${gateway.url}/services/${hiddenName}/where`, { headers: { authorization: `Bearer ${hiddenToken}` }, signal: AbortSignal.timeout(10_000) });
+    const body = await res.text();
+    console.log(`${hiddenName} through the gateway: ${res.status} ${body.trim()}`);
+    expect({ status: res.status, body }).toEqual({ status: 200, body: `v1 0 ${env.hosts.host(HIDDEN).address}\n` });
+  }, 30_000);
+
+  it('troupe stop of that service leaves nothing on the hidden host', async () => {
+    const stopped = await cli(['stop', hiddenName, '-y']);
+    expect(stopped.code, stopped.stderr).toBe(0);
+    expect((await troupe.run(hiddenName).wait()).status).toBe('TERMINATED');
+    await expectAllClean({ ...env, fleets }, hiddenFleet);
+  }, 60_000);
+});
