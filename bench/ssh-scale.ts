@@ -14,7 +14,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { closeAllSshSessions, connectSsh, HostKeyTrust } from '../src/backends/ssh';
-import { SshBackend } from '../src/backends/ssh/ssh-backend';
+import { SshBackend } from '../src/fleet/ssh-backend';
 import type { Client } from '@temporalio/client';
 import { TroupeClient } from '../src/client';
 import { runWorkflowId } from '../src/contract/ids';

@@ -13,7 +13,7 @@ import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { NativeConnection } from '@temporalio/worker';
 import { LocalBackend } from '../src/backends/local/local-backend';
 import { closeAllSshSessions } from '../src/backends/ssh';
-import { SshBackend } from '../src/backends/ssh/ssh-backend';
+import { SshBackend } from '../src/fleet/ssh-backend';
 import { FleetClient } from '../src/fleet/fleet-client';
 import { fleetSpecOf } from '../src/fleet/fleet-spec';
 import { loadFleetConfig } from '../src/plan';

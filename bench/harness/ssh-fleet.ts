@@ -1,5 +1,5 @@
 import { closeAllSshSessions } from '../../src/backends/ssh';
-import { SshBackend } from '../../src/backends/ssh/ssh-backend';
+import { SshBackend } from '../../src/fleet/ssh-backend';
 import { FleetClient } from '../../src/fleet/fleet-client';
 import { fleetSpecOf } from '../../src/fleet/fleet-spec';
 import { loadFleetConfig } from '../../src/plan';

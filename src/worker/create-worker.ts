@@ -9,7 +9,7 @@ import { createActivities, type BackendRegistry } from '../../activities';
 import { LOCAL_BACKEND, SSH_BACKEND, workerIdentity } from '../backends/backend-names';
 import type { Backend } from '../backends/backend';
 import { LocalBackend } from '../backends/local/local-backend';
-import { SshBackend } from '../backends/ssh/ssh-backend';
+import { SshBackend } from '../fleet/ssh-backend';
 import { FleetClient } from '../fleet/fleet-client';
 import { failureConverterPath, troupeDataConverter } from '../codec/data-converter';
 import { RunReaper } from './run-reaper';

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import type { Client } from '@temporalio/client';
 import { expect } from 'vitest';
 import { closeAllSshSessions } from '../../src/backends/ssh';
-import { SshBackend } from '../../src/backends/ssh/ssh-backend';
+import { SshBackend } from '../../src/fleet/ssh-backend';
 import { RunUnreachableError, TroupeClient, type RunState } from '../../src/client';
 import { loadFleetConfig } from '../../src/plan';
 import { FleetClient } from '../../src/fleet/fleet-client';

@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Instance, JobFiles, JobRef, PeersFile } from '../../src/backends/backend';
-import { SshBackend } from '../../src/backends/ssh/ssh-backend';
+import { SshBackend } from '../../src/fleet/ssh-backend';
 import { SshLayout } from '../../src/runner/inter-node-ssh';
 import { JobLayout } from '../../src/runner/job-layout';
 import { ed25519FromSeed } from '../../src/secrets/ssh-key-pair';

@@ -29,7 +29,8 @@ const RULES: Rule[] = [
   { from: 'src/config/', never: ['src/backends/', ...ABOVE_BACKENDS] },
   { from: 'src/plan/', never: ['src/backends/', ...ABOVE_BACKENDS] },
   { from: 'src/runner/', never: ['src/backends/', ...ABOVE_BACKENDS] },
-  { from: 'src/backends/', never: ABOVE_BACKENDS },
+  // Backends are below the fleet (whose SSH backend, src/fleet/ssh-backend.ts, places jobs through it) and the contract.
+  { from: 'src/backends/', never: ['src/fleet/', 'src/contract/', 'src/run-core/', ...ABOVE_BACKENDS] },
   { from: 'src/secrets/', never: ['src/devserver/', 'src/cli/', 'src/worker/'] },
   { from: 'src/codec/', never: ['src/devserver/', 'src/cli/', 'src/worker/'] },
   { from: 'activities/', never: ['src/client/', 'src/cli/', 'src/worker/', 'src/devserver/'] },

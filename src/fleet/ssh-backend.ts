@@ -16,19 +16,19 @@ import {
   type ProvisionRequest,
   type Room,
   type RoomRequest,
-} from '../backend';
-import { newJobRef } from '../job-ref';
-import { FleetNotFoundError, type FleetClient } from '../../fleet/fleet-client';
-import { describeResources, freeFittingHosts } from '../../fleet/host-match';
-import { hostsFor } from '../../fleet/placement-preview';
-import type { FleetState, HeldHost } from '../../contract/fleet-schemas';
-import { isHeldBy } from '../../fleet/job-holder';
-import { defaultJobBaseDir } from './detect';
-import { HostKeyTrust } from './host-key-trust';
-import { NoContainerRuntimeError, SshRunner } from './ssh-runner';
-import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from './target';
-import type { SshTimeouts } from './timeouts';
-import type { JobUsage } from '../job-usage';
+} from '../backends/backend';
+import { newJobRef } from '../backends/job-ref';
+import { FleetNotFoundError, type FleetClient } from './fleet-client';
+import { describeResources, freeFittingHosts } from './host-match';
+import { hostsFor } from './placement-preview';
+import type { FleetState, HeldHost } from '../contract/fleet-schemas';
+import { isHeldBy } from './job-holder';
+import { defaultJobBaseDir } from '../backends/ssh/detect';
+import { HostKeyTrust } from '../backends/ssh/host-key-trust';
+import { NoContainerRuntimeError, SshRunner } from '../backends/ssh/ssh-runner';
+import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from '../backends/ssh/target';
+import type { SshTimeouts } from '../backends/ssh/timeouts';
+import type { JobUsage } from '../backends/job-usage';
 
 /** Clean-ups of a run on a host that answers, before the failure is reported (the host is never taken for lost for it). */
 const CLEANUP_TRIES = 3;
