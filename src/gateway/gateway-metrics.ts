@@ -4,6 +4,51 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 type Labels = 'service' | 'revision' | 'group' | 'replica';
+type LabelValues = Record<Labels, string>;
+
+/**
+ * One replica's (or one service's refusals') metrics, its label objects made once: prom-client still
+ * hashes them on each update, but the data plane no longer builds and spreads them per request.
+ */
+export class ReplicaMetrics {
+  private readonly byCode = new Map<number, LabelValues & { code: string }>();
+  private readonly byReason = new Map<string, LabelValues & { reason: string }>();
+
+  constructor(
+    private readonly metrics: GatewayMetrics,
+    readonly labels: LabelValues,
+  ) {}
+
+  answered(status: number): void {
+    let labels = this.byCode.get(status);
+    if (!labels) {
+      labels = { ...this.labels, code: String(status) };
+      this.byCode.set(status, labels);
+    }
+    this.metrics.requests.inc(labels);
+  }
+
+  failed(reason: string): void {
+    let labels = this.byReason.get(reason);
+    if (!labels) {
+      labels = { ...this.labels, reason };
+      this.byReason.set(reason, labels);
+    }
+    this.metrics.errors.inc(labels);
+  }
+
+  firstByte(seconds: number): void {
+    this.metrics.firstByte.observe(this.labels, seconds);
+  }
+
+  ended(seconds: number): void {
+    this.metrics.latency.observe(this.labels, seconds);
+  }
+
+  inflight(n: number): void {
+    this.metrics.inflight.set(this.labels, n);
+  }
+}
 
 /**
  * The gateway's metrics, per service, revision, group and replica. A request refused before it
@@ -18,6 +63,8 @@ export class GatewayMetrics {
   /** Request received → response headers sent by the replica. */
   readonly firstByte: Histogram<Labels>;
   readonly inflight: Gauge<Labels>;
+  /** By label key: as many as prom-client itself keeps label sets for (it forgets none either). */
+  private readonly replicas = new Map<string, ReplicaMetrics>();
 
   constructor() {
     const registers = [this.registry];
@@ -27,5 +74,15 @@ export class GatewayMetrics {
     this.latency = new Histogram({ name: 'troupe_gateway_request_duration_seconds', help: 'From the request received to the response ended', labelNames, buckets: LATENCY_BUCKETS, registers });
     this.firstByte = new Histogram({ name: 'troupe_gateway_response_headers_seconds', help: "From the request received to the replica's response headers", labelNames, buckets: LATENCY_BUCKETS, registers });
     this.inflight = new Gauge({ name: 'troupe_gateway_inflight_requests', help: 'Requests in flight to each replica', labelNames, registers });
+  }
+
+  /** The metrics of one replica (`group` and `replica` empty: a service's refusals), made once per label set. */
+  of(key: string, service: string, revision: number, group: string, replica: string): ReplicaMetrics {
+    let m = this.replicas.get(key);
+    if (!m) {
+      m = new ReplicaMetrics(this, { service, revision: String(revision), group, replica });
+      this.replicas.set(key, m);
+    }
+    return m;
   }
 }
