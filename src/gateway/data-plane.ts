@@ -1,7 +1,8 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { checkBearer } from './token-auth';
+import type { Socket } from 'node:net';
+import { checkBearer, type AuthVerdict } from './token-auth';
 import { chooseReplica } from './replica-choice';
 import type { GatewayMetrics, ReplicaMetrics } from './gateway-metrics';
 import type { EntryCandidate, GatewayServices, ServedService } from './gateway-services';
@@ -117,6 +118,23 @@ function rateKey(req: IncomingMessage, key: ServiceTable['rate_limits'][number][
   return Array.isArray(value) ? value.join(',') : (value ?? '');
 }
 
+/**
+ * The Authorization header each connection last passed with, and the hashes it passed against: a
+ * keep-alive client's token is hashed once per connection and table, not on every request. Only a pass
+ * is kept, and a new table (new hashes) checks again.
+ */
+const passedOn = new WeakMap<Socket, { header: string; hashes: readonly string[] }>();
+
+function authVerdict(req: IncomingMessage, hashes: readonly string[] | null): AuthVerdict {
+  if (hashes === null) return 'pass';
+  const header = req.headers.authorization;
+  const passed = passedOn.get(req.socket);
+  if (header !== undefined && passed !== undefined && passed.hashes === hashes && passed.header === header) return 'pass';
+  const verdict = checkBearer(header, hashes);
+  if (verdict === 'pass' && header !== undefined) passedOn.set(req.socket, { header, hashes });
+  return verdict;
+}
+
 const secondsSince = (t0: number) => (performance.now() - t0) / 1000;
 
 /** One request on its way to a replica: what its attempts share. */
@@ -172,7 +190,7 @@ class Attempt implements Dispatcher.DispatchHandler {
   ) {
     const { table, entry } = x.served;
     this.m = x.metrics.of(candidate.key, table.run, entry.revision, candidate.group, candidate.replica.url);
-    this.m.inflight(x.services.enter(candidate.key));
+    x.services.enter(candidate.key);
     x.current = this;
   }
 
@@ -196,7 +214,7 @@ class Attempt implements Dispatcher.DispatchHandler {
   private leave(): void {
     if (this.left) return;
     this.left = true;
-    this.m.inflight(this.x.services.leave(this.candidate.key));
+    this.x.services.leave(this.candidate.key);
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -271,7 +289,7 @@ export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetr
       m.failed(why);
       answer(res, status, reason, extra);
     };
-    const verdict = checkBearer(req.headers.authorization, table.auth?.token_sha256 ?? null);
+    const verdict = authVerdict(req, table.auth?.token_sha256 ?? null);
     if (verdict === 'missing') return refuse(401, `service "${table.run}" wants a token: Authorization: Bearer <token>`, 'unauthenticated', { 'www-authenticate': 'Bearer' });
     if (verdict === 'wrong') return refuse(403, `this token does not open service "${table.run}"`, 'forbidden');
     if (limiter.active) {

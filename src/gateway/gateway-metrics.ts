@@ -16,6 +16,8 @@ export class ReplicaMetrics {
 
   constructor(
     private readonly metrics: GatewayMetrics,
+    /** The in-flight key of the replica (`GatewayServices`), or a service's for its refusals. */
+    readonly key: string,
     readonly labels: LabelValues,
   ) {}
 
@@ -44,10 +46,6 @@ export class ReplicaMetrics {
   ended(seconds: number): void {
     this.metrics.latency.observe(this.labels, seconds);
   }
-
-  inflight(n: number): void {
-    this.metrics.inflight.set(this.labels, n);
-  }
 }
 
 /**
@@ -66,21 +64,34 @@ export class GatewayMetrics {
   /** By label key: as many as prom-client itself keeps label sets for (it forgets none either). */
   private readonly replicas = new Map<string, ReplicaMetrics>();
 
-  constructor() {
+  /**
+   * `inflightOf`: the requests in flight to a replica by its key. The gauge is read from it when scraped,
+   * not set twice on every request.
+   */
+  constructor(inflightOf: (key: string) => number) {
     const registers = [this.registry];
     const labelNames: Labels[] = ['service', 'revision', 'group', 'replica'];
     this.requests = new Counter({ name: 'troupe_gateway_requests_total', help: 'Requests answered, by status code', labelNames: [...labelNames, 'code'], registers });
     this.errors = new Counter({ name: 'troupe_gateway_errors_total', help: 'Requests that failed or were refused, by reason', labelNames: [...labelNames, 'reason'], registers });
     this.latency = new Histogram({ name: 'troupe_gateway_request_duration_seconds', help: 'From the request received to the response ended', labelNames, buckets: LATENCY_BUCKETS, registers });
     this.firstByte = new Histogram({ name: 'troupe_gateway_response_headers_seconds', help: "From the request received to the replica's response headers", labelNames, buckets: LATENCY_BUCKETS, registers });
-    this.inflight = new Gauge({ name: 'troupe_gateway_inflight_requests', help: 'Requests in flight to each replica', labelNames, registers });
+    const replicas = this.replicas;
+    this.inflight = new Gauge({
+      name: 'troupe_gateway_inflight_requests',
+      help: 'Requests in flight to each replica',
+      labelNames,
+      registers,
+      collect() {
+        for (const m of replicas.values()) if (m.labels.replica !== '') this.set(m.labels, inflightOf(m.key));
+      },
+    });
   }
 
   /** The metrics of one replica (`group` and `replica` empty: a service's refusals), made once per label set. */
   of(key: string, service: string, revision: number, group: string, replica: string): ReplicaMetrics {
     let m = this.replicas.get(key);
     if (!m) {
-      m = new ReplicaMetrics(this, { service, revision: String(revision), group, replica });
+      m = new ReplicaMetrics(this, key, { service, revision: String(revision), group, replica });
       this.replicas.set(key, m);
     }
     return m;

@@ -58,7 +58,7 @@ export function defaultPublicUrl(listenUrl: string): string {
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   if (options.adminToken.length < 16) throw new Error('the admin token must be at least 16 characters');
   const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000 });
-  const metrics = new GatewayMetrics();
+  const metrics = new GatewayMetrics((key) => services.inflightOf(key));
   if (options.stateFile !== undefined) {
     for (const table of await readGatewayState(options.stateFile)) services.put(table);
   }

@@ -3,6 +3,7 @@ import { createServer, request as httpRequest, type IncomingMessage, type Server
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Client } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { defaultPublicUrl, startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import type { ServiceTableInput } from '../../src/gateway/routing-table';
@@ -185,6 +186,27 @@ describe('a service with auth', () => {
     expect(a.seen).toHaveLength(1);
     // Kept, as nginx's auth_request (dstack's gateway) keeps it: a model server may check it too.
     expect(a.seen[0]?.headers.authorization).toBe('Bearer s3cret');
+  });
+
+  it('on one keep-alive connection, checks each request\'s token and checks again under a new table', async () => {
+    const a = await standIn('a1');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: a.url }], { auth: { token_sha256: [tokenHash('s3cret')] } }));
+    const one = new Client(gw.url, { pipelining: 1 });
+    cleanups.push(() => one.close());
+    const status = async (authorization?: string) => {
+      const res = await one.request({ path: '/services/alpha/x', method: 'GET', headers: authorization !== undefined ? { authorization } : {} });
+      await res.body.text();
+      return res.statusCode;
+    };
+    expect(await status('Bearer s3cret')).toBe(200);
+    expect(await status('Bearer nope')).toBe(403);
+    expect(await status()).toBe(401);
+    expect(await status('Bearer s3cret')).toBe(200);
+    await put(gw, table('alpha', [{ url: a.url }], { auth: { token_sha256: [tokenHash('n3w')] } }));
+    expect(await status('Bearer s3cret')).toBe(403);
+    expect(await status('Bearer n3w')).toBe(200);
+    expect(a.seen.filter((r) => r.path === '/x')).toHaveLength(3);
   });
 });
 
@@ -391,14 +413,21 @@ describe('the admin API', () => {
     const gw = await gateway();
     await put(gw, table('alpha', [{ url: r1.url }, { url: r2.url }]));
     for (let i = 0; i < 4; i++) await get(`${gw.url}/services/alpha/`);
+    const stream = streamed(`${gw.url}/services/alpha/stream`);
+    await stream.first;
+    const streaming = r1.seen.some((s) => s.path === '/stream') ? r1 : r2;
+    const during = (await admin(gw, 'GET', '/metrics')).text;
+    expect(during).toContain(`troupe_gateway_inflight_requests{service="alpha",revision="0",group="main",replica="${streaming.url}"} 1`);
+    streaming.release();
+    await stream.all;
     await put(gw, table('alpha', []));
     await get(`${gw.url}/services/alpha/`);
     const metrics = (await admin(gw, 'GET', '/metrics')).text;
     for (const r of [r1, r2]) {
-      expect(metrics).toContain(`troupe_gateway_requests_total{service="alpha",revision="0",group="main",replica="${r.url}",code="200"} 2`);
-      expect(metrics).toContain(`troupe_gateway_request_duration_seconds_count{service="alpha",revision="0",group="main",replica="${r.url}"} 2`);
+      expect(metrics).toContain(`troupe_gateway_requests_total{service="alpha",revision="0",group="main",replica="${r.url}",code="200"} ${r === streaming ? 3 : 2}`);
+      expect(metrics).toContain(`troupe_gateway_request_duration_seconds_count{service="alpha",revision="0",group="main",replica="${r.url}"} ${r === streaming ? 3 : 2}`);
+      expect(metrics).toContain(`troupe_gateway_inflight_requests{service="alpha",revision="0",group="main",replica="${r.url}"} 0`);
     }
     expect(metrics).toContain('troupe_gateway_errors_total{service="alpha",revision="0",group="",replica="",reason="no_ready_replica"} 1');
-    expect(metrics).toContain('troupe_gateway_inflight_requests');
   });
 });
