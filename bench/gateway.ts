@@ -13,8 +13,10 @@
  *     ≥ 50 % of nginx's).
  *
  *   npx tsx bench/gateway.ts [--seconds 10] [--rates 500,1000] [--connections 32] [--closed-seconds 5]
- *                            [--rounds 5] [--nginx-workers auto] [--baseline DIR]
+ *                            [--rounds 5] [--nginx-workers auto] [--gateway-workers 1] [--baseline DIR]
  * Each case's time is split into rounds that alternate the targets (see inRounds).
+ *   --gateway-workers 1,2 runs one gateway per count (`troupe gateway --workers N`: N data-plane processes),
+ *   named gateway, gateway×2, …
  *   --baseline DIR also runs the gateway of another checkout (DIR/bin/troupe.js, e.g. a worktree of main)
  *   as a fourth target, `baseline`: a change's before and after in one run, under the same load.
  *   GATEWAY_PROF=DIR also writes the gateway process's CPU profile (node --cpu-prof) into DIR.
@@ -43,6 +45,7 @@ const { values } = parseArgs({
     'nginx-workers': { type: 'string', default: 'auto' },
     rounds: { type: 'string', default: '5' },
     baseline: { type: 'string' },
+    'gateway-workers': { type: 'string', default: '1' },
   },
 });
 const SECONDS = Number(values.seconds);
@@ -83,11 +86,11 @@ s.listen(0, '127.0.0.1', () => console.log('replica on http://127.0.0.1:' + s.ad
 `;
 
 /** `troupe gateway` of this checkout, or of `checkout` (the baseline), with the bench's table pushed. */
-async function startGateway(replica: string, checkout = root): Promise<string> {
-  const prof = process.env.GATEWAY_PROF && checkout === root ? ['--cpu-prof', '--cpu-prof-dir', process.env.GATEWAY_PROF] : [];
+async function startGateway(replica: string, checkout = root, workers = 1): Promise<string> {
+  const prof = process.env.GATEWAY_PROF && checkout === root && workers === 1 ? ['--cpu-prof', '--cpu-prof-dir', process.env.GATEWAY_PROF] : [];
   const out = await start(
     process.execPath,
-    [...prof, join(checkout, 'bin/troupe.js'), 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'],
+    [...prof, join(checkout, 'bin/troupe.js'), 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', ...(workers > 1 ? ['--workers', String(workers)] : [])],
     /(Gateway on \S+ .*admin API on \S+);/,
     { ...process.env, TROUPE_GATEWAY_ADMIN_TOKEN: TOKEN },
   );
@@ -272,12 +275,13 @@ try {
   const nginx = findNginx();
   const replica = await start(process.execPath, ['-e', REPLICA], /replica on (\S+)/);
   const replicaPid = lastChild();
-  const gateway = await startGateway(replica);
-  const gatewayPid = lastChild();
-  const targets: Target[] = [
-    { name: 'direct', origin: replica, path: '/v1/chat/completions', pids: () => [replicaPid] },
-    { name: 'gateway', origin: gateway, path: '/services/bench/v1/chat/completions', pids: () => [gatewayPid] },
-  ];
+  const targets: Target[] = [{ name: 'direct', origin: replica, path: '/v1/chat/completions', pids: () => [replicaPid] }];
+  for (const workers of values['gateway-workers'].split(',').map(Number)) {
+    const gateway = await startGateway(replica, root, workers);
+    const gatewayPid = lastChild();
+    // A clustered gateway's CPU is its primary's and its workers'.
+    targets.push({ name: workers > 1 ? `gateway×${workers}` : 'gateway', origin: gateway, path: '/services/bench/v1/chat/completions', pids: () => [gatewayPid, ...childrenOf(gatewayPid)] });
+  }
   if (values.baseline !== undefined) {
     const baseline = await startGateway(replica, values.baseline);
     const baselinePid = lastChild();

@@ -6,6 +6,7 @@ import { checkBearer, type AuthVerdict } from './token-auth';
 import { chooseReplica } from './replica-choice';
 import type { GatewayMetrics, ReplicaMetrics } from './gateway-metrics';
 import type { EntryCandidate, GatewayServices, ServedService } from './gateway-services';
+import type { RateVerdict } from './rate-limit';
 import type { ServiceTable } from './routing-table';
 
 /**
@@ -20,6 +21,11 @@ import type { ServiceTable } from './routing-table';
 export interface DataPlaneOptions {
   /** `<run>.<domain>` Host headers name a service; none: path routing only. */
   domain?: string | undefined;
+  /**
+   * Where the rate limits' buckets are when they are not this process's: a clustered gateway's workers
+   * ask the primary, so a limit holds across them. Rejects when it cannot answer.
+   */
+  sharedRates?: ((run: string, path: string, key: string) => Promise<RateVerdict>) | undefined;
 }
 
 /** Headers meant for one hop only (RFC 9110 §7.6.1), and the Host undici sets for the replica. */
@@ -282,7 +288,7 @@ export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetr
       answer(res, 404, route ? `no service "${route.run}" on this gateway` : 'not a service address: use /services/<run>/…');
       return;
     }
-    const { table, limiter, entry } = served;
+    const { table, limiter } = served;
     const refuse = (status: number, reason: string, why: string, extra: Record<string, string> = {}) => {
       const m = metrics.of(`${table.run}\0${table.current_revision}`, table.run, table.current_revision, '', '');
       m.answered(status);
@@ -292,16 +298,38 @@ export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetr
     const verdict = authVerdict(req, table.auth?.token_sha256 ?? null);
     if (verdict === 'missing') return refuse(401, `service "${table.run}" wants a token: Authorization: Bearer <token>`, 'unauthenticated', { 'www-authenticate': 'Bearer' });
     if (verdict === 'wrong') return refuse(403, `this token does not open service "${table.run}"`, 'forbidden');
+    const forward = (now: ServedService) => {
+      const first = chooseReplica(now.entry.candidates, load, services.nextTurn());
+      if (!first) {
+        return refuse(503, `no ready replica in group ${now.entry.groups.map((g) => `"${g}"`).join(', ') || '(none)'} of revision ${now.entry.revision} of service "${table.run}"`, 'no_ready_replica');
+      }
+      const strip = now.table.strip_prefix;
+      const exchange = new Exchange(req, res, now, strip ? route.servicePath : url, requestHeaders(req, route, strip), services, metrics);
+      new Attempt(exchange, first, false).send();
+    };
+    const limited = (rate: RateVerdict) => {
+      if (rate.allowed) return false;
+      refuse(429, `rate limit of service "${table.run}" reached; retry after ${rate.retryAfterSeconds} s`, 'rate_limited', { 'retry-after': String(rate.retryAfterSeconds) });
+      return true;
+    };
     if (limiter.active) {
       const limitPath = route.servicePath.replace(/[?#].*$/s, '');
-      const rate = limiter.check(limitPath, (limit) => rateKey(req, limit.key), Date.now());
-      if (!rate.allowed) return refuse(429, `rate limit of service "${table.run}" reached; retry after ${rate.retryAfterSeconds} s`, 'rate_limited', { 'retry-after': String(rate.retryAfterSeconds) });
+      const limit = limiter.limitFor(limitPath);
+      if (limit !== undefined && options.sharedRates !== undefined) {
+        options.sharedRates(table.run, limitPath, rateKey(req, limit.key)).then(
+          (rate) => {
+            if (limited(rate) || res.destroyed) return;
+            // The table may have changed while the primary answered: a drained replica gets no new request.
+            const now = services.get(route.run);
+            if (now) forward(now);
+            else answer(res, 404, `no service "${route.run}" on this gateway`);
+          },
+          () => refuse(503, `the rate limits of service "${table.run}" cannot be checked: the gateway is stopping`, 'rate_limits_unavailable'),
+        );
+        return;
+      }
+      if (limit !== undefined && limited(limiter.check(limitPath, (l) => rateKey(req, l.key), Date.now()))) return;
     }
-    const first = chooseReplica(entry.candidates, load, services.nextTurn());
-    if (!first) {
-      return refuse(503, `no ready replica in group ${entry.groups.map((g) => `"${g}"`).join(', ') || '(none)'} of revision ${entry.revision} of service "${table.run}"`, 'no_ready_replica');
-    }
-    const exchange = new Exchange(req, res, served, table.strip_prefix ? route.servicePath : url, requestHeaders(req, route, table.strip_prefix), services, metrics);
-    new Attempt(exchange, first, false).send();
+    forward(served);
   };
 }
