@@ -13,8 +13,12 @@
  *     ≥ 50 % of nginx's).
  *
  *   npx tsx bench/gateway.ts [--seconds 10] [--rates 500,1000] [--connections 32] [--closed-seconds 5]
- *                            [--rounds 5] [--nginx-workers auto]
+ *                            [--rounds 5] [--nginx-workers auto] [--gateway-workers 1] [--baseline DIR]
  * Each case's time is split into rounds that alternate the targets (see inRounds).
+ *   --gateway-workers 1,2 runs one gateway per count (`troupe gateway --workers N`: N data-plane processes),
+ *   named gateway, gateway×2, …
+ *   --baseline DIR also runs the gateway of another checkout (DIR/bin/troupe.js, e.g. a worktree of main)
+ *   as a fourth target, `baseline`: a change's before and after in one run, under the same load.
  *   GATEWAY_PROF=DIR also writes the gateway process's CPU profile (node --cpu-prof) into DIR.
  * Without nginx (scripts/setup.sh --bench installs it) the bench says so and prints the other columns.
  */
@@ -40,6 +44,8 @@ const { values } = parseArgs({
     'closed-seconds': { type: 'string', default: '5' },
     'nginx-workers': { type: 'string', default: 'auto' },
     rounds: { type: 'string', default: '5' },
+    baseline: { type: 'string' },
+    'gateway-workers': { type: 'string', default: '1' },
   },
 });
 const SECONDS = Number(values.seconds);
@@ -79,11 +85,12 @@ s.keepAliveTimeout = 60000;
 s.listen(0, '127.0.0.1', () => console.log('replica on http://127.0.0.1:' + s.address().port));
 `;
 
-async function startGateway(replica: string): Promise<string> {
-  const prof = process.env.GATEWAY_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.GATEWAY_PROF] : [];
+/** `troupe gateway` of this checkout, or of `checkout` (the baseline), with the bench's table pushed. */
+async function startGateway(replica: string, checkout = root, workers = 1): Promise<string> {
+  const prof = process.env.GATEWAY_PROF && checkout === root && workers === 1 ? ['--cpu-prof', '--cpu-prof-dir', process.env.GATEWAY_PROF] : [];
   const out = await start(
     process.execPath,
-    [...prof, 'bin/troupe.js', 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'],
+    [...prof, join(checkout, 'bin/troupe.js'), 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', ...(workers > 1 ? ['--workers', String(workers)] : [])],
     /(Gateway on \S+ .*admin API on \S+);/,
     { ...process.env, TROUPE_GATEWAY_ADMIN_TOKEN: TOKEN },
   );
@@ -268,12 +275,18 @@ try {
   const nginx = findNginx();
   const replica = await start(process.execPath, ['-e', REPLICA], /replica on (\S+)/);
   const replicaPid = lastChild();
-  const gateway = await startGateway(replica);
-  const gatewayPid = lastChild();
-  const targets: Target[] = [
-    { name: 'direct', origin: replica, path: '/v1/chat/completions', pids: () => [replicaPid] },
-    { name: 'gateway', origin: gateway, path: '/services/bench/v1/chat/completions', pids: () => [gatewayPid] },
-  ];
+  const targets: Target[] = [{ name: 'direct', origin: replica, path: '/v1/chat/completions', pids: () => [replicaPid] }];
+  for (const workers of values['gateway-workers'].split(',').map(Number)) {
+    const gateway = await startGateway(replica, root, workers);
+    const gatewayPid = lastChild();
+    // A clustered gateway's CPU is its primary's and its workers'.
+    targets.push({ name: workers > 1 ? `gateway×${workers}` : 'gateway', origin: gateway, path: '/services/bench/v1/chat/completions', pids: () => [gatewayPid, ...childrenOf(gatewayPid)] });
+  }
+  if (values.baseline !== undefined) {
+    const baseline = await startGateway(replica, values.baseline);
+    const baselinePid = lastChild();
+    targets.push({ name: 'baseline', origin: baseline, path: '/services/bench/v1/chat/completions', pids: () => [baselinePid] });
+  }
   if (nginx) {
     const origin = await startNginx(nginx.bin, replica, scratch);
     const nginxPid = lastChild();
@@ -282,6 +295,7 @@ try {
 
   process.stdout.write(
     `gateway bench: ${new Date().toISOString()}, node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load average ${loadAverage()}\n` +
+      (values.baseline !== undefined ? `  baseline: the gateway of ${values.baseline}\n` : '') +
       `  ${nginx ? `nginx ${nginx.version}, worker_processes ${values['nginx-workers']}, keepalive upstream` : 'nginx: not installed (scripts/setup.sh --bench installs it); its columns are left out'}\n` +
       `  GET of a 100-byte JSON answer; open loop ${SECONDS} s a case (latency from the scheduled send time), closed loop ${CONNECTIONS} connections ${CLOSED_SECONDS} s a case; each case in ${ROUNDS} rounds alternating the targets\n\n`,
   );
@@ -325,27 +339,30 @@ try {
     return l && d ? l[q] - d[q] : Number.NaN;
   };
   const ratio = (a: number, b: number) => (Number.isFinite(a / b) && b > 0 ? `${(a / b).toFixed(2)}×` : 'n/a');
-  row(['summary', 'gateway', 'nginx', 'gateway/nginx', 'target', '']);
-  for (const rate of RATES) {
-    for (const q of ['p50', 'p99'] as const) {
-      const g = added(rate, 'gateway', q);
-      const n = added(rate, 'nginx', q);
-      const target = q === 'p99' && rate === TARGET_RATE ? `≤ ${TARGET_P99_ADDED_MS} ms` : '';
-      // A negative difference is the machine's noise outweighing the proxy: no verdict from it.
-      row([`added ${q} at ${rate} rps`, ms(g), ms(n), ratio(g, n), target, target ? verdict(g >= 0 ? g <= TARGET_P99_ADDED_MS : null) : '']);
+  const gateways = targets.filter((t) => t.name !== 'direct' && t.name !== 'nginx').map((t) => t.name);
+  for (const name of gateways) {
+    row(['summary', name, 'nginx', `${name}/nginx`, 'target', '']);
+    for (const rate of RATES) {
+      for (const q of ['p50', 'p99'] as const) {
+        const g = added(rate, name, q);
+        const n = added(rate, 'nginx', q);
+        const target = q === 'p99' && rate === TARGET_RATE ? `≤ ${TARGET_P99_ADDED_MS} ms` : '';
+        // A negative difference is the machine's noise outweighing the proxy: no verdict from it.
+        row([`added ${q} at ${rate} rps`, ms(g), ms(n), ratio(g, n), target, target ? verdict(g >= 0 ? g <= TARGET_P99_ADDED_MS : null) : '']);
+      }
     }
+    const g = throughput.get(name) ?? Number.NaN;
+    const n = throughput.get('nginx') ?? Number.NaN;
+    const share = g / n;
+    row([
+      `max req/s, ${CONNECTIONS} conns`,
+      g.toFixed(0),
+      Number.isFinite(n) ? n.toFixed(0) : 'n/a',
+      Number.isFinite(share) ? `${(share * 100).toFixed(0)} %` : 'n/a',
+      `≥ ${TARGET_THROUGHPUT_SHARE * 100} %`,
+      verdict(Number.isFinite(share) ? share >= TARGET_THROUGHPUT_SHARE : null),
+    ]);
   }
-  const g = throughput.get('gateway') ?? Number.NaN;
-  const n = throughput.get('nginx') ?? Number.NaN;
-  const share = g / n;
-  row([
-    `max req/s, ${CONNECTIONS} conns`,
-    g.toFixed(0),
-    Number.isFinite(n) ? n.toFixed(0) : 'n/a',
-    Number.isFinite(share) ? `${(share * 100).toFixed(0)} %` : 'n/a',
-    `≥ ${TARGET_THROUGHPUT_SHARE * 100} %`,
-    verdict(Number.isFinite(share) ? share >= TARGET_THROUGHPUT_SHARE : null),
-  ]);
   process.stdout.write(`  (direct: ${(throughput.get('direct') ?? Number.NaN).toFixed(0)} req/s; load average now ${loadAverage()})\n`);
 } finally {
   // SIGTERM: the gateway stops cleanly (and writes its CPU profile), nginx does a fast shutdown.

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { bearerToken, tokenHash, tokenMatchesHashes } from './token-auth';
 import type { GatewayMetrics } from './gateway-metrics';
-import type { GatewayServices } from './gateway-services';
+import type { GatewayServices, InflightRow } from './gateway-services';
 import { describeTableIssues, ServiceTableSchema, type GatewayInfo, type ServiceTable } from './routing-table';
 import type { GatewayStateWriter } from './state-file';
 
@@ -34,6 +34,17 @@ function shown(table: ServiceTable): Omit<ServiceTable, 'auth'> & { auth: { toke
   return { ...table, auth: table.auth ? { tokens: table.auth.token_sha256.length } : null };
 }
 
+/**
+ * A clustered gateway's data-plane workers, as its primary's admin API reaches them: a table changed is
+ * answered once every worker serves it, and in-flight counts and metrics are theirs, added up.
+ */
+export interface WorkerLink {
+  put(table: ServiceTable): Promise<void>;
+  delete(run: string): Promise<void>;
+  inflightRows(run: string): Promise<InflightRow[]>;
+  metrics(): Promise<string>;
+}
+
 export interface AdminPlaneOptions {
   adminToken: string;
   /** Read per call: the data plane's address is known once it listens. */
@@ -42,11 +53,13 @@ export interface AdminPlaneOptions {
   metrics: GatewayMetrics;
   /** null: tables live in memory only. */
   state: GatewayStateWriter | null;
+  /** Set on a clustered gateway's primary, whose `services` only hold the tables. */
+  workers?: WorkerLink | undefined;
 }
 
 export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMessage, res: ServerResponse) => void {
   const adminHash = [tokenHash(options.adminToken)];
-  const { services, metrics, state } = options;
+  const { services, metrics, state, workers } = options;
   const persist = async () => {
     if (state) await state.write(services.tables());
   };
@@ -55,14 +68,14 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
     if (token === undefined) return send(res, 401, { error: 'the admin API wants Authorization: Bearer <admin token>' });
     if (!tokenMatchesHashes(token, adminHash)) return send(res, 403, { error: 'wrong admin token' });
     const path = (req.url ?? '/').replace(/\?.*$/s, '');
-    if (path === '/metrics' && req.method === 'GET') return send(res, 200, await metrics.registry.metrics(), metrics.registry.contentType);
+    if (path === '/metrics' && req.method === 'GET') return send(res, 200, workers ? await workers.metrics() : await metrics.registry.metrics(), metrics.registry.contentType);
     if (path === '/info' && req.method === 'GET') return send(res, 200, options.info());
     if (path === '/services' && req.method === 'GET') return send(res, 200, { services: services.tables().map(shown) });
     const inflight = /^\/services\/([^/]+)\/inflight$/.exec(path);
     if (inflight && req.method === 'GET') {
       const run = inflight[1] as string;
       if (!services.get(run)) return send(res, 404, { error: `no service "${run}" on this gateway` });
-      return send(res, 200, { run, replicas: services.inflightRows(run) });
+      return send(res, 200, { run, replicas: workers ? await workers.inflightRows(run) : services.inflightRows(run) });
     }
     const one = /^\/services\/([^/]+)$/.exec(path);
     if (one && req.method === 'PUT') {
@@ -82,12 +95,14 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
       const held = services.get(run)?.table.generation;
       if (held !== undefined && parsed.data.generation < held) return send(res, 409, { error: `stale: generation ${parsed.data.generation} < held ${held}` });
       services.put(parsed.data);
+      await workers?.put(parsed.data);
       await persist();
       return send(res, 200, { run, generation: parsed.data.generation, current_revision: parsed.data.current_revision });
     }
     if (one && req.method === 'DELETE') {
       const run = one[1] as string;
       if (!services.delete(run)) return send(res, 404, { error: `no service "${run}" on this gateway` });
+      await workers?.delete(run);
       await persist();
       return send(res, 200, { run, deleted: true });
     }

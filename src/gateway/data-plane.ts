@@ -1,22 +1,31 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { checkBearer } from './token-auth';
-import { chooseReplica, type Candidate } from './replica-choice';
-import type { GatewayMetrics } from './gateway-metrics';
-import type { GatewayServices } from './gateway-services';
+import type { Socket } from 'node:net';
+import { checkBearer, type AuthVerdict } from './token-auth';
+import { chooseReplica } from './replica-choice';
+import type { GatewayMetrics, ReplicaMetrics } from './gateway-metrics';
+import type { EntryCandidate, GatewayServices, ServedService } from './gateway-services';
+import type { RateVerdict } from './rate-limit';
 import type { ServiceTable } from './routing-table';
 
 /**
  * The data plane: every request of every service, `/services/<run>/…` or `Host: <run>.<domain>`.
- * Forwarding is undici's (`Pool.stream`): bodies stream both ways, a chunked or SSE answer goes out
- * chunk by chunk as it arrives. What is Troupe's own is the choice: which service, which replica, and
- * the service's auth and rate limits.
+ * Forwarding is undici's (`Pool.dispatch`, with the handler below): bodies stream both ways, a chunked
+ * or SSE answer goes out chunk by chunk as it arrives, with backpressure (the replica's socket paused
+ * while the client's is full). What is Troupe's own is the choice: which service, which replica, and
+ * the service's auth and rate limits. `dispatch` rather than `stream`: no Readable, AbortController or
+ * promise per request — the data plane's CPU per request is what bounds its throughput (BENCHMARKS.md §7).
  */
 
 export interface DataPlaneOptions {
   /** `<run>.<domain>` Host headers name a service; none: path routing only. */
   domain?: string | undefined;
+  /**
+   * Where the rate limits' buckets are when they are not this process's: a clustered gateway's workers
+   * ask the primary, so a limit holds across them. Rejects when it cannot answer.
+   */
+  sharedRates?: ((run: string, path: string, key: string) => Promise<RateVerdict>) | undefined;
 }
 
 /** Headers meant for one hop only (RFC 9110 §7.6.1), and the Host undici sets for the replica. */
@@ -39,8 +48,8 @@ function hostName(header: string | undefined): string | undefined {
 }
 
 export function routeOf(url: string, host: string | undefined, domain: string | undefined): Route | undefined {
-  const name = hostName(host);
   const suffix = domain !== undefined ? `.${domain.toLowerCase()}` : undefined;
+  const name = suffix !== undefined ? hostName(host) : undefined;
   if (suffix !== undefined && name !== undefined && name.endsWith(suffix)) {
     const run = name.slice(0, -suffix.length);
     if (run.length > 0 && !run.includes('.')) return { run, servicePath: url, prefix: '' };
@@ -52,31 +61,37 @@ export function routeOf(url: string, host: string | undefined, domain: string | 
   return { run, servicePath: rest.startsWith('/') ? rest : `/${rest}`, prefix: `/services/${run}` };
 }
 
-function connectionTokens(headers: IncomingHttpHeaders): Set<string> {
-  const value = headers.connection;
-  return new Set((value ?? '').split(',').map((t) => t.trim().toLowerCase()).filter((t) => t.length > 0));
+/** Names listed in a `Connection` header (hop-by-hop too); none for the usual `keep-alive` or `close`. */
+function connectionTokens(value: string | string[] | undefined): ReadonlySet<string> {
+  if (value === undefined || value === 'keep-alive' || value === 'close') return NO_NAMES;
+  return new Set(String(value).split(',').map((t) => t.trim().toLowerCase()).filter((t) => t.length > 0));
 }
 
+const NO_NAMES: ReadonlySet<string> = new Set();
+
 function requestHeaders(req: IncomingMessage, route: Route, strip: boolean): Record<string, string | string[]> {
-  const named = connectionTokens(req.headers);
+  const given = req.headers;
+  const named = connectionTokens(given.connection);
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(req.headers)) {
+  for (const name in given) {
+    const value = given[name];
     if (value === undefined || NOT_FORWARDED.has(name) || named.has(name)) continue;
     out[name] = value;
   }
   const client = req.socket.remoteAddress ?? '';
-  const prior = req.headers['x-forwarded-for'];
+  const prior = given['x-forwarded-for'];
   out['x-forwarded-for'] = prior ? `${Array.isArray(prior) ? prior.join(', ') : prior}, ${client}` : client;
   out['x-forwarded-proto'] = 'http';
-  if (req.headers.host !== undefined) out['x-forwarded-host'] = req.headers.host;
+  if (given.host !== undefined) out['x-forwarded-host'] = given.host;
   if (strip && route.prefix) out['x-forwarded-prefix'] = route.prefix;
   return out;
 }
 
-function responseHeaders(headers: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
-  const named = new Set(String(headers.connection ?? '').split(',').map((t) => t.trim().toLowerCase()));
+function responseHeaders(headers: IncomingHttpHeaders): Record<string, string | string[]> {
+  const named = connectionTokens(headers.connection);
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) {
+  for (const name in headers) {
+    const value = headers[name];
     if (value === undefined || HOP_BY_HOP.has(name) || named.has(name)) continue;
     out[name] = value;
   }
@@ -109,7 +124,162 @@ function rateKey(req: IncomingMessage, key: ServiceTable['rate_limits'][number][
   return Array.isArray(value) ? value.join(',') : (value ?? '');
 }
 
+/**
+ * The Authorization header each connection last passed with, and the hashes it passed against: a
+ * keep-alive client's token is hashed once per connection and table, not on every request. Only a pass
+ * is kept, and a new table (new hashes) checks again.
+ */
+const passedOn = new WeakMap<Socket, { header: string; hashes: readonly string[] }>();
+
+function authVerdict(req: IncomingMessage, hashes: readonly string[] | null): AuthVerdict {
+  if (hashes === null) return 'pass';
+  const header = req.headers.authorization;
+  const passed = passedOn.get(req.socket);
+  if (header !== undefined && passed !== undefined && passed.hashes === hashes && passed.header === header) return 'pass';
+  const verdict = checkBearer(header, hashes);
+  if (verdict === 'pass' && header !== undefined) passedOn.set(req.socket, { header, hashes });
+  return verdict;
+}
+
+const secondsSince = (t0: number) => (performance.now() - t0) / 1000;
+
+/** One request on its way to a replica: what its attempts share. */
+class Exchange {
+  /** The client went away before its answer was complete. */
+  gone = false;
+  /** The attempt under way. */
+  current: Attempt | null = null;
+  /** Replica URLs that refused the connection. */
+  readonly tried = new Set<string>();
+  readonly startedAt = performance.now();
+  readonly streamsBody: boolean;
+
+  constructor(
+    readonly req: IncomingMessage,
+    readonly res: ServerResponse,
+    readonly served: ServedService,
+    readonly path: string,
+    readonly headers: Record<string, string | string[]>,
+    readonly services: GatewayServices,
+    readonly metrics: GatewayMetrics,
+  ) {
+    this.streamsBody = hasBody(req);
+    res.once('close', () => {
+      if (res.writableFinished) return;
+      this.gone = true;
+      this.current?.clientGone();
+    });
+  }
+}
+
+class ClientGoneError extends Error {
+  constructor() {
+    super('the client went away');
+  }
+}
+
+/**
+ * One try of a request on one replica: undici's handler for it. Counted in flight from its start until
+ * its answer ended, it failed, or the client went away.
+ */
+class Attempt implements Dispatcher.DispatchHandler {
+  private controller: Dispatcher.DispatchController | null = null;
+  private readonly m: ReplicaMetrics;
+  private left = false;
+  private responded = false;
+  private bodyStarted = false;
+
+  constructor(
+    private readonly x: Exchange,
+    private readonly candidate: EntryCandidate,
+    private readonly last: boolean,
+  ) {
+    const { table, entry } = x.served;
+    this.m = x.metrics.of(candidate.key, table.run, entry.revision, candidate.group, candidate.replica.url);
+    x.services.enter(candidate.key);
+    x.current = this;
+  }
+
+  send(): void {
+    const { x } = this;
+    x.services.pool(this.candidate.origin).dispatch({ path: x.path, method: (x.req.method ?? 'GET') as Dispatcher.HttpMethod, headers: x.headers, body: x.streamsBody ? Readable.from(this.body(), { objectMode: false }) : null }, this);
+  }
+
+  // A lazy stream over req, not req itself: undici pulls from it only once connected, so after a connect
+  // error the request body is untouched and another replica can have it.
+  private async *body(): AsyncGenerator<Buffer> {
+    this.bodyStarted = true;
+    for await (const chunk of this.x.req) yield chunk as Buffer;
+  }
+
+  clientGone(): void {
+    this.leave();
+    this.controller?.abort(new ClientGoneError());
+  }
+
+  private leave(): void {
+    if (this.left) return;
+    this.left = true;
+    this.x.services.leave(this.candidate.key);
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.x.gone) controller.abort(new ClientGoneError());
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    if (statusCode < 200) return; // 1xx: informational, the final answer follows
+    const { res } = this.x;
+    this.responded = true;
+    this.m.firstByte(secondsSince(this.x.startedAt));
+    const forwarded = responseHeaders(headers);
+    res.writeHead(statusCode, forwarded);
+    // An answer of unknown length (SSE, chunked) shows its headers at once, before its first
+    // event; one of known length goes out with its body in one write.
+    if (forwarded['content-length'] === undefined) res.flushHeaders();
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    const { res } = this.x;
+    if (!res.write(chunk) && !res.destroyed) {
+      controller.pause();
+      res.once('drain', () => controller.resume());
+    }
+  }
+
+  onResponseEnd(): void {
+    const { res } = this.x;
+    res.end();
+    this.leave();
+    this.m.answered(res.statusCode);
+    this.m.ended(secondsSince(this.x.startedAt));
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    this.leave();
+    const { x, candidate } = this;
+    const code = errorCode(err);
+    if (!this.responded && !this.bodyStarted && !this.last && code !== undefined && CONNECT_ERRORS.has(code) && !x.gone) {
+      this.m.failed('connect_retried');
+      x.tried.add(candidate.replica.url);
+      const next = chooseReplica(x.served.entry.candidates, (c) => x.services.inflightOf(c.key), x.services.nextTurn(), x.tried);
+      if (next) {
+        new Attempt(x, next, true).send();
+        return;
+      }
+    }
+    const reason = x.gone ? 'client_gone' : this.responded ? 'upstream_broke' : code !== undefined && CONNECT_ERRORS.has(code) ? 'connect' : 'upstream';
+    this.m.failed(reason);
+    if (x.gone) return;
+    this.m.answered(this.responded ? x.res.statusCode : 502);
+    if (this.responded) x.res.destroy();
+    else answer(x.res, 502, `replica ${candidate.replica.url} of group "${candidate.group}" failed: ${code ?? err.message}`);
+  }
+}
+
 export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetrics, options: DataPlaneOptions): (req: IncomingMessage, res: ServerResponse) => void {
+  const load = (c: EntryCandidate) => services.inflightOf(c.key);
   return (req, res) => {
     const url = req.url ?? '/';
     const route = routeOf(url, req.headers.host, options.domain);
@@ -120,92 +290,46 @@ export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetr
     }
     const { table, limiter } = served;
     const refuse = (status: number, reason: string, why: string, extra: Record<string, string> = {}) => {
-      const labels = { service: table.run, revision: String(table.current_revision), group: '', replica: '' };
-      metrics.requests.inc({ ...labels, code: String(status) });
-      metrics.errors.inc({ ...labels, reason: why });
+      const m = metrics.of(`${table.run}\0${table.current_revision}`, table.run, table.current_revision, '', '');
+      m.answered(status);
+      m.failed(why);
       answer(res, status, reason, extra);
     };
-    const verdict = checkBearer(req.headers.authorization, table.auth?.token_sha256 ?? null);
+    const verdict = authVerdict(req, table.auth?.token_sha256 ?? null);
     if (verdict === 'missing') return refuse(401, `service "${table.run}" wants a token: Authorization: Bearer <token>`, 'unauthenticated', { 'www-authenticate': 'Bearer' });
     if (verdict === 'wrong') return refuse(403, `this token does not open service "${table.run}"`, 'forbidden');
-    const limitPath = route.servicePath.replace(/[?#].*$/s, '');
-    const rate = limiter.check(limitPath, (limit) => rateKey(req, limit.key), Date.now());
-    if (!rate.allowed) return refuse(429, `rate limit of service "${table.run}" reached; retry after ${rate.retryAfterSeconds} s`, 'rate_limited', { 'retry-after': String(rate.retryAfterSeconds) });
-    const entry = services.entryCandidates(table);
-    const upstreamPath = table.strip_prefix ? route.servicePath : url;
-    const headers = requestHeaders(req, route, table.strip_prefix);
-    const streamsBody = hasBody(req);
-    const abort = new AbortController();
-    res.on('close', () => {
-      if (!res.writableFinished) abort.abort();
-    });
-    const startedAt = process.hrtime.bigint();
-    const tried = new Set<string>();
-
-    const attempt = (candidate: Candidate, last: boolean): void => {
-      const labels = { service: table.run, revision: String(entry.revision), group: candidate.group, replica: candidate.replica.url };
-      const leave = services.enter(table.run, entry.revision, candidate.group, candidate.replica.url);
-      metrics.inflight.inc(labels);
-      const done = () => {
-        leave();
-        metrics.inflight.set(labels, services.inflightOf(table.run, entry.revision, candidate.group, candidate.replica.url));
-      };
-      res.once('close', done);
-      let bodyStarted = false;
-      let responded = false;
-      // A lazy stream over req, not req itself: undici pulls from it only once connected, so after a connect
-      // error the request body is untouched and another replica can have it.
-      async function* body(): AsyncGenerator<Buffer> {
-        bodyStarted = true;
-        for await (const chunk of req) yield chunk as Buffer;
+    const forward = (now: ServedService) => {
+      const first = chooseReplica(now.entry.candidates, load, services.nextTurn());
+      if (!first) {
+        return refuse(503, `no ready replica in group ${now.entry.groups.map((g) => `"${g}"`).join(', ') || '(none)'} of revision ${now.entry.revision} of service "${table.run}"`, 'no_ready_replica');
       }
-      services
-        .pool(candidate.replica.url)
-        .stream(
-          { path: upstreamPath, method: (req.method ?? 'GET') as Dispatcher.HttpMethod, headers, body: streamsBody ? Readable.from(body(), { objectMode: false }) : null, signal: abort.signal },
-          ({ statusCode, headers: upstreamHeaders }) => {
-            responded = true;
-            metrics.firstByte.observe(labels, Number(process.hrtime.bigint() - startedAt) / 1e9);
-            const forwarded = responseHeaders(upstreamHeaders as Record<string, string | string[] | undefined>);
-            res.writeHead(statusCode, forwarded);
-            // An answer of unknown length (SSE, chunked) shows its headers at once, before its first
-            // event; one of known length goes out with its body in one write.
-            if (forwarded['content-length'] === undefined) res.flushHeaders();
-            return res;
-          },
-        )
-        .then(
-          () => {
-            done();
-            metrics.requests.inc({ ...labels, code: String(res.statusCode) });
-            metrics.latency.observe(labels, Number(process.hrtime.bigint() - startedAt) / 1e9);
-          },
-          (err: unknown) => {
-            done();
-            const code = errorCode(err);
-            if (!responded && !bodyStarted && !last && code !== undefined && CONNECT_ERRORS.has(code) && !abort.signal.aborted) {
-              metrics.errors.inc({ ...labels, reason: 'connect_retried' });
-              tried.add(candidate.replica.url);
-              const next = chooseReplica(entry.candidates, (c) => services.inflightOf(table.run, entry.revision, c.group, c.replica.url), services.nextTurn(), tried);
-              if (next) {
-                attempt(next, true);
-                return;
-              }
-            }
-            const reason = abort.signal.aborted ? 'client_gone' : responded ? 'upstream_broke' : code !== undefined && CONNECT_ERRORS.has(code) ? 'connect' : 'upstream';
-            metrics.errors.inc({ ...labels, reason });
-            if (abort.signal.aborted) return;
-            metrics.requests.inc({ ...labels, code: responded ? String(res.statusCode) : '502' });
-            if (responded) res.destroy();
-            else answer(res, 502, `replica ${candidate.replica.url} of group "${candidate.group}" failed: ${code ?? (err instanceof Error ? err.message : String(err))}`);
-          },
-        );
+      const strip = now.table.strip_prefix;
+      const exchange = new Exchange(req, res, now, strip ? route.servicePath : url, requestHeaders(req, route, strip), services, metrics);
+      new Attempt(exchange, first, false).send();
     };
-
-    const first = chooseReplica(entry.candidates, (c) => services.inflightOf(table.run, entry.revision, c.group, c.replica.url), services.nextTurn());
-    if (!first) {
-      return refuse(503, `no ready replica in group ${entry.groups.map((g) => `"${g}"`).join(', ') || '(none)'} of revision ${entry.revision} of service "${table.run}"`, 'no_ready_replica');
+    const limited = (rate: RateVerdict) => {
+      if (rate.allowed) return false;
+      refuse(429, `rate limit of service "${table.run}" reached; retry after ${rate.retryAfterSeconds} s`, 'rate_limited', { 'retry-after': String(rate.retryAfterSeconds) });
+      return true;
+    };
+    if (limiter.active) {
+      const limitPath = route.servicePath.replace(/[?#].*$/s, '');
+      const limit = limiter.limitFor(limitPath);
+      if (limit !== undefined && options.sharedRates !== undefined) {
+        options.sharedRates(table.run, limitPath, rateKey(req, limit.key)).then(
+          (rate) => {
+            if (limited(rate) || res.destroyed) return;
+            // The table may have changed while the primary answered: a drained replica gets no new request.
+            const now = services.get(route.run);
+            if (now) forward(now);
+            else answer(res, 404, `no service "${route.run}" on this gateway`);
+          },
+          () => refuse(503, `the rate limits of service "${table.run}" cannot be checked: the gateway is stopping`, 'rate_limits_unavailable'),
+        );
+        return;
+      }
+      if (limit !== undefined && limited(limiter.check(limitPath, (l) => rateKey(req, l.key), Date.now()))) return;
     }
-    attempt(first, false);
+    forward(served);
   };
 }

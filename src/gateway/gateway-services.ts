@@ -3,10 +3,27 @@ import { RateLimiter } from './rate-limit';
 import type { Candidate } from './replica-choice';
 import type { ServiceTable } from './routing-table';
 
+/** A replica a new request may go to, with what the data plane needs of it worked out once per table. */
+export interface EntryCandidate extends Candidate {
+  /** Its in-flight count's key (run, revision, group, url). */
+  key: string;
+  /** Its URL's origin: the pool its requests go through. */
+  origin: string;
+}
+
+/** The current revision's entry groups' replicas: where a new request may go. */
+export interface Entry {
+  revision: number;
+  groups: string[];
+  candidates: EntryCandidate[];
+}
+
 /** One service as the gateway serves it: its table and the state that lives beside it. */
 export interface ServedService {
   table: ServiceTable;
   limiter: RateLimiter;
+  /** Worked out when the table is put, not per request. */
+  entry: Entry;
 }
 
 export interface InflightRow {
@@ -27,6 +44,15 @@ function inflightKey(run: string, revision: number, group: string, url: string):
   return JSON.stringify([run, revision, group, url]);
 }
 
+function entryOf(table: ServiceTable): Entry {
+  const revision = table.revisions.find((r) => r.number === table.current_revision);
+  if (!revision) return { revision: table.current_revision, groups: [], candidates: [] };
+  const candidates = revision.groups
+    .filter((g) => revision.entry.includes(g.name))
+    .flatMap((g) => g.replicas.map((replica) => ({ group: g.name, replica, key: inflightKey(table.run, revision.number, g.name, replica.url), origin: new URL(replica.url).origin })));
+  return { revision: revision.number, groups: revision.entry, candidates };
+}
+
 /**
  * The services a gateway serves, the requests in flight to each replica, and one connection pool per
  * replica origin. A pool is closed (gracefully: its requests in flight finish) once no table names its
@@ -36,14 +62,12 @@ export class GatewayServices {
   private readonly services = new Map<string, ServedService>();
   private readonly inflight = new Map<string, number>();
   private readonly pools = new Map<string, Pool>();
-  /** A replica URL's origin, parsed once, not per request. */
-  private readonly origins = new Map<string, string>();
   private turn = 0;
 
   constructor(private readonly poolOptions: PoolOptions) {}
 
   put(table: ServiceTable): void {
-    this.services.set(table.run, { table, limiter: new RateLimiter(table.rate_limits) });
+    this.services.set(table.run, { table, limiter: new RateLimiter(table.rate_limits), entry: entryOf(table) });
     this.closeUnusedPools();
   }
 
@@ -61,35 +85,28 @@ export class GatewayServices {
     return [...this.services.values()].map((s) => s.table);
   }
 
-  /** The current revision's entry groups' replicas: where a new request may go. */
-  entryCandidates(table: ServiceTable): { revision: number; groups: string[]; candidates: Candidate[] } {
-    const revision = table.revisions.find((r) => r.number === table.current_revision);
-    if (!revision) return { revision: table.current_revision, groups: [], candidates: [] };
-    const candidates = revision.groups.filter((g) => revision.entry.includes(g.name)).flatMap((g) => g.replicas.map((replica) => ({ group: g.name, replica })));
-    return { revision: revision.number, groups: revision.entry, candidates };
-  }
-
   nextTurn(): number {
     this.turn = (this.turn + 1) % 1_000_000_007;
     return this.turn;
   }
 
-  inflightOf(run: string, revision: number, group: string, url: string): number {
-    return this.inflight.get(inflightKey(run, revision, group, url)) ?? 0;
+  /** Requests in flight to a candidate (by its `key`). */
+  inflightOf(key: string): number {
+    return this.inflight.get(key) ?? 0;
   }
 
-  /** Counts a request in flight to a replica; the returned function (idempotent) counts it out. */
-  enter(run: string, revision: number, group: string, url: string): () => void {
-    const key = inflightKey(run, revision, group, url);
-    this.inflight.set(key, (this.inflight.get(key) ?? 0) + 1);
-    let left = false;
-    return () => {
-      if (left) return;
-      left = true;
-      const n = (this.inflight.get(key) ?? 1) - 1;
-      if (n <= 0) this.inflight.delete(key);
-      else this.inflight.set(key, n);
-    };
+  /** Counts a request in flight to a candidate; `leave` counts it out (once per `enter`). Both answer the count after. */
+  enter(key: string): number {
+    const n = (this.inflight.get(key) ?? 0) + 1;
+    this.inflight.set(key, n);
+    return n;
+  }
+
+  leave(key: string): number {
+    const n = (this.inflight.get(key) ?? 1) - 1;
+    if (n <= 0) this.inflight.delete(key);
+    else this.inflight.set(key, n);
+    return Math.max(0, n);
   }
 
   inflightRows(run: string): InflightRow[] {
@@ -112,10 +129,8 @@ export class GatewayServices {
     return rows;
   }
 
-  /** The pool for a replica's URL (by its origin). */
-  pool(url: string): Pool {
-    const origin = this.origins.get(url) ?? new URL(url).origin;
-    if (this.origins.size < 100_000) this.origins.set(url, origin);
+  /** The pool for a replica's origin (`EntryCandidate.origin`). */
+  pool(origin: string): Pool {
     let pool = this.pools.get(origin);
     if (!pool) {
       pool = new Pool(origin, { connectTimeout: this.poolOptions.connectTimeoutMs, keepAliveTimeout: 30_000 });
@@ -136,7 +151,6 @@ export class GatewayServices {
     for (const [origin, pool] of this.pools) {
       if (used.has(origin)) continue;
       this.pools.delete(origin);
-      for (const [url, o] of this.origins) if (o === origin) this.origins.delete(url);
       void pool.close().catch(() => undefined);
     }
   }

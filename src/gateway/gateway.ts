@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { adminPlaneHandler } from './admin-plane';
-import { dataPlaneHandler } from './data-plane';
+import { adminPlaneHandler, type WorkerLink } from './admin-plane';
+import { dataPlaneHandler, type DataPlaneOptions } from './data-plane';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayServices } from './gateway-services';
 import { GatewayStateWriter, readGatewayState } from './state-file';
@@ -44,6 +44,30 @@ async function listen(server: Server, host: string, port: number): Promise<strin
   return `http://${shownHost}:${address.port}`;
 }
 
+export interface DataPlaneServer {
+  /** `http://host:port`, the port the system gave for port 0. */
+  url: string;
+  /** Stops accepting and lets requests in flight finish, up to `graceMs`. */
+  close(graceMs: number): Promise<void>;
+}
+
+/** The data plane's server on its address: a gateway's own, or each of a clustered gateway's workers'. */
+export async function listenDataPlane(services: GatewayServices, metrics: GatewayMetrics, options: { host: string; port: number } & DataPlaneOptions): Promise<DataPlaneServer> {
+  const data = createServer(dataPlaneHandler(services, metrics, options));
+  // No timeout of the gateway's own on a request: a long LLM answer is the client's to give up on.
+  data.requestTimeout = 0;
+  const url = await listen(data, options.host, options.port);
+  return {
+    url,
+    close: async (graceMs) => {
+      data.closeIdleConnections();
+      const grace = setTimeout(() => data.closeAllConnections(), graceMs);
+      await new Promise<void>((resolve) => data.close(() => resolve()));
+      clearTimeout(grace);
+    },
+  };
+}
+
 /**
  * The data plane's address as a user can call it: `0.0.0.0` or `::` is where a server listens, not an
  * address to send a request to, so a gateway listening on every interface is reported on the loopback.
@@ -58,26 +82,39 @@ export function defaultPublicUrl(listenUrl: string): string {
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   if (options.adminToken.length < 16) throw new Error('the admin token must be at least 16 characters');
   const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000 });
-  const metrics = new GatewayMetrics();
+  const metrics = new GatewayMetrics((key) => services.inflightOf(key));
   if (options.stateFile !== undefined) {
     for (const table of await readGatewayState(options.stateFile)) services.put(table);
   }
   const state = options.stateFile !== undefined ? new GatewayStateWriter(options.stateFile) : null;
-  const data = createServer(dataPlaneHandler(services, metrics, { domain: options.domain }));
-  // No timeout of the gateway's own on a request: a long LLM answer is the client's to give up on.
-  data.requestTimeout = 0;
-  const url = await listen(data, options.listen.host, options.listen.port);
+  const data = await listenDataPlane(services, metrics, { ...options.listen, domain: options.domain });
+  const url = data.url;
+  return withAdminPlane(options, { url, services, metrics, state }, async (graceMs) => {
+    await data.close(graceMs);
+    await services.close();
+  });
+}
+
+/**
+ * The admin API beside a data plane — this process's own, or a clustered gateway's workers (`workers`) —
+ * and the running gateway the two make. `stopData` stops the data plane, letting requests finish.
+ */
+export async function withAdminPlane(
+  options: GatewayOptions,
+  parts: { url: string; services: GatewayServices; metrics: GatewayMetrics; state: GatewayStateWriter | null; workers?: WorkerLink },
+  stopData: (graceMs: number) => Promise<void>,
+): Promise<RunningGateway> {
+  const { url, services, metrics, state, workers } = parts;
   const publicUrl = options.publicUrl ?? defaultPublicUrl(url);
   const info = () => ({ data_plane_url: publicUrl, domain: options.domain ?? null });
-  const admin = createServer(adminPlaneHandler({ adminToken: options.adminToken, info, services, metrics, state }));
+  const admin = createServer(adminPlaneHandler({ adminToken: options.adminToken, info, services, metrics, state, workers }));
   let adminUrl: string;
   try {
     adminUrl = await listen(admin, options.admin.host, options.admin.port);
   } catch (err) {
-    data.close();
+    await stopData(0);
     throw err;
   }
-  const closed = (server: Server) => new Promise<void>((resolve) => server.close(() => resolve()));
   return {
     url,
     adminUrl,
@@ -86,11 +123,7 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
     metrics,
     close: async (graceMs = 30_000) => {
       admin.closeAllConnections();
-      data.closeIdleConnections();
-      const grace = setTimeout(() => data.closeAllConnections(), graceMs);
-      await Promise.all([closed(data), closed(admin)]);
-      clearTimeout(grace);
-      await services.close();
+      await Promise.all([stopData(graceMs), new Promise<void>((resolve) => admin.close(() => resolve()))]);
     },
   };
 }

@@ -22,6 +22,11 @@ export class RateLimiter {
     this.limits = [...limits].sort((a, b) => b.prefix.length - a.prefix.length);
   }
 
+  /** Whether any limit is set: none, and a request needs no path or key worked out for it. */
+  get active(): boolean {
+    return this.limits.length > 0;
+  }
+
   /** The limit that governs `path` (the path as the service sees it, before strip_prefix). */
   limitFor(path: string): RateLimit | undefined {
     return this.limits.find((limit) => path.startsWith(limit.prefix));

@@ -5,18 +5,20 @@ export interface Candidate {
   replica: Replica;
 }
 
+const NONE: ReadonlySet<string> = new Set();
+
 /**
  * The replica a new request goes to: a ready one of the entry groups, the least loaded (fewest requests
  * in flight), ties taken in turn from `turn` so equal replicas share the load round-robin.
  * `skip`: origins already tried for this request (a connect error).
  */
-export function chooseReplica(candidates: readonly Candidate[], inflight: (c: Candidate) => number, turn: number, skip: ReadonlySet<string> = new Set()): Candidate | undefined {
+export function chooseReplica<C extends Candidate>(candidates: readonly C[], inflight: (c: C) => number, turn: number, skip: ReadonlySet<string> = NONE): C | undefined {
   const ready = candidates.filter((c) => c.replica.state === 'ready' && !skip.has(c.replica.url));
   if (ready.length === 0) return undefined;
-  let best: Candidate | undefined;
+  let best: C | undefined;
   let bestLoad = Infinity;
   for (let i = 0; i < ready.length; i++) {
-    const c = ready[(turn + i) % ready.length] as Candidate;
+    const c = ready[(turn + i) % ready.length] as C;
     const load = inflight(c);
     if (load < bestLoad) {
       best = c;

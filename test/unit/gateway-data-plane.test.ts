@@ -1,10 +1,13 @@
+import cluster from 'node:cluster';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Client } from 'undici';
 import { afterEach, describe, expect, it } from 'vitest';
 import { defaultPublicUrl, startGateway, type RunningGateway } from '../../src/gateway/gateway';
+import { startGatewayCluster } from '../../src/gateway/gateway-cluster';
 import type { ServiceTableInput } from '../../src/gateway/routing-table';
 import { tokenHash } from '../../src/gateway/token-auth';
 
@@ -74,8 +77,10 @@ async function deadUrl(): Promise<string> {
   return url;
 }
 
-async function gateway(options: { domain?: string; stateFile?: string; publicUrl?: string } = {}): Promise<RunningGateway> {
-  const gw = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: ADMIN_TOKEN, ...options });
+async function gateway(options: { domain?: string; stateFile?: string; publicUrl?: string; workers?: number } = {}): Promise<RunningGateway> {
+  const { workers = 1, ...rest } = options;
+  const gatewayOptions = { listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: ADMIN_TOKEN, ...rest };
+  const gw = workers > 1 ? await startGatewayCluster(gatewayOptions, workers) : await startGateway(gatewayOptions);
   cleanups.push(() => gw.close());
   return gw;
 }
@@ -108,6 +113,20 @@ async function put(gw: RunningGateway, t: ServiceTableInput): Promise<void> {
 async function get(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string; replica: string | null; headers: Headers }> {
   const res = await fetch(url, { headers });
   return { status: res.status, body: await res.text(), replica: res.headers.get('x-replica'), headers: res.headers };
+}
+
+/** A GET on a connection of its own: a clustered gateway hands each new connection to its next worker. */
+function onNewConnection(url: string, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    httpRequest(url, { agent: false, headers }, (res) => {
+      let body = '';
+      res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      res.on('error', reject);
+    })
+      .on('error', reject)
+      .end();
+  });
 }
 
 /** A GET read chunk by chunk: resolves the first chunk as soon as it arrives, and the rest at the end. */
@@ -185,6 +204,27 @@ describe('a service with auth', () => {
     expect(a.seen).toHaveLength(1);
     // Kept, as nginx's auth_request (dstack's gateway) keeps it: a model server may check it too.
     expect(a.seen[0]?.headers.authorization).toBe('Bearer s3cret');
+  });
+
+  it('on one keep-alive connection, checks each request\'s token and checks again under a new table', async () => {
+    const a = await standIn('a1');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: a.url }], { auth: { token_sha256: [tokenHash('s3cret')] } }));
+    const one = new Client(gw.url, { pipelining: 1 });
+    cleanups.push(() => one.close());
+    const status = async (authorization?: string) => {
+      const res = await one.request({ path: '/services/alpha/x', method: 'GET', headers: authorization !== undefined ? { authorization } : {} });
+      await res.body.text();
+      return res.statusCode;
+    };
+    expect(await status('Bearer s3cret')).toBe(200);
+    expect(await status('Bearer nope')).toBe(403);
+    expect(await status()).toBe(401);
+    expect(await status('Bearer s3cret')).toBe(200);
+    await put(gw, table('alpha', [{ url: a.url }], { auth: { token_sha256: [tokenHash('n3w')] } }));
+    expect(await status('Bearer s3cret')).toBe(403);
+    expect(await status('Bearer n3w')).toBe(200);
+    expect(a.seen.filter((r) => r.path === '/x')).toHaveLength(3);
   });
 });
 
@@ -391,14 +431,82 @@ describe('the admin API', () => {
     const gw = await gateway();
     await put(gw, table('alpha', [{ url: r1.url }, { url: r2.url }]));
     for (let i = 0; i < 4; i++) await get(`${gw.url}/services/alpha/`);
+    const stream = streamed(`${gw.url}/services/alpha/stream`);
+    await stream.first;
+    const streaming = r1.seen.some((s) => s.path === '/stream') ? r1 : r2;
+    const during = (await admin(gw, 'GET', '/metrics')).text;
+    expect(during).toContain(`troupe_gateway_inflight_requests{service="alpha",revision="0",group="main",replica="${streaming.url}"} 1`);
+    streaming.release();
+    await stream.all;
     await put(gw, table('alpha', []));
     await get(`${gw.url}/services/alpha/`);
     const metrics = (await admin(gw, 'GET', '/metrics')).text;
     for (const r of [r1, r2]) {
-      expect(metrics).toContain(`troupe_gateway_requests_total{service="alpha",revision="0",group="main",replica="${r.url}",code="200"} 2`);
-      expect(metrics).toContain(`troupe_gateway_request_duration_seconds_count{service="alpha",revision="0",group="main",replica="${r.url}"} 2`);
+      expect(metrics).toContain(`troupe_gateway_requests_total{service="alpha",revision="0",group="main",replica="${r.url}",code="200"} ${r === streaming ? 3 : 2}`);
+      expect(metrics).toContain(`troupe_gateway_request_duration_seconds_count{service="alpha",revision="0",group="main",replica="${r.url}"} ${r === streaming ? 3 : 2}`);
+      expect(metrics).toContain(`troupe_gateway_inflight_requests{service="alpha",revision="0",group="main",replica="${r.url}"} 0`);
     }
     expect(metrics).toContain('troupe_gateway_errors_total{service="alpha",revision="0",group="",replica="",reason="no_ready_replica"} 1');
-    expect(metrics).toContain('troupe_gateway_inflight_requests');
+  });
+});
+
+describe('a clustered gateway (--workers 2): one set of tables, limits, counts and metrics', () => {
+  it('serves on every worker, with 401, 503, the generation check and strip_prefix as one process does', async () => {
+    const a = await standIn('a1');
+    const gw = await gateway({ workers: 2 });
+    await put(gw, { ...table('alpha', [{ url: a.url }]), generation: 2 });
+    const answers = await Promise.all(Array.from({ length: 6 }, () => onNewConnection(`${gw.url}/services/alpha/v1/x`)));
+    expect(answers.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    expect(a.seen.map((r) => r.path)).toEqual(Array.from({ length: 6 }, () => '/v1/x'));
+    const metrics = (await admin(gw, 'GET', '/metrics')).text;
+    // Added up over the workers: each served some of the six.
+    expect(metrics).toContain(`troupe_gateway_requests_total{service="alpha",revision="0",group="main",replica="${a.url}",code="200"} 6`);
+    expect(metrics).toContain(`troupe_gateway_request_duration_seconds_count{service="alpha",revision="0",group="main",replica="${a.url}"} 6`);
+
+    expect((await admin(gw, 'PUT', '/services/alpha', { ...table('alpha', []), generation: 1 })).status).toBe(409);
+    await put(gw, { ...table('alpha', []), generation: 3 });
+    // Answered once every worker serves it: no worker still sends to the replica taken out.
+    const none = await Promise.all(Array.from({ length: 4 }, () => onNewConnection(`${gw.url}/services/alpha/`)));
+    expect(none.map((r) => r.status)).toEqual([503, 503, 503, 503]);
+    expect(JSON.parse(none[0]?.body ?? '{}')).toEqual({ error: 'no ready replica in group "main" of revision 0 of service "alpha"' });
+
+    await put(gw, table('beta', [{ url: a.url }], { auth: { token_sha256: [tokenHash('s3cret')] } }));
+    const auth = await Promise.all([onNewConnection(`${gw.url}/services/beta/`), onNewConnection(`${gw.url}/services/beta/`, { authorization: 'Bearer s3cret' })]);
+    expect(auth.map((r) => r.status)).toEqual([401, 200]);
+  });
+
+  it('holds a rate limit across the workers: their buckets are the primary\'s', async () => {
+    const a = await standIn('a1');
+    const gw = await gateway({ workers: 2 });
+    await put(gw, table('alpha', [{ url: a.url }], { rate_limits: [{ prefix: '/', rps: 0.1, burst: 1 }] }));
+    const statuses: number[] = [];
+    // One after another, each on a new connection: the workers take them in turn.
+    for (let i = 0; i < 4; i++) statuses.push((await onNewConnection(`${gw.url}/services/alpha/`)).status);
+    expect(statuses).toEqual([200, 200, 429, 429]);
+  });
+
+  it('counts the requests in flight over every worker, for a drain to wait on', async () => {
+    const r1 = await standIn('r1');
+    const gw = await gateway({ workers: 2 });
+    await put(gw, table('alpha', [{ url: r1.url }]));
+    const streams = [streamed(`${gw.url}/services/alpha/stream`), streamed(`${gw.url}/services/alpha/stream`)];
+    await Promise.all(streams.map((s) => s.first));
+    const rows = async () => JSON.parse((await admin(gw, 'GET', '/services/alpha/inflight')).text) as { replicas: Array<{ url: string; inflight: number; state: string }> };
+    expect((await rows()).replicas).toEqual([{ revision: 0, group: 'main', url: r1.url, state: 'ready', inflight: 2 }]);
+    expect((await admin(gw, 'GET', '/metrics')).text).toContain(`troupe_gateway_inflight_requests{service="alpha",revision="0",group="main",replica="${r1.url}"} 2`);
+    r1.release();
+    await Promise.all(streams.map((s) => s.all));
+    expect((await rows()).replicas[0]?.inflight).toBe(0);
+  });
+
+  it('replaces a worker killed with SIGKILL, with the tables', async () => {
+    const a = await standIn('a1');
+    const gw = await gateway({ workers: 2 });
+    await put(gw, table('alpha', [{ url: a.url }]));
+    const [victim] = Object.values(cluster.workers ?? {});
+    const pid = victim?.process.pid;
+    victim?.process.kill('SIGKILL');
+    await expect.poll(() => Object.values(cluster.workers ?? {}).filter((w) => w?.process.pid !== pid && !w?.isDead()).length, { timeout: 15_000 }).toBe(2);
+    await expect.poll(async () => (await Promise.all(Array.from({ length: 4 }, () => onNewConnection(`${gw.url}/services/alpha/`)))).map((r) => r.status), { timeout: 15_000 }).toEqual([200, 200, 200, 200]);
   });
 });

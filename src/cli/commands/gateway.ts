@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { startGateway } from '../../gateway/gateway';
+import { startGatewayCluster } from '../../gateway/gateway-cluster';
 import { isHttpOrigin } from '../../gateway/routing-table';
 import { parseListenAddress } from '../../metrics/metrics-server';
 import { CliError, type Command } from '../command';
@@ -13,11 +14,12 @@ const options = {
   'public-url': { type: 'string' },
   state: { type: 'string' },
   'admin-token-file': { type: 'string' },
+  workers: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
 const help = renderUsage(
-  'troupe gateway --listen HOST:PORT --admin HOST:PORT [--public-url URL] [--domain DOMAIN] [--state FILE] [--admin-token-file FILE]',
+  'troupe gateway --listen HOST:PORT --admin HOST:PORT [--public-url URL] [--domain DOMAIN] [--state FILE] [--admin-token-file FILE] [--workers N]',
   [
     "Serves every service of a namespace on one address: /services/<run>/… and, with --domain, Host",
     '<run>.<domain>. Each service\'s routing table (replicas, auth, rate limits) is pushed to the admin API',
@@ -30,6 +32,7 @@ const help = renderUsage(
     ['--domain DOMAIN', 'also route Host <run>.<DOMAIN>'],
     ['--state FILE', 'keep the tables here across restarts (written atomically, mode 0600)'],
     ['--admin-token-file FILE', `the admin API's bearer token (or env ${GATEWAY_TOKEN_ENV}); at least 16 characters`],
+    ['--workers N', 'serve the data plane from N processes (default 1): one event loop uses one core; the tables, rate limits, in-flight counts and metrics stay one'],
     ['-h, --help', 'this help'],
   ],
 );
@@ -59,17 +62,20 @@ export const command: Command = async (args) => {
   if (publicUrl !== undefined && !isHttpOrigin(publicUrl)) {
     throw new CliError(`--public-url wants an http(s) origin with no path, such as https://gw.example.com or http://10.0.0.5:8080, not ${JSON.stringify(publicUrl)}`, 2);
   }
-  const gateway = await startGateway({
+  const workers = values.workers === undefined ? 1 : Number(values.workers);
+  if (!Number.isInteger(workers) || workers < 1 || workers > 64) throw new CliError(`--workers wants a whole number from 1 to 64, not ${JSON.stringify(values.workers)}`, 2);
+  const gatewayOptions = {
     listen,
     admin,
     adminToken: token,
     domain: values.domain,
     stateFile: values.state,
     publicUrl: publicUrl === undefined ? undefined : new URL(publicUrl).origin,
-  });
+  };
+  const gateway = workers > 1 ? await startGatewayCluster(gatewayOptions, workers) : await startGateway(gatewayOptions);
   const served = gateway.services.tables().length;
   process.stderr.write(
-    `Gateway on ${gateway.url}, shown to users as ${gateway.publicUrl} (services under /services/<run>/${values.domain !== undefined ? ` and <run>.${values.domain}` : ''}); admin API on ${gateway.adminUrl}; ${served} service(s) from ${values.state ?? 'nowhere (no --state)'}. Ctrl-C stops it.\n`,
+    `Gateway on ${gateway.url}, shown to users as ${gateway.publicUrl} (services under /services/<run>/${values.domain !== undefined ? ` and <run>.${values.domain}` : ''}); admin API on ${gateway.adminUrl}; ${served} service(s) from ${values.state ?? 'nowhere (no --state)'}${workers > 1 ? `; ${workers} data-plane processes` : ''}. Ctrl-C stops it.\n`,
   );
   await new Promise<void>((resolve) => {
     const stop = () => resolve();
