@@ -219,6 +219,9 @@ describe('a service on an SSH fleet', () => {
     // first old replica, once given back, takes the second new one.
     let rolledAt = 0;
     await step('commands rolled (troupe apply)', async () => {
+      // Another backend for a running service is refused before anything changes (exit 1, one line).
+      const moved = await cli(['apply', '-f', join(env.dir, 'v2.yml'), '-y', '--backend', 'local']);
+      expect([moved.code, moved.stderr.trim()]).toEqual([1, `--backend local: service ${name} runs on backend ssh, and a deployment keeps it; to move the service, troupe stop it and apply again`]);
       const deployed = await cli(['apply', '-f', join(env.dir, 'v2.yml'), '-y']);
       expect(deployed.code, deployed.stderr).toBe(0);
       expect(deployed.stderr).toContain(`Deployment 1 of ${name} is done: rolled 0; replicas 0 2.`);

@@ -79,7 +79,13 @@ export const command: Command = async (args) => {
   const troupe = await connectClient(settings);
   try {
     const running = service ? await runningService(troupe.run(plan.run_name)) : null;
-    if (running) return await deploy(running, plan, service, token, values.yes === true, style);
+    if (running) {
+      // A deployment changes what runs, never where: the backend (and the fleet, which the run refuses) stay.
+      if (values.backend !== undefined && values.backend !== running.state.backend) {
+        throw new CliError(`--backend ${values.backend}: service ${plan.run_name} runs on backend ${running.state.backend}, and a deployment keeps it; to move the service, troupe stop it and apply again`, 1);
+      }
+      return await deploy(running, plan, service, token, values.yes === true, style);
+    }
     const backend = values.backend ?? defaultBackendFor(plan);
     await troupe.checkWorkers(`start run ${plan.run_name}`, backend);
     process.stderr.write(`${(service ? renderServicePlan(service, style) : renderPlan(plan, style, { backend })).join('\n')}\n\n`);
