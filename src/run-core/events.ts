@@ -28,8 +28,11 @@ export type RunEvent =
   | { kind: 'peers-published'; version: number; failed_hooks: Array<{ label: string; exit_code: number; output: string }>; error: string | null }
   /** A push of the service's routing table is over: the service's endpoints, or why it did not reach every gateway. */
   | { kind: 'routes-pushed'; generation: number; endpoints: string[]; error: string | null }
-  /** A resize's ranks have no request in flight on any gateway, or its drain's time is up (`left` still in flight). */
-  | { kind: 'drained'; id: number; left: number }
+  /**
+   * A resize's ranks have no request in flight on any gateway, or its drain's time is up (`left` still in
+   * flight), or it could not be asked (`error`: the gateways did not answer; null when it was).
+   */
+  | { kind: 'drained'; id: number; left: number; error: string | null }
   /** Deploy this plan of the service (the applyService Update; `id` names its answer). */
   | { kind: 'deploy'; id: number; plan: Plan }
   /** The deployment's Update has its answer: it is forgotten. */

@@ -174,9 +174,14 @@ describe("a service's routing table", () => {
     expect(drains).toEqual([{ kind: 'drain', resize: 2, urls: ['http://10.0.0.3:8000', 'http://10.0.0.2:8000'], timeout_s: DRAIN_TIMEOUT_S }]);
     // Asked once only.
     expect(pass(landed.core, [], T0 + 6000).effects.filter((e) => e.kind === 'drain')).toEqual([]);
-    const out = pass(landed.core, [{ kind: 'drained', id: 2, left: 0 }], T0 + 7000);
+    const out = pass(structuredClone(landed.core), [{ kind: 'drained', id: 2, left: 0, error: null }], T0 + 7000);
     expect(out.effects.filter((e) => e.kind === 'release').map((e) => (e.kind === 'release' ? e.jobs.map((j) => j.job_num) : []))).toEqual([[2, 1]]);
     expect(out.core.run.jobs.filter((j) => j.removed).map((j) => j.message)).toEqual(['removed: decode resized to 1', 'removed: decode resized to 1']);
+    // A drain that could not be asked (no gateway answered) still ends, and the removal says so; one cut short says what was left.
+    const failed = pass(structuredClone(landed.core), [{ kind: 'drained', id: 2, left: 0, error: 'gateway http://127.0.0.1:9 got no answer (ECONNREFUSED)' }], T0 + 7000);
+    expect(failed.core.run.jobs.find((j) => j.removed)?.message).toBe('removed: decode resized to 1; not drained: gateway http://127.0.0.1:9 got no answer (ECONNREFUSED)');
+    const cut = pass(structuredClone(landed.core), [{ kind: 'drained', id: 2, left: 3, error: null }], T0 + 7000);
+    expect(cut.core.run.jobs.find((j) => j.removed)?.message).toBe(`removed: decode resized to 1; 3 requests still in flight after ${DRAIN_TIMEOUT_S} s`);
   });
 
   it('a task has no routing', () => {

@@ -172,7 +172,12 @@ function drained(core: RunCore, event: Extract<RunEvent, { kind: 'drained' }>, n
   if (!resize || !group || resize.phase !== 'draining') return core;
   const victims = resize.draining.flatMap((n) => core.run.jobs[n] ?? []);
   const size = groupMembers(core.run.jobs, group.index).length - victims.length;
-  const cut = event.left > 0 ? `; ${event.left} request${event.left === 1 ? '' : 's'} still in flight after ${DRAIN_TIMEOUT_S} s` : '';
+  const cut =
+    event.error !== null
+      ? `; not drained: ${event.error}`
+      : event.left > 0
+        ? `; ${event.left} request${event.left === 1 ? '' : 's'} still in flight after ${DRAIN_TIMEOUT_S} s`
+        : '';
   return takeOut(core, resize.id, group, victims, `${group.name} resized to ${size}${cut}`, now, effects);
 }
 

@@ -69,7 +69,7 @@ export function answersTo(core: RunCore, effect: Effect): RunEvent[] {
     case 'publish-peers':
       return [{ kind: 'peers-published', version: effect.version, failed_hooks: [], error: null }];
     case 'drain':
-      return [{ kind: 'drained', id: effect.resize, left: 0 }];
+      return [{ kind: 'drained', id: effect.resize, left: 0, error: null }];
     case 'release':
       return [{ kind: 'released', id: effect.resize, error: null }];
     case 'new-attempts':

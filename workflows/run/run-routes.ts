@@ -39,14 +39,14 @@ export function pushRoutes(run: Run, effect: Extract<Effect, { kind: 'push-route
   run.routesPushed = Promise.all([run.routesPushed, push]).then(() => undefined);
 }
 
-/** A resize's replicas drained on the gateways; the loop hears back with `drained` (a drain that cannot be asked counts as over). */
+/** A resize's replicas drained on the gateways; the loop hears back with `drained` (a drain that cannot be asked is over, with its error). */
 export function drainReplicas(run: Run, effect: Extract<Effect, { kind: 'drain' }>): void {
   const { resize, urls, timeout_s } = effect;
   void drainActivities.drainReplicas
     .executeWithOptions({ summary: `drain ${urls.length} replica${urls.length === 1 ? '' : 's'}` }, [{ run: run.state.run_name, urls, timeout_s }])
     .then(
-      ({ left }) => run.inbox.push({ kind: 'drained', id: resize, left }),
-      () => run.inbox.push({ kind: 'drained', id: resize, left: 0 }),
+      ({ left }) => run.inbox.push({ kind: 'drained', id: resize, left, error: null }),
+      (err: unknown) => run.inbox.push({ kind: 'drained', id: resize, left: 0, error: rootMessage(err) }),
     );
 }
 
