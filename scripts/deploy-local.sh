@@ -71,38 +71,12 @@ ensure_binaries() {
   GOBIN=$cache go install "go.temporal.io/server/cmd/tools/sql@v$version"
 }
 
-# A CA of this deployment, a certificate for the services (the frontend's, and each service's toward
-# the others: internode) and one for clients (CLI, SDK, workers), made once: ECDSA P-256, keys 0600
-# in a 0700 folder. Both leaf certificates name 127.0.0.1 and localhost, where everything listens.
+# The deployment's CA, the services' certificate and the clients', made once by the script the
+# compose stack runs too (deploy/make-certs.sh): keys 0600 in a 0700 folder; the server's certificate
+# names 127.0.0.1 and localhost, where everything listens.
 ensure_certs() {
-  local name
-  [ -s "$tls/ca.pem" ] && [ -s "$tls/server.pem" ] && [ -s "$tls/client.pem" ] && return 0
-  command -v openssl >/dev/null || die "no 'openssl' to make the deployment's certificates"
-  ssl() { openssl "$@" 2>>"$state/logs/tls.log" || die "openssl $1 failed making the certificates in $tls (log: $state/logs/tls.log)"; }
-  (umask 077 && mkdir -p "$tls")
-  chmod 700 "$tls"
-  # A subshell for the umask and the folder: a `die` in it ends the script too (set -e).
-  (
-    umask 077
-    cd "$tls"
-    ssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key
-    ssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=Troupe deployment CA" \
-      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" -out ca.pem
-    # The services' certificate is also their client certificate toward each other.
-    printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
-      "extendedKeyUsage=serverAuth,clientAuth" "subjectAltName=IP:127.0.0.1,DNS:localhost" >server.ext
-    printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
-      "extendedKeyUsage=clientAuth" >client.ext
-    for name in server client; do
-      ssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$name.key"
-      ssl req -new -key "$name.key" -subj "/CN=troupe-$name" -out "$name.csr"
-      ssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -sha256 -days 825 \
-        -extfile "$name.ext" -out "$name.pem"
-      rm -f "$name.csr" "$name.ext"
-    done
-    rm -f ca.srl
-    chmod 644 ca.pem server.pem client.pem
-  )
+  sh "$repo/deploy/make-certs.sh" "$tls" 2>>"$state/logs/tls.log" \
+    || die "the certificates could not be made in $tls (log: $state/logs/tls.log)"
 }
 
 # The release's schema folders come with its Go module.

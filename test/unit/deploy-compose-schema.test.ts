@@ -60,6 +60,8 @@ const service = z
     security_opt: z.array(z.string()).optional(),
     deploy: z.strictObject({ replicas: z.number().int().positive() }).optional(),
     secrets: z.array(z.string()).optional(),
+    // Numeric only: the owner of a key file in a volume is a number, and so must its reader be.
+    user: z.string().regex(/^\d+:\d+$/, 'UID:GID').optional(),
   })
   .refine((s) => s.image !== undefined || s.build !== undefined, 'a service needs an image or a build');
 
@@ -292,8 +294,10 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean, re
       usedSecrets.add(secret);
       if (compose.secrets?.[secret] === undefined) problems.push(`${name}.secrets: "${secret}" is not declared under secrets`);
     }
-    for (const key of Object.keys(svc.environment ?? {})) {
-      if (/(TOKEN|KEY)$/.test(key)) problems.push(`${name}.environment: ${key} puts a secret in this file; mount it as a secret (or name its _FILE)`);
+    for (const [key, value] of Object.entries(svc.environment ?? {})) {
+      // A path to a file of one of its mounts (TEMPORAL_TLS_KEY: /etc/troupe/tls/client.key) names a secret, it is not one.
+      const mountedFile = (svc.volumes ?? []).some((v) => value.startsWith(`${v.split(':')[1] ?? '//'}/`));
+      if (/(TOKEN|KEY)$/.test(key) && !mountedFile) problems.push(`${name}.environment: ${key} puts a secret in this file; mount it as a secret (or name its _FILE)`);
     }
   }
   for (const volume of declared) {
@@ -361,6 +365,87 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean, re
   problems.push(...serverProblems(compose, temporal, fileExists));
   problems.push(...metricsProblems(compose, worker, fileExists));
   problems.push(...gatewayProblems(compose, worker, readText));
+  problems.push(...tlsProblems(compose, fileExists));
+  return problems;
+}
+
+/** The CLI's and Troupe's TLS variables, and the Web UI server's own names for the same files. */
+const clientTlsVariables = {
+  cli: { ca: 'TEMPORAL_TLS_SERVER_CA_CERT_PATH', cert: 'TEMPORAL_TLS_CLIENT_CERT_PATH', key: 'TEMPORAL_TLS_CLIENT_KEY_PATH', name: 'TEMPORAL_TLS_SERVER_NAME' },
+  ui: { ca: 'TEMPORAL_TLS_CA', cert: 'TEMPORAL_TLS_CERT', key: 'TEMPORAL_TLS_KEY', name: 'TEMPORAL_TLS_SERVER_NAME' },
+} as const;
+
+/**
+ * The frontend's mTLS: temporal-certs makes the certificates into a volume with deploy/make-certs.sh
+ * (the script deploy-local.sh runs); the server and every service whose TEMPORAL_ADDRESS names it
+ * waits for that, mounts the volume read-only, and is given the CA, its certificate, its key (as the
+ * user who owns it there) and a name the server's certificate has.
+ */
+function tlsProblems(compose: ComposeFile, fileExists: (path: string) => boolean): string[] {
+  const certs = compose.services['temporal-certs'];
+  if (certs === undefined) return ['services: no "temporal-certs" service: the frontend\'s certificates are made by one'];
+  const problems: string[] = [];
+  const script = mountOf(certs, '/etc/troupe/make-certs.sh')?.split(':')[0];
+  const run = /(?:^| )sh \/etc\/troupe\/make-certs\.sh (\/\S+)((?: (?:DNS|IP):\S+)*)/.exec(words(certs.entrypoint));
+  if (script !== './deploy/make-certs.sh' || !fileExists(script) || run === null) {
+    return ['temporal-certs: must run ./deploy/make-certs.sh (mounted at /etc/troupe/make-certs.sh), the script deploy-local.sh runs'];
+  }
+  const dir = run[1] ?? '';
+  const names = ['localhost', '127.0.0.1', ...(run[2] ?? '').trim().split(' ').filter(Boolean).map((n) => n.slice(n.indexOf(':') + 1))];
+  const volume = (certs.volumes ?? []).find((v) => v.split(':')[1] === dir && !v.endsWith(':ro'))?.split(':')[0];
+  if (volume === undefined || volume.startsWith('.') || volume.startsWith('/')) {
+    return [`temporal-certs.volumes: ${dir} must be a writable named volume`];
+  }
+  // `chown U:G DIR/FILE` in place, or `install -m 600 -o U -g G DIR/client.key DIR/FILE`: a copy of the client key.
+  const ownerOf = (file: string) => {
+    const made = words(certs.entrypoint).replace(/\s+/g, ' ');
+    const chowned = new RegExp(`chown (\\d+:\\d+) ${dir}/${file}(?: |$)`).exec(made)?.[1];
+    const copied = new RegExp(`install -m 600 -o (\\d+) -g (\\d+) ${dir}/client\\.key ${dir}/${file}(?: |$)`).exec(made);
+    return chowned ?? (copied === null ? undefined : `${copied[1]}:${copied[2]}`);
+  };
+  const server = Object.entries(compose.services).find(([, svc]) => /^temporalio\/server:/.test(svc.image ?? ''))?.[0] ?? 'temporal';
+  if (!names.includes(server)) problems.push(`temporal-certs: the server's certificate must name DNS:${server}, its service name`);
+  const reachers = Object.entries(compose.services).filter(([name, svc]) => name === server || svc.environment?.TEMPORAL_ADDRESS?.split(':')[0] === server);
+  for (const [name, svc] of reachers) {
+    const env = svc.environment ?? {};
+    if (svc.depends_on?.['temporal-certs']?.condition !== 'service_completed_successfully') {
+      problems.push(`${name}.depends_on: must wait for temporal-certs to complete successfully (it reaches the frontend)`);
+    }
+    if (!(svc.volumes ?? []).includes(`${volume}:${dir}:ro`)) problems.push(`${name}.volumes: must mount ${volume}:${dir}:ro (it reaches the frontend)`);
+    const keyOwner = (file: string) => {
+      if (ownerOf(file) === undefined) problems.push(`temporal-certs: must chown ${dir}/${file} (or install a 0600 copy of client.key there) to the one user that reads it`);
+      else if (svc.user !== ownerOf(file)) {
+        problems.push(`${name}.user: must be ${ownerOf(file)}, the owner of ${dir}/${file} (keys are 0600)`);
+      }
+    };
+    if (name === server) {
+      if (env.TROUPE_TEMPORAL_TLS_DIR !== dir) problems.push(`${name}.environment: TROUPE_TEMPORAL_TLS_DIR must be ${dir}, for the config's mTLS`);
+      const test = svc.healthcheck?.test ?? [];
+      const flag = (f: string) => test[test.indexOf(f) + 1];
+      if (flag('--tls-ca-path') !== `${dir}/ca.pem` || !flag('--tls-cert-path')?.startsWith(`${dir}/`) || !flag('--tls-key-path')?.startsWith(`${dir}/`) || !names.includes(flag('--tls-server-name') ?? '')) {
+        problems.push(`${name}.healthcheck: must ask with --tls-ca-path ${dir}/ca.pem, --tls-cert-path, --tls-key-path and a --tls-server-name the certificate has`);
+      } else {
+        keyOwner(flag('--tls-key-path')?.slice(dir.length + 1) ?? '');
+      }
+      continue;
+    }
+    const vars = /^temporalio\/ui:/.test(svc.image ?? '') ? clientTlsVariables.ui : clientTlsVariables.cli;
+    const key = new RegExp(`^${dir}/(client(?:-[a-z]+)?\\.key)$`).exec(env[vars.key] ?? '')?.[1];
+    if (env[vars.ca] !== `${dir}/ca.pem` || env[vars.cert] !== `${dir}/client.pem` || key === undefined) {
+      problems.push(`${name}.environment: ${vars.ca}, ${vars.cert} and ${vars.key} must be ${dir}/ca.pem, client.pem and client.key or a copy of it (mTLS to the frontend)`);
+    } else {
+      keyOwner(key);
+    }
+    if (!names.includes(env[vars.name] ?? '')) problems.push(`${name}.environment: ${vars.name} must be a name of the server's certificate (${names.join(', ')})`);
+  }
+  return problems;
+}
+
+/** Whether scripts/deploy-local.sh makes its certificates with deploy/make-certs.sh, not openssl commands of its own. */
+function deployLocalCertProblems(script: string): string[] {
+  const problems: string[] = [];
+  if (!/^\s+sh "\$repo\/deploy\/make-certs\.sh" "\$tls"/m.test(script)) problems.push('scripts/deploy-local.sh: must make its certificates with sh "$repo/deploy/make-certs.sh" "$tls"');
+  if (/^\s*(?!#).*\bopenssl (genpkey|req|x509)\b/m.test(script)) problems.push('scripts/deploy-local.sh: runs openssl itself; the certificates are deploy/make-certs.sh\'s');
   return problems;
 }
 
@@ -552,12 +637,45 @@ describe('docker-compose.yml', () => {
       ['workers without the gateways\' token', (d) => { dropFlag(d, 'worker', '/run/secrets/gateway-admin-token'); }, /--gateway-token-file must name a secret/],
       ['a Prometheus that does not scrape the gateways', (d) => { void d; }, /must scrape the gateway gateway-a:8081/, brokenPrometheus((t) => t.replace('gateway-a:8081, ', ''))],
       ['a Prometheus scraping the gateways without the token', (d) => { delete svc(d, 'prometheus').secrets; }, /must send the gateways' token/],
+      ['no certificates service', (d) => { delete d.services['temporal-certs']; for (const s of Object.values(d.services)) delete (s.depends_on as Record<string, unknown> | undefined)?.['temporal-certs']; }, /no "temporal-certs" service/],
+      ['certificates made by a script of their own', (d) => { svc(d, 'temporal-certs').volumes = ['./deploy/temporal-setup.sh:/etc/troupe/make-certs.sh:ro', 'troupe-tls:/etc/troupe/tls']; }, /must run \.\/deploy\/make-certs\.sh/],
+      ['a server certificate without the service name', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace(' DNS:temporal', '')); }, /must name DNS:temporal/],
+      ['a server without TLS', (d) => { delete envOf(d, 'temporal').TROUPE_TEMPORAL_TLS_DIR; }, /temporal\.environment: TROUPE_TEMPORAL_TLS_DIR/],
+      ['a server healthcheck without TLS', (d) => { svc(d, 'temporal').healthcheck = { test: ['CMD', 'temporal', 'operator', 'cluster', 'health', '--address', '127.0.0.1:7233'], interval: '10s', timeout: '5s', retries: 3 }; }, /temporal\.healthcheck: must ask with --tls-ca-path/],
+      ['a server that cannot read its key', (d) => { delete svc(d, 'temporal').user; }, /temporal\.user: must be 1000:1000/],
+      ['workers without the client certificate', (d) => { delete envOf(d, 'worker').TEMPORAL_TLS_CLIENT_CERT_PATH; }, /worker\.environment: TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_CLIENT_CERT_PATH/],
+      ['workers without the certificates volume', (d) => { svc(d, 'worker').volumes = (svc(d, 'worker').volumes as string[]).filter((v) => !v.startsWith('troupe-tls:')); }, /worker\.volumes: must mount troupe-tls:\/etc\/troupe\/tls:ro/],
+      ['workers that may write the certificates', (d) => { svc(d, 'worker').volumes = (svc(d, 'worker').volumes as string[]).map((v) => v.replace('/etc/troupe/tls:ro', '/etc/troupe/tls')); }, /worker\.volumes: must mount troupe-tls/],
+      ['a set-up without TLS', (d) => { for (const k of Object.keys(envOf(d, 'temporal-setup'))) if (k.startsWith('TEMPORAL_TLS_')) delete envOf(d, 'temporal-setup')[k]; }, /temporal-setup\.environment: TEMPORAL_TLS_SERVER_CA_CERT_PATH/],
+      ['a set-up that does not wait for the certificates', (d) => { delete (svc(d, 'temporal-setup').depends_on as Record<string, unknown>)['temporal-certs']; }, /temporal-setup\.depends_on: must wait for temporal-certs/],
+      ['a Web UI without the client key', (d) => { delete envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY; }, /temporal-ui\.environment: TEMPORAL_TLS_CA, TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY/],
+      ['a Web UI with a server name the certificate lacks', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_SERVER_NAME = 'temporal.example'; }, /temporal-ui\.environment: TEMPORAL_TLS_SERVER_NAME must be a name/],
+      ['a Web UI as a user who cannot read the client key', (d) => { svc(d, 'temporal-ui').user = '10001:10001'; }, /temporal-ui\.user: must be 5000:5000/],
+      ['a key copy nobody made', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '/etc/troupe/tls/client-web.key'; }, /must chown \/etc\/troupe\/tls\/client-web\.key/],
+      ['a key copy readable by all', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace('install -m 600', 'install -m 644')); }, /must chown \/etc\/troupe\/tls\/client-ui\.key/],
+      ['a key pasted into the environment', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '-----BEGIN PRIVATE KEY-----'; }, /TEMPORAL_TLS_KEY puts a secret in this file/],
+      ['a new service that reaches the frontend without TLS', (d) => { d.services.poller = { image: 'temporalio/admin-tools:1.29.1-tctl-1.18.4-cli-1.5.0', environment: { TEMPORAL_ADDRESS: 'temporal:7233' }, restart: 'no' }; }, /poller\.depends_on: must wait for temporal-certs[\s\S]*poller\.volumes: must mount troupe-tls[\s\S]*poller\.environment: TEMPORAL_TLS_SERVER_CA_CERT_PATH/],
       ['a Grafana without the dashboard', (d) => { svc(d, 'grafana').volumes = ['./deploy/grafana/provisioning:/etc/grafana/provisioning:ro', 'grafana-data:/var/lib/grafana']; }, /must mount the dashboard/],
     ];
     it.each(cases)('%s', (_label, edit, expected, readText) => {
       const problems = brokenCompose(edit, readText);
       expect(problems.join('\n')).toMatch(expected);
     });
+  });
+});
+
+describe('scripts/deploy-local.sh', () => {
+  it('makes its certificates with deploy/make-certs.sh, the script temporal-certs runs', () => {
+    expect(deployLocalCertProblems(read('scripts/deploy-local.sh'))).toEqual([]);
+  });
+
+  it('catches a copy that makes them with openssl itself, or not with the shared script', () => {
+    const script = read('scripts/deploy-local.sh');
+    const own = script.replace('ensure_certs() {', 'ensure_certs() {\n  openssl genpkey -algorithm EC -out "$tls/ca.key"');
+    expect(deployLocalCertProblems(own).join('\n')).toMatch(/runs openssl itself/);
+    const other = script.replace('"$repo/deploy/make-certs.sh"', '"$repo/scripts/certs.sh"');
+    expect(other).not.toBe(script);
+    expect(deployLocalCertProblems(other).join('\n')).toMatch(/must make its certificates with/);
   });
 });
 

@@ -140,6 +140,33 @@ describe.skipIf(compose === null)(`docker-compose.yml checked by ${compose?.join
     expect(config.secrets?.['gateway-admin-token']?.file).toBe('/etc/troupe/gateway.token');
   });
 
+  /** Services that reach the frontend (the server, and whoever's TEMPORAL_ADDRESS names it) without the certificates mounted read-only, as compose resolves them. */
+  const withoutCertificates = (config: { services: Record<string, { environment?: Record<string, string | null>; volumes?: unknown[] }> }) =>
+    Object.entries(config.services)
+      .filter(([name, svc]) => name === 'temporal' || svc.environment?.TEMPORAL_ADDRESS === 'temporal:7233')
+      .filter(([, svc]) =>
+        !(svc.volumes ?? []).some((v) => {
+          // v1 prints `troupe-tls:/etc/troupe/tls:ro`; v2 prints `{ type: volume, source: troupe-tls, target: …, read_only: true }`.
+          if (typeof v === 'string') return /^\S*troupe-tls:\/etc\/troupe\/tls:ro$/.test(v);
+          const o = v as { source?: string; target?: string; read_only?: boolean };
+          return /troupe-tls$/.test(o.source ?? '') && o.target === '/etc/troupe/tls' && o.read_only === true;
+        }),
+      )
+      .map(([name]) => name);
+
+  it('mounts the certificates read-only in every service that reaches the frontend', () => {
+    const r = composeConfig(file, []);
+    expect(r.status, r.stderr).toBe(0);
+    const config = parse(r.stdout) as Parameters<typeof withoutCertificates>[0];
+    expect(Object.keys(config.services).filter((n) => config.services[n]?.environment?.TEMPORAL_ADDRESS === 'temporal:7233').sort()).toEqual(['temporal-setup', 'temporal-ui', 'worker']);
+    expect(withoutCertificates(config)).toEqual([]);
+    const copy = join(scratch, 'docker-compose-rw-certs.yml');
+    writeFileSync(copy, readFileSync(file, 'utf8').replaceAll('troupe-tls:/etc/troupe/tls:ro', 'troupe-tls:/etc/troupe/tls'));
+    const broken = composeConfig(copy, []);
+    expect(broken.status, broken.stderr).toBe(0);
+    expect(withoutCertificates(parse(broken.stdout) as Parameters<typeof withoutCertificates>[0]).sort()).toEqual(['temporal', 'temporal-setup', 'temporal-ui', 'worker']);
+  });
+
   it('rejects a broken copy (so the check above can fail)', () => {
     const broken = readFileSync(file, 'utf8').replace('condition: service_completed_successfully', 'condition: service_done');
     expect(broken).not.toBe(readFileSync(file, 'utf8'));

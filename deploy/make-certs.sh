@@ -1,0 +1,43 @@
+#!/bin/sh
+# Makes a Temporal deployment's certificates with openssl, once: a CA, a certificate for the services
+# (the frontend's, and each service's toward the others: internode) and one for clients (CLI, SDK,
+# workers). ECDSA P-256; keys 0600 and the folder 0700, made with a umask that lets nobody else in.
+# The server's certificate names 127.0.0.1 and localhost, and the extra names given.
+#
+#   deploy/make-certs.sh DIR [DNS:name|IP:addr ...]
+#
+# Writes DIR/ca.pem, ca.key, server.pem, server.key, client.pem, client.key; does nothing when the
+# three certificates are there. scripts/deploy-local.sh runs it for its tls/ folder; docker-compose.yml
+# runs it (with DNS:temporal, the server's service name) into the volume every client mounts.
+# POSIX sh: it runs in any image with openssl. openssl's own messages go to stderr.
+set -eu
+
+dir="${1:?usage: make-certs.sh DIR [DNS:name|IP:addr ...]}"
+shift
+sans="IP:127.0.0.1,DNS:localhost"
+for name in "$@"; do sans="$sans,$name"; done
+
+[ -s "$dir/ca.pem" ] && [ -s "$dir/server.pem" ] && [ -s "$dir/client.pem" ] && exit 0
+command -v openssl >/dev/null || { echo "make-certs: no 'openssl' to make the certificates in $dir" >&2; exit 1; }
+
+umask 077
+mkdir -p "$dir"
+chmod 700 "$dir"
+cd "$dir"
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key
+openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=Troupe deployment CA" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" -out ca.pem
+# The services' certificate is also their client certificate toward each other.
+printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+  "extendedKeyUsage=serverAuth,clientAuth" "subjectAltName=$sans" >server.ext
+printf '%s\n' "basicConstraints=critical,CA:FALSE" "keyUsage=critical,digitalSignature" \
+  "extendedKeyUsage=clientAuth" >client.ext
+for name in server client; do
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$name.key"
+  openssl req -new -key "$name.key" -subj "/CN=troupe-$name" -out "$name.csr"
+  openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -sha256 -days 825 \
+    -extfile "$name.ext" -out "$name.pem"
+  rm -f "$name.csr" "$name.ext"
+done
+rm -f ca.srl
+chmod 644 ca.pem server.pem client.pem
