@@ -3,11 +3,9 @@ import { viewOfBook } from '../../activities/jobs';
 import { buildClusterInfo } from '../../src/runner/cluster-info';
 import { renderHostfile } from '../../src/runner/hostfile';
 import { renderJobEnv } from '../../src/runner/job-env';
-import { freshJob } from '../../src/run-core/jobs';
-import { quorumOf, startsInGroupOrder } from '../../src/run-core/startup-order';
 import { makePlan } from '../helpers/plans';
 
-/** The address book after resizes (ranks appended after every group, ranks removed), the quorum of `ready: {min}`, and the start-up order inside a restarted group. */
+/** The address book after resizes (ranks appended after every group, ranks removed). */
 
 describe('a book after resizes', () => {
   // router 0, prefill 1, decode 2; decode grew to 3 (ranks 3, 4), prefill to 2 (rank 5), decode shrank to 2 (rank 4 removed).
@@ -41,49 +39,5 @@ describe('a book after resizes', () => {
   it('a book without groups per job is read as today: contiguous groups of the plan sizes', () => {
     const view = viewOfBook({ job_ips: ['a', 'b', 'c'], gpus_per_node: [0, 1, 1] }, [1, 2]);
     expect(view).toMatchObject({ byGroup: [['a'], ['b', 'c']], ranks: [0, 1, 2], sparse: false });
-  });
-});
-
-describe('ready: {min}', () => {
-  const plan = makePlan('q', [{ name: 'a', nodes: 4 }, { name: 'b', nodes: 3 }, { name: 'c', nodes: 2 }]);
-  plan.groups[0]!.ready_min = { kind: 'count', value: 2 };
-  plan.groups[1]!.ready_min = { kind: 'percent', value: 50 };
-
-  it('a count, a percentage rounded up, and all nodes without it; never more than the group has nor fewer than one', () => {
-    expect(quorumOf(plan, 0, 4)).toBe(2);
-    expect(quorumOf(plan, 0, 1)).toBe(1);
-    expect(quorumOf(plan, 1, 3)).toBe(2);
-    expect(quorumOf(plan, 1, 1)).toBe(1);
-    expect(quorumOf(plan, 2, 2)).toBe(2);
-  });
-});
-
-describe('startup_order inside a group that restarts', () => {
-  // head 0 runs; workers 1..3 restarted whole, none running yet.
-  const jobs = () => ['head', 'workers', 'workers', 'workers'].map((g, n) => freshJob(n, `r-${n}-0`, g === 'head' ? 0 : 1, g, g === 'head' ? 0 : n - 1, 't0'));
-  const plan = (order: 'any' | 'master-first' | 'workers-first') =>
-    makePlan('r', [{ name: 'head', nodes: 1 }, { name: 'workers', nodes: 3 }], { startup_order: order });
-  const allowed = (order: 'any' | 'master-first' | 'workers-first', state: ReturnType<typeof jobs>) =>
-    state.filter((j) => j.group_index === 1 && !j.removed).filter((j) => startsInGroupOrder(plan(order), state, j)).map((j) => j.job_num);
-
-  it('master-first: the group\'s first rank, then the others once it runs', () => {
-    const state = jobs();
-    state[0]!.running_at = 't1';
-    expect(allowed('master-first', state)).toEqual([1]);
-    state[1]!.running_at = 't2';
-    expect(allowed('master-first', state)).toEqual([1, 2, 3]);
-  });
-
-  it('workers-first: the others, then the first rank once all of them run (a rank removed by a resize does not count)', () => {
-    const state = jobs();
-    expect(allowed('workers-first', state)).toEqual([2, 3]);
-    state[2]!.running_at = 't2';
-    expect(allowed('workers-first', state)).toEqual([2, 3]);
-    state[3]!.removed = true;
-    expect(allowed('workers-first', state)).toEqual([1, 2]);
-  });
-
-  it('any: all together', () => {
-    expect(allowed('any', jobs())).toEqual([1, 2, 3]);
   });
 });
