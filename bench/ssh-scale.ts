@@ -22,7 +22,7 @@ import { workflowCost } from './harness/history';
 import { FleetClient } from '../src/fleet/fleet-client';
 import { fleetSpecOf } from '../src/fleet/fleet-spec';
 import { loadFleetConfig } from '../src/plan';
-import { createTestHosts, type TestHosts } from '../test/e2e/hosts';
+import { createTestHosts, jobDirOfTestHost, testHostsFleetYaml, type TestHosts } from '../test/e2e/hosts';
 import { run as runCommand } from '../test/e2e/hosts/command';
 import { cpuSeconds, loadAverage } from './harness/cpu';
 import { resultsDir } from './harness/results';
@@ -95,12 +95,7 @@ async function main(): Promise<void> {
   process.env.TROUPE_KNOWN_HOSTS = hosts.knownHostsFile;
   const taskQueue = `bench-ssh-scale-${process.pid}`;
   const fleets = new FleetClient(env.client, { taskQueue });
-  const byAddress = new Map(Object.values(hosts.hosts).map((h) => [h.address, h.jobBaseDir]));
-  const backend = new SshBackend({
-    fleets,
-    releaseGraceSeconds: 1,
-    jobBaseDir: ({ hostname }) => byAddress.get(hostname) ?? '',
-  });
+  const backend = new SshBackend({ fleets, releaseGraceSeconds: 1, jobBaseDir: jobDirOfTestHost(hosts) });
   const worker = await startInProcessWorker(env, taskQueue, { ssh: backend });
   const troupe = new TroupeClient(env.client, { taskQueue });
   const fleet = `bench-scale-${process.pid}`;
@@ -112,7 +107,7 @@ async function main(): Promise<void> {
   };
   const results: Record<string, unknown> = {};
   try {
-    const yaml = ['type: fleet', `name: ${fleet}`, 'ssh_config:', '  user: root', `  identity_file: ${hosts.clientKeyPath}`, '  hosts:', ...names.map((n) => `    - ${hosts.host(n).address}`), ''].join('\n');
+    const yaml = testHostsFleetYaml(hosts, fleet, names);
     const t0 = performance.now();
     const state = await fleets.apply(fleetSpecOf(loadFleetConfig(yaml, `${fleet}.yml`, { environ: {} }), `${fleet}.yml`));
     console.log(`ssh-scale: fleet applied in ${fmt(performance.now() - t0)} ms, ${state.hosts.filter((h) => h.status === 'ready').length} hosts ready`);

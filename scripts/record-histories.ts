@@ -17,7 +17,7 @@ import { SshBackend } from '../src/fleet/ssh-backend';
 import { FleetClient } from '../src/fleet/fleet-client';
 import { fleetSpecOf } from '../src/fleet/fleet-spec';
 import { loadFleetConfig } from '../src/plan';
-import { createTestHosts } from '../test/e2e/hosts';
+import { createTestHosts, jobDirOfTestHost, testHostsFleetYaml } from '../test/e2e/hosts';
 import { SimulatedBackend } from '../src/backends/simulated/simulated-backend';
 import { defaultDevServerOptions, projectRoot, startDevServer, stopDevServer } from '../src/devserver/dev-server';
 import { createTroupeWorker } from '../src/worker/create-worker';
@@ -44,16 +44,7 @@ const taskQueue = 'record-histories';
 // test/e2e/ssh-fleet-fixtures.ts sets up, each host's jobs in a directory of its own.
 const sshHosts = await createTestHosts(['h1', 'h2', 'h3'].map((name) => ({ name, skipBashrc: true })));
 const fleets = new FleetClient(client, { taskQueue });
-const jobDirs = new Map(Object.values(sshHosts.hosts).map((h) => [h.address, h.jobBaseDir]));
-const ssh = new SshBackend({
-  fleets,
-  releaseGraceSeconds: 1,
-  jobBaseDir: ({ hostname }) => {
-    const dir = jobDirs.get(hostname);
-    if (!dir) throw new Error(`no test host at ${hostname}`);
-    return dir;
-  },
-});
+const ssh = new SshBackend({ fleets, releaseGraceSeconds: 1, jobBaseDir: jobDirOfTestHost(sshHosts) });
 const worker = await createTroupeWorker({
   connection: workerConnection,
   namespace: 'default',
@@ -108,8 +99,7 @@ async function record(name: string, input: RunInputArg, during?: (h: Awaited<Ret
 
 /** A fleet of some of the SSH hosts, applied as `troupe fleet apply` does, through `through`. */
 async function applyFleet(through: FleetClient, name: string, hostNames: string[]): Promise<void> {
-  const hostLines = hostNames.map((h) => `    - ${sshHosts.host(h).address}`);
-  const yaml = ['type: fleet', `name: ${name}`, 'ssh_config:', '  user: root', `  identity_file: ${sshHosts.clientKeyPath}`, '  hosts:', ...hostLines, ''].join('\n');
+  const yaml = testHostsFleetYaml(sshHosts, name, hostNames);
   const file = join(stateDir, `${name}.yml`);
   writeFileSync(file, yaml);
   const state = await through.apply(fleetSpecOf(loadFleetConfig(yaml, file, { environ: {} }), file));

@@ -3,7 +3,7 @@ import { SshBackend } from '../../src/fleet/ssh-backend';
 import { FleetClient } from '../../src/fleet/fleet-client';
 import { fleetSpecOf } from '../../src/fleet/fleet-spec';
 import { loadFleetConfig } from '../../src/plan';
-import { createTestHosts, type TestHostSpec, type TestHosts } from '../../test/e2e/hosts';
+import { createTestHosts, jobDirOfTestHost, testHostsFleetYaml, type TestHostSpec, type TestHosts } from '../../test/e2e/hosts';
 import type { BenchTemporal } from './temporal-env';
 
 /**
@@ -27,17 +27,12 @@ export interface BenchSshFleet {
 
 export async function createBenchSshFleet(env: BenchTemporal, fleetName: string, taskQueue: string, specs: TestHostSpec[]): Promise<BenchSshFleet> {
   const hosts = await createTestHosts(specs);
-  const byAddress = new Map(Object.values(hosts.hosts).map((h) => [h.address, h.jobBaseDir]));
   const fleets = new FleetClient(env.client, { taskQueue });
   const backend = new SshBackend({
     fleets,
     releaseGraceSeconds: 1,
     // The hosts share one disk: each keeps its jobs apart, as separate machines would.
-    jobBaseDir: ({ hostname }) => {
-      const base = byAddress.get(hostname);
-      if (!base) throw new Error(`no test host at ${hostname}`);
-      return base;
-    },
+    jobBaseDir: jobDirOfTestHost(hosts),
   });
   // The backend verifies host keys against this file (never trusts them blindly).
   const savedKnownHosts = process.env.TROUPE_KNOWN_HOSTS;
@@ -48,9 +43,7 @@ export async function createBenchSshFleet(env: BenchTemporal, fleetName: string,
     fleets,
     backend,
     async apply() {
-      const lines = ['type: fleet', `name: ${fleetName}`, 'placement: cluster', 'ssh_config:', '  user: root', `  identity_file: ${hosts.clientKeyPath}`, '  hosts:'];
-      for (const spec of specs) lines.push(`    - ${hosts.host(spec.name).address}`);
-      const yaml = `${lines.join('\n')}\n`;
+      const yaml = testHostsFleetYaml(hosts, fleetName, specs.map((s) => s.name), 'cluster');
       const state = await fleets.apply(fleetSpecOf(loadFleetConfig(yaml, `${fleetName}.yml`, { environ: {} }), `${fleetName}.yml`));
       const unusable = state.hosts.filter((h) => h.status !== 'ready');
       if (unusable.length > 0) throw new Error(`fleet hosts not ready: ${JSON.stringify(unusable.map((h) => [h.spec.target.hostname, h.reason]))}`);

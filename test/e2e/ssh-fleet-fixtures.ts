@@ -14,7 +14,7 @@ import { fleetSpecOf } from '../../src/fleet/fleet-spec';
 import type { FleetState } from '../../src/contract/fleet-messages';
 import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
-import { createTestHosts, type TestHostSpec, type TestHosts } from './hosts';
+import { createTestHosts, jobDirOfTestHost, testHostsFleetYaml, type TestHostSpec, type TestHosts } from './hosts';
 
 /**
  * SSH fleets end to end: real sshd hosts (test/e2e/hosts), the real dev server, and a real worker
@@ -51,19 +51,14 @@ export async function startSshFleetEnv(specs: TestHostSpec[], options: SshFleetE
   const { client, close: closeClient } = await testClient();
   const taskQueue = uniqueTaskQueue('ssh-fleet');
   const fleets = new FleetClient(client, { taskQueue });
-  const byAddress = new Map(Object.values(hosts.hosts).map((h) => [h.address, h.jobBaseDir]));
+  const jobDirOfHost = jobDirOfTestHost(hosts);
   const backend = new SshBackend({
     fleets,
     timeouts: FAST_SSH,
     unreachableLimitMs: 3_000,
     releaseGraceSeconds: 2,
     // The hosts share one disk: each keeps its jobs apart, as separate machines would (unless they share a home).
-    jobBaseDir: ({ hostname }) => {
-      if (options.sharedHome) return join(dir, 'home', '.troupe', 'jobs');
-      const base = byAddress.get(hostname);
-      if (!base) throw new Error(`no test host at ${hostname}`);
-      return base;
-    },
+    jobBaseDir: (target) => (options.sharedHome ? join(dir, 'home', '.troupe', 'jobs') : jobDirOfHost(target)),
   });
   const worker = await startTroupeWorker({ ssh: backend }, taskQueue);
   const troupe = new TroupeClient(client, { taskQueue });
@@ -87,18 +82,7 @@ export async function startSshFleetEnv(specs: TestHostSpec[], options: SshFleetE
 
 /** A fleet config as a user writes it, for some of the harness hosts (a hidden host gets its proxy_jump). */
 export function fleetYaml(env: SshFleetEnv, name: string, hostNames: string[], placement: 'any' | 'cluster' = 'any'): string {
-  const key = env.hosts.clientKeyPath;
-  const lines = ['type: fleet', `name: ${name}`, `placement: ${placement}`, 'ssh_config:', '  user: root', `  identity_file: ${key}`, '  hosts:'];
-  for (const hostName of hostNames) {
-    const host = env.hosts.host(hostName);
-    if (!host.behindJump) {
-      lines.push(`    - ${host.address}`);
-      continue;
-    }
-    const jump = env.hosts.host(host.behindJump);
-    lines.push(`    - hostname: ${host.address}`, `      proxy_jump: {hostname: ${jump.address}, user: root, identity_file: ${key}}`);
-  }
-  return `${lines.join('\n')}\n`;
+  return testHostsFleetYaml(env.hosts, name, hostNames, placement);
 }
 
 /** Writes the YAML to a file and applies it through the fleet's workflow (what `troupe fleet apply` does). */

@@ -1,2 +1,3 @@
 export { createTestHosts } from './test-hosts';
 export type { JobProcess, TestHost, TestHostSpec, TestHosts, TestNetwork } from './test-hosts';
+export { jobDirOfTestHost, testHostsFleetYaml } from './fleet-of-hosts';
