@@ -16,14 +16,18 @@ import { temporalAddress, testClient } from '../helpers/temporal';
 const script = join(projectRoot, 'deploy', 'temporal-setup.sh');
 const temporalBin = defaultDevServerOptions().temporalBin;
 
-/** The set-up service's environment as docker-compose.yml declares it. */
+/**
+ * The set-up service's environment as docker-compose.yml declares it, without its TLS files: they
+ * live on the compose stack's certificate volume, and the test dev server speaks plain gRPC (the
+ * mTLS frontend is run for real by test/deploy/production-deployment.test.ts).
+ */
 function composeSetupEnv(): Record<string, string> {
   const doc = parse(readFileSync(join(projectRoot, 'docker-compose.yml'), 'utf8')) as {
     services: Record<string, { environment?: Record<string, string> }>;
   };
   const env = doc.services['temporal-setup']?.environment;
   if (env === undefined) throw new Error('docker-compose.yml: temporal-setup has no environment');
-  return env;
+  return Object.fromEntries(Object.entries(env).filter(([name]) => !name.startsWith('TEMPORAL_TLS_')));
 }
 
 /** Runs the script with `sh` (dash here: POSIX only, as in the admin-tools image). */
@@ -74,7 +78,7 @@ async function customAttributes(namespace: string): Promise<Record<string, numbe
 describe('deploy/temporal-setup.sh', () => {
   it("creates the namespace and registers the dev server's search attributes, and can run again", async () => {
     const namespace = freshNamespace();
-    const env = { ...composeSetupEnv(), TEMPORAL_ADDRESS: temporalAddress(), TEMPORAL_NAMESPACE: namespace };
+    const env = { ...composeSetupEnv(), TEMPORAL_ADDRESS: temporalAddress(), TEMPORAL_NAMESPACE: namespace, TROUPE_SETUP_WAIT_SECONDS: '30' };
 
     const first = await runSetup(env);
     expect(first.code, first.output).toBe(0);
