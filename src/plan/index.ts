@@ -8,3 +8,4 @@ export * from './plan-schema';
 export { loadServicePlan, serviceSource } from './load-service-plan';
 export * from './service-plan-schema';
 export { serviceRunPlan, ServiceRunError, SERVICE_READY_TIMEOUT_S } from './service-run';
+export { serviceRevision } from './revision';

@@ -17,6 +17,7 @@ import {
   planEnv,
   type LoadPlanOptions,
 } from './load-plan';
+import { serviceRevision } from './revision';
 import { ServicePlanSchema, type ReplicaGroupPlan, type ScalingPlan, type ServicePlan, type ServiceProbe } from './service-plan-schema';
 
 /**
@@ -67,7 +68,7 @@ export function loadServicePlan(text: string, file: string, opts: LoadPlanOption
   checkCpuArch(source, service, groups);
 
   const router = groups.find((g) => g.router !== null);
-  return ServicePlanSchema.parse({
+  const planned = {
     run_name: runName,
     port: service.port,
     auth: service.auth ?? true,
@@ -86,7 +87,8 @@ export function loadServicePlan(text: string, file: string, opts: LoadPlanOption
     fleets: service.fleets ?? null,
     router_group: router?.index ?? null,
     groups,
-  } satisfies ServicePlan);
+  } satisfies Omit<ServicePlan, 'revision'>;
+  return ServicePlanSchema.parse({ ...planned, revision: serviceRevision(planned) } satisfies ServicePlan);
 }
 
 function planGroups(service: ServiceConfig): ReplicaGroupPlan[] {

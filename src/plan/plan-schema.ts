@@ -118,8 +118,13 @@ export const RateLimitPlanSchema = z.object({
   key: z.discriminatedUnion('type', [z.object({ type: z.literal('ip_address') }), z.object({ type: z.literal('header'), header: z.string() })]),
 });
 
+/** A service's revision (src/plan/revision.ts): 12 lowercase hex characters. */
+export const RevisionSchema = z.string().regex(/^[0-9a-f]{12}$/);
+
 /** What the run of a service pushes to the gateways besides its replicas (README: Services). */
 export const ServiceRunSchema = z.object({
+  /** The hash of its groups' rolling fields: a new one means new replicas (scaling keeps it). */
+  revision: RevisionSchema,
   /** The port every replica serves on. */
   port: z.number().int().min(1).max(65535),
   /** Hashes (SHA-256, hex) of the tokens that may call it; null: open to anyone (`auth: false`). */

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { ResourcesSchema } from '../config/resources-schema';
 import { RouterTypeSchema } from '../config/replica-groups';
 import { ProbeMethodSchema } from '../config/service-schema';
-import { GroupPlanSchema, RateLimitPlanSchema, StartupOrderSchema } from './plan-schema';
+import { GroupPlanSchema, RateLimitPlanSchema, RevisionSchema, StartupOrderSchema } from './plan-schema';
 
 /**
  * The plan of a service: its endpoint's settings and its replica groups after dstack's defaults.
@@ -31,7 +31,6 @@ export const ScalingPlanSchema = z.object({
 });
 export type ScalingPlan = z.infer<typeof ScalingPlanSchema>;
 
-
 export const ReplicaGroupPlanSchema = GroupPlanSchema.pick({
   index: true,
   name: true,
@@ -58,6 +57,8 @@ export type ReplicaGroupPlan = z.infer<typeof ReplicaGroupPlanSchema>;
 
 export const ServicePlanSchema = z.object({
   run_name: z.string(),
+  /** The hash of the groups' rolling fields (revision.ts): what a deployment compares to roll or not. */
+  revision: RevisionSchema,
   /** The port the replicas listen on. */
   port: z.number().int().min(1).max(65535),
   auth: z.boolean(),

@@ -44,6 +44,7 @@ export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly strin
     groups,
     jobs: expandJobs(service.run_name, groups),
     service: {
+      revision: service.revision,
       port: service.port,
       auth: service.auth && tokenSha256 ? { token_sha256: [...tokenSha256] } : null,
       strip_prefix: service.strip_prefix,

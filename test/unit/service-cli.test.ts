@@ -31,10 +31,11 @@ describe('troupe plan -f SERVICE', () => {
     expect(JSON.parse(stdout)).toEqual(loadServicePlan(readFileSync(join(root, EXAMPLE), 'utf8'), EXAMPLE, { environ: {} }));
   });
 
-  it('shows the port, auth, router and a row per group with its replicas', () => {
+  it('shows the revision, port, auth, router and a row per group with its replicas', () => {
     const { code, stdout } = troupe(['plan', '-f', EXAMPLE]);
     expect(code).toBe(0);
     expect(stdout).toMatch(/^ Service +pd-service$/m);
+    expect(stdout).toMatch(/^ Revision +[0-9a-f]{12}$/m);
     expect(stdout).toMatch(/^ Port +8000$/m);
     expect(stdout).toMatch(/^ Auth +token required$/m);
     expect(stdout).toMatch(/^ Router +group router \(smg\)$/m);

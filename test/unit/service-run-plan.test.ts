@@ -20,6 +20,7 @@ describe('serviceRunPlan', () => {
     expect(run.nodes_num).toBe(4);
     expect(run.jobs.map((j) => j.node_group_name)).toEqual(['router', 'prefill', 'decode', 'decode']);
     expect(run.service).toEqual({
+      revision: expect.stringMatching(/^[0-9a-f]{12}$/),
       port: 8000,
       auth: { token_sha256: [HASH] },
       strip_prefix: true,

@@ -24,6 +24,7 @@ export function renderServicePlan(plan: ServicePlan, style: Style): string[] {
   const scaled = plan.groups.filter((g) => g.scaling);
   const fields: Array<[string, string]> = [
     ['Service', plan.run_name],
+    ['Revision', plan.revision],
     ['Port', String(plan.port)],
     ['Auth', plan.auth ? 'token required' : 'off'],
     ['Strip prefix', plan.strip_prefix ? 'yes' : 'no'],
