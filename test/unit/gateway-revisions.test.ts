@@ -192,6 +192,10 @@ describe('ServiceWindow and mergeFigures', () => {
     expect(got).toEqual([2]);
     const part = services.figuresPart('web', 30, Date.now());
     expect([part.held, part.held_total]).toEqual([0, 2]);
+    // A service taken off the gateway lets its held requests go, with no service.
+    services.hold('web', (s) => got.push(s?.table.generation));
+    services.delete('web');
+    expect(got).toEqual([2, undefined]);
   });
 });
 
