@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ServiceFiguresSchema, type ServiceFigures } from './figures';
 import { GatewayInfoSchema, type GatewayInfo, type ServiceTableInput } from './routing-table';
 
 const InflightAnswerSchema = z.object({ replicas: z.array(z.object({ url: z.string(), inflight: z.number().int().nonnegative() })) });
@@ -89,20 +90,26 @@ function failed(admin: GatewayAdmin, method: string, path: string, res: { status
   return new GatewayAdminError(admin.url, failure, res.status, scrubbed(admin, `gateway ${admin.url}: ${method} ${path} answered ${res.status}: ${errorText(res.text)}`));
 }
 
+/** A 200's body as `schema` wants it; undefined when it is not (not JSON, or not a Troupe gateway's answer). */
+function answerOf<T>(schema: z.ZodType<T>, text: string): T | undefined {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const parsed = schema.safeParse(data);
+  return parsed.success ? parsed.data : undefined;
+}
+
 /** Where the gateway serves: its data plane's URL and its domain. */
 export async function gatewayInfo(admin: GatewayAdmin, timeoutMs = DEFAULT_ADMIN_TIMEOUT_MS): Promise<GatewayInfo> {
   const res = await call(admin, 'GET', '/info', undefined, timeoutMs);
   if (res.status !== 200) throw failed(admin, 'GET', '/info', res);
-  let data: unknown;
-  try {
-    data = JSON.parse(res.text);
-  } catch {
-    data = undefined;
-  }
-  const parsed = GatewayInfoSchema.safeParse(data);
+  const info = answerOf(GatewayInfoSchema, res.text);
   // A 200 that is not a gateway's answer: something else listens there, which a retry will not change.
-  if (!parsed.success) throw new GatewayAdminError(admin.url, 'refused', 200, scrubbed(admin, `gateway ${admin.url}: GET /info answered something that is not a Troupe gateway's: ${errorText(res.text)}`));
-  return parsed.data;
+  if (info === undefined) throw new GatewayAdminError(admin.url, 'refused', 200, scrubbed(admin, `gateway ${admin.url}: GET /info answered something that is not a Troupe gateway's: ${errorText(res.text)}`));
+  return info;
 }
 
 /**
@@ -131,9 +138,23 @@ export async function serviceInflight(admin: GatewayAdmin, run: string, timeoutM
   const res = await call(admin, 'GET', path, undefined, timeoutMs);
   if (res.status === 404) return new Map();
   if (res.status !== 200) throw failed(admin, 'GET', path, res);
-  const parsed = InflightAnswerSchema.safeParse(JSON.parse(res.text));
-  if (!parsed.success) throw new GatewayAdminError(admin.url, 'refused', 200, `gateway ${admin.url}: GET ${path} answered something that is not a Troupe gateway's`);
+  const answer = answerOf(InflightAnswerSchema, res.text);
+  if (answer === undefined) throw new GatewayAdminError(admin.url, 'refused', 200, `gateway ${admin.url}: GET ${path} answered something that is not a Troupe gateway's`);
   const counts = new Map<string, number>();
-  for (const row of parsed.data.replicas) counts.set(row.url, (counts.get(row.url) ?? 0) + row.inflight);
+  for (const row of answer.replicas) counts.set(row.url, (counts.get(row.url) ?? 0) + row.inflight);
   return counts;
+}
+
+/**
+ * The service's figures on this gateway over the last `windowS` seconds (1..300): per revision and
+ * entry group, for rollout gates and autoscaling. null: the gateway has no table of the run.
+ */
+export async function serviceFigures(admin: GatewayAdmin, run: string, windowS: number, timeoutMs = DEFAULT_ADMIN_TIMEOUT_MS): Promise<ServiceFigures | null> {
+  const path = `/services/${encodeURIComponent(run)}/figures?window=${windowS}`;
+  const res = await call(admin, 'GET', path, undefined, timeoutMs);
+  if (res.status === 404) return null;
+  if (res.status !== 200) throw failed(admin, 'GET', path, res);
+  const figures = answerOf(ServiceFiguresSchema, res.text);
+  if (figures === undefined) throw new GatewayAdminError(admin.url, 'refused', 200, `gateway ${admin.url}: GET ${path} answered something that is not a Troupe gateway's`);
+  return figures;
 }

@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { mergeFigures, windowParam, type FiguresPart } from './figures';
 import { bearerToken, tokenHash, tokenMatchesHashes } from './token-auth';
 import type { GatewayMetrics } from './gateway-metrics';
 import type { GatewayServices, InflightRow } from './gateway-services';
@@ -42,6 +43,8 @@ export interface WorkerLink {
   put(table: ServiceTable): Promise<void>;
   delete(run: string): Promise<void>;
   inflightRows(run: string): Promise<InflightRow[]>;
+  /** Each worker's figures of the service, to be added up. */
+  figures(run: string, windowS: number): Promise<FiguresPart[]>;
   metrics(): Promise<string>;
 }
 
@@ -67,7 +70,8 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
     const token = bearerToken(req.headers.authorization);
     if (token === undefined) return send(res, 401, { error: 'the admin API wants Authorization: Bearer <admin token>' });
     if (!tokenMatchesHashes(token, adminHash)) return send(res, 403, { error: 'wrong admin token' });
-    const path = (req.url ?? '/').replace(/\?.*$/s, '');
+    const url = new URL(req.url ?? '/', 'http://admin');
+    const path = url.pathname;
     if (path === '/metrics' && req.method === 'GET') return send(res, 200, workers ? await workers.metrics() : await metrics.registry.metrics(), metrics.registry.contentType);
     if (path === '/info' && req.method === 'GET') return send(res, 200, options.info());
     if (path === '/services' && req.method === 'GET') return send(res, 200, { services: services.tables().map(shown) });
@@ -76,6 +80,15 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
       const run = inflight[1] as string;
       if (!services.get(run)) return send(res, 404, { error: `no service "${run}" on this gateway` });
       return send(res, 200, { run, replicas: workers ? await workers.inflightRows(run) : services.inflightRows(run) });
+    }
+    const figures = /^\/services\/([^/]+)\/figures$/.exec(path);
+    if (figures && req.method === 'GET') {
+      const run = figures[1] as string;
+      if (!services.get(run)) return send(res, 404, { error: `no service "${run}" on this gateway` });
+      const windowS = windowParam(url.searchParams.get('window'));
+      if (typeof windowS === 'string') return send(res, 400, { error: windowS });
+      const parts = workers ? await workers.figures(run, windowS) : [services.figuresPart(run, windowS, Date.now())];
+      return send(res, 200, mergeFigures(run, windowS, parts));
     }
     const one = /^\/services\/([^/]+)$/.exec(path);
     if (one && req.method === 'PUT') {
@@ -106,7 +119,7 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
       await persist();
       return send(res, 200, { run, deleted: true });
     }
-    return send(res, 404, { error: 'admin API: PUT|DELETE /services/<run>, GET /services, GET /services/<run>/inflight, GET /info, GET /metrics' });
+    return send(res, 404, { error: 'admin API: PUT|DELETE /services/<run>, GET /services, GET /services/<run>/inflight, GET /services/<run>/figures?window=<s>, GET /info, GET /metrics' });
   };
   return (req, res) => {
     handle(req, res).catch((err: unknown) => {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { FiguresPartSchema } from './figures';
 import { ServiceTableSchema } from './routing-table';
 
 /**
@@ -16,6 +17,8 @@ export const ToWorkerSchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('inflight'), id: Id, run: z.string() }),
   /** The worker's metrics registry as prom-client's JSON, for the primary to add up. */
   z.strictObject({ type: z.literal('metrics'), id: Id }),
+  /** The worker's figures of a service over the last `windowS` s, for the primary to add up. */
+  z.strictObject({ type: z.literal('figures'), id: Id, run: z.string(), windowS: z.int().min(1) }),
   z.strictObject({ type: z.literal('rate'), id: Id, allowed: z.boolean(), retryAfterSeconds: z.number() }),
   z.strictObject({ type: z.literal('close'), graceMs: z.int().min(0) }),
 ]);
@@ -38,6 +41,7 @@ export const ToPrimarySchema = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('ack'), id: Id }),
   z.strictObject({ type: z.literal('inflight'), id: Id, rows: z.array(InflightRowSchema) }),
   z.strictObject({ type: z.literal('metrics'), id: Id, metrics: z.array(z.unknown()) }),
+  z.strictObject({ type: z.literal('figures'), id: Id, part: FiguresPartSchema }),
   /** A request under a rate limit: the buckets are the primary's, so the limit holds across workers. */
   z.strictObject({ type: z.literal('rate'), id: Id, run: z.string(), path: z.string(), key: z.string() }),
 ]);

@@ -3,9 +3,10 @@ import { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Socket } from 'node:net';
 import { checkBearer, type AuthVerdict } from './token-auth';
-import { chooseReplica } from './replica-choice';
+import { chooseReplica, chooseRevision } from './replica-choice';
 import type { GatewayMetrics, ReplicaMetrics } from './gateway-metrics';
-import type { EntryCandidate, GatewayServices, ServedService } from './gateway-services';
+import type { Entry, EntryCandidate, GatewayServices, ServedService } from './gateway-services';
+import type { ServiceWindow } from './figures';
 import type { RateVerdict } from './rate-limit';
 import type { ServiceTable } from './routing-table';
 
@@ -31,6 +32,9 @@ export interface DataPlaneOptions {
 /** Headers meant for one hop only (RFC 9110 §7.6.1), and the Host undici sets for the replica. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings']);
 const NOT_FORWARDED = new Set([...HOP_BY_HOP, 'host', 'expect']);
+
+/** The answer's header naming the revision that served it: a client (or a rollout's check) sees which one did. */
+export const REVISION_HEADER = 'troupe-revision';
 
 /** Errors of a connection that never opened: nothing was sent, another replica may take the request. */
 const CONNECT_ERRORS = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EADDRNOTAVAIL']);
@@ -153,17 +157,21 @@ class Exchange {
   readonly tried = new Set<string>();
   readonly startedAt = performance.now();
   readonly streamsBody: boolean;
+  readonly window: ServiceWindow;
 
   constructor(
     readonly req: IncomingMessage,
     readonly res: ServerResponse,
     readonly served: ServedService,
+    /** The revision it goes to, whichever replica takes it: a request never crosses revisions. */
+    readonly entry: Entry,
     readonly path: string,
     readonly headers: Record<string, string | string[]>,
     readonly services: GatewayServices,
     readonly metrics: GatewayMetrics,
   ) {
     this.streamsBody = hasBody(req);
+    this.window = services.window(served.table.run);
     res.once('close', () => {
       if (res.writableFinished) return;
       this.gone = true;
@@ -194,8 +202,7 @@ class Attempt implements Dispatcher.DispatchHandler {
     private readonly candidate: EntryCandidate,
     private readonly last: boolean,
   ) {
-    const { table, entry } = x.served;
-    this.m = x.metrics.of(candidate.key, table.run, entry.revision, candidate.group, candidate.replica.url);
+    this.m = x.metrics.of(candidate.key, x.served.table.run, x.entry.revision, candidate.group, candidate.replica.url);
     x.services.enter(candidate.key);
     x.current = this;
   }
@@ -234,6 +241,7 @@ class Attempt implements Dispatcher.DispatchHandler {
     this.responded = true;
     this.m.firstByte(secondsSince(this.x.startedAt));
     const forwarded = responseHeaders(headers);
+    forwarded[REVISION_HEADER] = String(this.x.entry.revision);
     res.writeHead(statusCode, forwarded);
     // An answer of unknown length (SSE, chunked) shows its headers at once, before its first
     // event; one of known length goes out with its body in one write.
@@ -253,7 +261,9 @@ class Attempt implements Dispatcher.DispatchHandler {
     res.end();
     this.leave();
     this.m.answered(res.statusCode);
-    this.m.ended(secondsSince(this.x.startedAt));
+    const seconds = secondsSince(this.x.startedAt);
+    this.m.ended(seconds);
+    this.x.window.ended(this.x.entry.revision, res.statusCode >= 500, seconds * 1000, Date.now());
   }
 
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
@@ -263,7 +273,7 @@ class Attempt implements Dispatcher.DispatchHandler {
     if (!this.responded && !this.bodyStarted && !this.last && code !== undefined && CONNECT_ERRORS.has(code) && !x.gone) {
       this.m.failed('connect_retried');
       x.tried.add(candidate.replica.url);
-      const next = chooseReplica(x.served.entry.candidates, (c) => x.services.inflightOf(c.key), x.services.nextTurn(), x.tried);
+      const next = chooseReplica(x.entry.candidates, (c) => x.services.inflightOf(c.key), x.services.nextTurn(), x.tried);
       if (next) {
         new Attempt(x, next, true).send();
         return;
@@ -271,11 +281,19 @@ class Attempt implements Dispatcher.DispatchHandler {
     }
     const reason = x.gone ? 'client_gone' : this.responded ? 'upstream_broke' : code !== undefined && CONNECT_ERRORS.has(code) ? 'connect' : 'upstream';
     this.m.failed(reason);
+    // A client that went away is no error of the service's; a request the replica failed or broke is.
+    x.window.ended(x.entry.revision, !x.gone, null, Date.now());
     if (x.gone) return;
     this.m.answered(this.responded ? x.res.statusCode : 502);
     if (this.responded) x.res.destroy();
-    else answer(x.res, 502, `replica ${candidate.replica.url} of group "${candidate.group}" failed: ${code ?? err.message}`);
+    else answer(x.res, 502, `replica ${candidate.replica.url} of group "${candidate.group}" failed: ${code ?? err.message}`, { [REVISION_HEADER]: String(x.entry.revision) });
   }
+}
+
+/** Why a request found no replica: each revision's entry groups, the current one's first. */
+function noneReady(served: ServedService): string {
+  const where = served.entries.map((e) => `group ${e.groups.map((g) => `"${g}"`).join(', ') || '(none)'} of revision ${e.revision}`);
+  return `no ready replica in ${where.join(' or ')} of service "${served.table.run}"`;
 }
 
 export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetrics, options: DataPlaneOptions): (req: IncomingMessage, res: ServerResponse) => void {
@@ -299,13 +317,35 @@ export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetr
     if (verdict === 'missing') return refuse(401, `service "${table.run}" wants a token: Authorization: Bearer <token>`, 'unauthenticated', { 'www-authenticate': 'Bearer' });
     if (verdict === 'wrong') return refuse(403, `this token does not open service "${table.run}"`, 'forbidden');
     const forward = (now: ServedService) => {
-      const first = chooseReplica(now.entry.candidates, load, services.nextTurn());
-      if (!first) {
-        return refuse(503, `no ready replica in group ${now.entry.groups.map((g) => `"${g}"`).join(', ') || '(none)'} of revision ${now.entry.revision} of service "${table.run}"`, 'no_ready_replica');
-      }
+      const entry = chooseRevision(now.entries, Math.random() * 100);
+      const first = entry && chooseReplica(entry.candidates, load, services.nextTurn());
+      if (!entry || !first) return hold(now);
       const strip = now.table.strip_prefix;
-      const exchange = new Exchange(req, res, now, strip ? route.servicePath : url, requestHeaders(req, route, strip), services, metrics);
+      const exchange = new Exchange(req, res, now, entry, strip ? route.servicePath : url, requestHeaders(req, route, strip), services, metrics);
+      exchange.window.arrived(entry.revision, first.group, Date.now());
       new Attempt(exchange, first, false).send();
+    };
+    // Nothing ready in any revision: a 503 at once, or with the table's hold_s, a wait for a table that brings a replica.
+    const hold = (now: ServedService) => {
+      const holdS = now.table.hold_s;
+      if (holdS === 0) return refuse(503, noneReady(now), 'no_ready_replica');
+      if (res.destroyed) return;
+      const stop = () => {
+        unhold();
+        clearTimeout(timer);
+        res.off('close', stop);
+      };
+      const unhold = services.hold(table.run, (next) => {
+        stop();
+        if (next) forward(next);
+        else refuse(503, `service "${table.run}" was taken off this gateway while the request waited for a ready replica`, 'no_ready_replica');
+      });
+      const timer = setTimeout(() => {
+        stop();
+        refuse(503, `${noneReady(services.get(table.run) ?? now)}; waited ${holdS} s for one`, 'no_ready_replica');
+      }, holdS * 1000).unref();
+      // A client that goes away stops waiting, and is no longer counted as held.
+      res.once('close', stop);
     };
     const limited = (rate: RateVerdict) => {
       if (rate.allowed) return false;

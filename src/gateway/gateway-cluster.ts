@@ -24,7 +24,7 @@ const WORKER_ENTRY = fileURLToPath(new URL('../../bin/troupe-gateway-worker.js',
 const ANSWER_MS = 10_000;
 
 type Reply = Exclude<ToPrimary, { type: 'started' | 'listening' | 'rate' }>;
-type Question = { type: 'put' | 'delete' | 'inflight' | 'metrics' | 'tables' } & ToWorker;
+type Question = { type: 'put' | 'delete' | 'inflight' | 'metrics' | 'figures' | 'tables' } & ToWorker;
 
 interface Member {
   worker: Worker;
@@ -171,6 +171,7 @@ export async function startGatewayCluster(options: GatewayOptions, workers: numb
       }
       return [...merged.values()];
     },
+    figures: async (run, windowS) => (await askAll((id) => ({ type: 'figures', id, run, windowS }))).flatMap((r) => (r.type === 'figures' ? [r.part] : [])),
     metrics: async () => {
       const each = (await askAll((id) => ({ type: 'metrics', id }))).flatMap((r) => (r.type === 'metrics' ? [r.metrics as MetricObjectWithValues<MetricValue<string>>[]] : []));
       return AggregatorRegistry.aggregate(each).metrics();

@@ -1,4 +1,5 @@
 import { Pool } from 'undici';
+import { ServiceWindow, type FiguresPart } from './figures';
 import { RateLimiter } from './rate-limit';
 import type { Candidate } from './replica-choice';
 import type { ServiceTable } from './routing-table';
@@ -11,19 +12,23 @@ export interface EntryCandidate extends Candidate {
   origin: string;
 }
 
-/** The current revision's entry groups' replicas: where a new request may go. */
+/** A revision's entry groups' replicas: where a new request given to that revision may go. */
 export interface Entry {
   revision: number;
   groups: string[];
   candidates: EntryCandidate[];
+  /** The percent of new requests it gets: its `traffic`, or for the current revision what the others leave. */
+  share: number;
+  /** Has a ready replica. */
+  ready: boolean;
 }
 
 /** One service as the gateway serves it: its table and the state that lives beside it. */
 export interface ServedService {
   table: ServiceTable;
   limiter: RateLimiter;
-  /** Worked out when the table is put, not per request. */
-  entry: Entry;
+  /** Every revision's entry, the current revision's first; worked out when the table is put, not per request. */
+  entries: Entry[];
 }
 
 export interface InflightRow {
@@ -44,13 +49,16 @@ function inflightKey(run: string, revision: number, group: string, url: string):
   return JSON.stringify([run, revision, group, url]);
 }
 
-function entryOf(table: ServiceTable): Entry {
-  const revision = table.revisions.find((r) => r.number === table.current_revision);
-  if (!revision) return { revision: table.current_revision, groups: [], candidates: [] };
-  const candidates = revision.groups
-    .filter((g) => revision.entry.includes(g.name))
-    .flatMap((g) => g.replicas.map((replica) => ({ group: g.name, replica, key: inflightKey(table.run, revision.number, g.name, replica.url), origin: new URL(replica.url).origin })));
-  return { revision: revision.number, groups: revision.entry, candidates };
+function entriesOf(table: ServiceTable): Entry[] {
+  const others = table.revisions.reduce((sum, r) => sum + (r.number === table.current_revision ? 0 : (r.traffic ?? 0)), 0);
+  const entries = table.revisions.map((revision): Entry => {
+    const candidates = revision.groups
+      .filter((g) => revision.entry.includes(g.name))
+      .flatMap((g) => g.replicas.map((replica) => ({ group: g.name, replica, key: inflightKey(table.run, revision.number, g.name, replica.url), origin: new URL(replica.url).origin })));
+    const share = revision.number === table.current_revision ? 100 - others : (revision.traffic ?? 0);
+    return { revision: revision.number, groups: revision.entry, candidates, share, ready: candidates.some((c) => c.replica.state === 'ready') };
+  });
+  return entries.sort((a, b) => Number(b.revision === table.current_revision) - Number(a.revision === table.current_revision));
 }
 
 /**
@@ -62,19 +70,84 @@ export class GatewayServices {
   private readonly services = new Map<string, ServedService>();
   private readonly inflight = new Map<string, number>();
   private readonly pools = new Map<string, Pool>();
+  /** Requests waiting for a ready replica, by run: each called with the service once a table brings one, or undefined once the service is removed. */
+  private readonly holds = new Map<string, Set<(served: ServedService | undefined) => void>>();
+  private readonly windows = new Map<string, ServiceWindow>();
   private turn = 0;
 
   constructor(private readonly poolOptions: PoolOptions) {}
 
   put(table: ServiceTable): void {
-    this.services.set(table.run, { table, limiter: new RateLimiter(table.rate_limits), entry: entryOf(table) });
+    const served: ServedService = { table, limiter: new RateLimiter(table.rate_limits), entries: entriesOf(table) };
+    this.services.set(table.run, served);
     this.closeUnusedPools();
+    if (served.entries.some((e) => e.ready)) this.release(table.run, served);
   }
 
   delete(run: string): boolean {
     const had = this.services.delete(run);
+    this.windows.delete(run);
     this.closeUnusedPools();
+    this.release(run, undefined);
     return had;
+  }
+
+  /**
+   * Holds a request of `run` until a table brings a ready entry replica (`then` called with the service)
+   * or the service is removed (`then(undefined)`). Answers the function that stops holding it.
+   */
+  hold(run: string, then: (served: ServedService | undefined) => void): () => void {
+    let waiting = this.holds.get(run);
+    if (!waiting) {
+      waiting = new Set();
+      this.holds.set(run, waiting);
+    }
+    waiting.add(then);
+    this.window(run).held(Date.now());
+    return () => {
+      waiting.delete(then);
+      if (waiting.size === 0 && this.holds.get(run) === waiting) this.holds.delete(run);
+    };
+  }
+
+  private release(run: string, served: ServedService | undefined): void {
+    const waiting = this.holds.get(run);
+    if (!waiting) return;
+    this.holds.delete(run);
+    for (const then of waiting) then(served);
+  }
+
+  /** The figures window of a service, made on its first request. */
+  window(run: string): ServiceWindow {
+    let window = this.windows.get(run);
+    if (!window) {
+      window = new ServiceWindow();
+      this.windows.set(run, window);
+    }
+    return window;
+  }
+
+  /** This process's figures of a service over the last `windowS` s: every revision and entry group of its table listed, counted or not. */
+  figuresPart(run: string, windowS: number, nowMs: number): FiguresPart {
+    const part = this.window(run).part(windowS, nowMs);
+    const revisions = new Map(part.revisions.map((r) => [r.revision, r]));
+    const groups = new Map(part.groups.map((g) => [`${g.revision}\0${g.group}`, g]));
+    const served = this.services.get(run);
+    for (const entry of served?.entries ?? []) {
+      if (!revisions.has(entry.revision)) revisions.set(entry.revision, { revision: entry.revision, requests: 0, errors: 0, latency: [], inflight: 0 });
+      for (const group of entry.groups) {
+        const key = `${entry.revision}\0${group}`;
+        if (!groups.has(key)) groups.set(key, { revision: entry.revision, group, requests: 0, inflight: 0 });
+      }
+    }
+    for (const row of this.inflightRows(run)) {
+      const revision = revisions.get(row.revision);
+      if (revision) revision.inflight += row.inflight;
+      else if (row.inflight > 0) revisions.set(row.revision, { revision: row.revision, requests: 0, errors: 0, latency: [], inflight: row.inflight });
+      const group = groups.get(`${row.revision}\0${row.group}`);
+      if (group) group.inflight += row.inflight;
+    }
+    return { revisions: [...revisions.values()], groups: [...groups.values()], held: this.holds.get(run)?.size ?? 0, held_total: part.held_total };
   }
 
   get(run: string): ServedService | undefined {
@@ -142,6 +215,7 @@ export class GatewayServices {
   async close(): Promise<void> {
     const pools = [...this.pools.values()];
     this.pools.clear();
+    for (const run of [...this.holds.keys()]) this.release(run, undefined);
     this.services.clear();
     await Promise.all(pools.map((p) => p.close()));
   }

@@ -60,6 +60,8 @@ export async function runGatewayWorker(): Promise<void> {
         return send({ type: 'ack', id: m.id });
       case 'inflight':
         return send({ type: 'inflight', id: m.id, rows: services.inflightRows(m.run) });
+      case 'figures':
+        return send({ type: 'figures', id: m.id, part: services.figuresPart(m.run, m.windowS, Date.now()) });
       case 'metrics':
         return send({ type: 'metrics', id: m.id, metrics: await metrics.registry.getMetricsAsJSON() });
       case 'rate': {

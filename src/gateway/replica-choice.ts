@@ -27,3 +27,29 @@ export function chooseReplica<C extends Candidate>(candidates: readonly C[], inf
   }
   return best;
 }
+
+/** A revision as the choice of one sees it. */
+export interface RevisionShare {
+  /** Percent of new requests. */
+  share: number;
+  /** Has a ready entry replica. */
+  ready: boolean;
+}
+
+/**
+ * The revision a new request goes to, drawn by share with `roll` in [0, 100). One with nothing ready gives
+ * way to the current revision (`entries[0]`), then to the first with a ready replica, so a canary with
+ * nothing ready fails no request. undefined: no revision has a ready entry replica.
+ */
+export function chooseRevision<E extends RevisionShare>(entries: readonly E[], roll: number): E | undefined {
+  let left = roll;
+  for (const entry of entries) {
+    if (left < entry.share) {
+      if (entry.ready) return entry;
+      break;
+    }
+    left -= entry.share;
+  }
+  const current = entries[0];
+  return current?.ready ? current : entries.find((e) => e.ready);
+}

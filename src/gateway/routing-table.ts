@@ -35,6 +35,11 @@ export const RevisionSchema = z
     /** The groups requests enter by: the router group where there is one, else every replica group. */
     entry: z.array(z.string()).min(1),
     groups: z.array(GroupSchema).min(1),
+    /**
+     * A revision other than the current one: the percent of new requests it gets (a canary); absent is 0.
+     * The current revision takes what the others leave, so it has none of its own.
+     */
+    traffic: z.int().min(0).max(100).optional(),
   })
   .superRefine((revision, ctx) => {
     const names = revision.groups.map((g) => g.name);
@@ -71,6 +76,11 @@ export const ServiceTableSchema = z
     /** The revision new requests go to; older ones stay listed while their replicas drain. */
     current_revision: z.int().min(0),
     revisions: z.array(RevisionSchema).min(1).max(20),
+    /**
+     * With no ready entry replica in any revision, a request waits up to this long for a table that brings
+     * one (a service scaled to zero starting its first replica); 0: a 503 at once.
+     */
+    hold_s: z.int().min(0).max(600).default(0),
   })
   .superRefine((table, ctx) => {
     const numbers = table.revisions.map((r) => r.number);
@@ -78,6 +88,16 @@ export const ServiceTableSchema = z
     if (twice !== undefined) ctx.addIssue({ code: 'custom', path: ['revisions'], message: `revision ${twice} is listed twice` });
     if (!numbers.includes(table.current_revision)) {
       ctx.addIssue({ code: 'custom', path: ['current_revision'], message: `revision ${table.current_revision} is not among the revisions (${numbers.join(', ')})` });
+    }
+    for (const [i, revision] of table.revisions.entries()) {
+      if (revision.number === table.current_revision && revision.traffic !== undefined) {
+        ctx.addIssue({ code: 'custom', path: ['revisions', i, 'traffic'], message: `revision ${revision.number} is the current one, which takes the traffic the others leave (100 − theirs): give it no traffic field` });
+      }
+    }
+    const others = table.revisions.filter((r) => r.number !== table.current_revision && (r.traffic ?? 0) > 0);
+    const shared = others.reduce((sum, r) => sum + (r.traffic ?? 0), 0);
+    if (shared > 100) {
+      ctx.addIssue({ code: 'custom', path: ['revisions'], message: `the revisions other than the current one take ${shared}% of the traffic (${others.map((r) => `${r.number}: ${r.traffic ?? 0}`).join(', ')}); together at most 100` });
     }
     const prefixes = table.rate_limits.map((l) => l.prefix);
     const dup = prefixes.find((p, i) => prefixes.indexOf(p) !== i);

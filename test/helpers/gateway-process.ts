@@ -15,12 +15,12 @@ export interface GatewayProcess {
 
 /**
  * `troupe gateway` as a user starts it, on 127.0.0.1 at ports the system picks, its admin token in
- * `dir`; resolved once it prints its start line.
+ * `dir`; resolved once it prints its start line. `args`: more of its flags, such as `--workers 2`.
  */
-export async function startGatewayProcess(dir: string): Promise<GatewayProcess> {
+export async function startGatewayProcess(dir: string, args: string[] = []): Promise<GatewayProcess> {
   const adminTokenFile = join(dir, 'gateway-admin.token');
   writeFileSync(adminTokenFile, `${randomBytes(24).toString('hex')}\n`, { mode: 0o600 });
-  const child = spawn(process.execPath, [join(projectRoot, 'bin', 'troupe.js'), 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--admin-token-file', adminTokenFile], {
+  const child = spawn(process.execPath, [join(projectRoot, 'bin', 'troupe.js'), 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--admin-token-file', adminTokenFile, ...args], {
     cwd: dir,
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -8,6 +8,7 @@ import type { DrainReplicasResult, PushServiceTableResult } from '../../activiti
 import { gatewayInfo, GatewayAdminError, type GatewayAdmin } from '../../src/gateway/admin-client';
 import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import type { ServiceTableInput } from '../../src/gateway/routing-table';
+import { listenLocal } from '../helpers/local-server';
 
 /**
  * The worker's side of the gateway: the push and remove activities (in the SDK's MockActivityEnvironment,
@@ -27,12 +28,9 @@ afterEach(() => {
 });
 
 async function listening(server: Server): Promise<string> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => {
-    server.closeAllConnections();
-    return new Promise<void>((resolve) => server.close(() => resolve()));
-  });
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const { url, close } = await listenLocal(server);
+  cleanups.push(close);
+  return url;
 }
 
 /** An upstream replica that answers `upstream <path>`. */
