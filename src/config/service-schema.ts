@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { closedObject, ruleIssue } from './closed-object';
 import { parseDuration } from './duration';
 import { parsePort } from './ports';
+import { RolloutInputSchema } from './rollout';
 import { parseReplicas, ReplicaGroupInputSchema, ScalingInputSchema, type ReplicaCount, type ReplicaGroupInput } from './replica-groups';
 import { booleanSchema, intAtLeast, parsed, REQUIRED, ScalarError, scalar, textSchema, toNumber } from './scalars';
 import { checkDependencies, checkGroupNames, checkGroupPolicies, MAX_GROUPS, runShape, UNSUPPORTED_TASK_FIELDS } from './task-schema';
@@ -141,6 +142,8 @@ const serviceShape = {
   replicas: parsed(parseServiceReplicas).nullish(),
   scaling: ScalingInputSchema.nullish(),
   groups: z.array(ReplicaGroupInputSchema).max(MAX_GROUPS, { message: `at most ${MAX_GROUPS} groups in a service` }).nullish(),
+  /** Troupe's extension: how a new revision replaces the old (rollout.ts). */
+  rollout: RolloutInputSchema.nullish(),
 };
 
 function parseServiceReplicas(value: unknown): ReplicaCount {

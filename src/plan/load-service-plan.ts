@@ -2,11 +2,13 @@ import { checkConfigType } from '../config/config-type';
 import { defaultResources, withServerDefaults } from '../config/resources';
 import type { Resources } from '../config/resources-schema';
 import type { ScalingInput } from '../config/replica-groups';
+import type { RolloutInput } from '../config/rollout';
 import { groupReplicas, ServiceConfigSchema, type ProbeInput, type ServiceConfig, type ServiceModel } from '../config/service-schema';
 import { parseWithSchema } from '../config/validate';
 import { ConfigError } from '../config/errors';
 import { ConfigSource } from '../config/yaml-source';
 import { MAX_TOTAL_NODES } from './input-size';
+import type { RolloutPlan } from './plan-schema';
 import {
   checkCpuArch,
   checkGpuVendors,
@@ -39,6 +41,14 @@ const PROBE_DEFAULTS = { url: '/', method: 'get', timeout_s: 10, interval_s: 15,
 /** The model's default probe may wait longer: a first completion can be slow. */
 const MODEL_PROBE_TIMEOUT_S = 30;
 const SCALING_DEFAULTS = { window_s: 60, scale_up_delay_s: 300, scale_down_delay_s: 600 } as const;
+/** Troupe's rollout defaults: the new revision's full share at once, gated, rolled back on its own. */
+const ROLLOUT_DEFAULTS = {
+  max_surge: { kind: 'percent', p: 100 },
+  steps: 1,
+  gates: { error_rate: 0.05, p95_factor: 2, progress_deadline_s: 600 },
+  rollback: 'auto',
+  drain_timeout_s: 30,
+} as const;
 
 /**
  * Parses and validates a service config (`type: service`) into its plan: dstack 0.22.5's checks
@@ -87,6 +97,7 @@ export function loadServicePlan(text: string, file: string, opts: LoadPlanOption
     fleets: service.fleets ?? null,
     router_group: router?.index ?? null,
     groups,
+    rollout: planRollout(service.rollout),
   } satisfies Omit<ServicePlan, 'revision'>;
   return ServicePlanSchema.parse({ ...planned, revision: serviceRevision(planned) } satisfies ServicePlan);
 }
@@ -145,6 +156,25 @@ function planScaling(scaling: ScalingInput | null | undefined): ScalingPlan | nu
     window_s: scaling.window ?? SCALING_DEFAULTS.window_s,
     scale_up_delay_s: scaling.scale_up_delay ?? SCALING_DEFAULTS.scale_up_delay_s,
     scale_down_delay_s: scaling.scale_down_delay ?? SCALING_DEFAULTS.scale_down_delay_s,
+  };
+}
+
+function planRollout(rollout: RolloutInput | null | undefined): RolloutPlan {
+  const coherence = rollout?.coherence ?? 'independent';
+  const gates = rollout?.gates;
+  return {
+    coherence,
+    // `independent` is dstack's rolling update: one new replica of a group at a time.
+    max_surge: coherence === 'independent' ? { kind: 'count', n: 1 } : (rollout?.max_surge ?? ROLLOUT_DEFAULTS.max_surge),
+    steps: rollout?.steps ?? ROLLOUT_DEFAULTS.steps,
+    canary: rollout?.canary ? { traffic_percent: rollout.canary.traffic, soak_s: rollout.canary.soak } : null,
+    gates: {
+      error_rate: gates?.error_rate ?? ROLLOUT_DEFAULTS.gates.error_rate,
+      p95_factor: gates?.p95_factor ?? ROLLOUT_DEFAULTS.gates.p95_factor,
+      progress_deadline_s: gates?.progress_deadline ?? ROLLOUT_DEFAULTS.gates.progress_deadline_s,
+    },
+    rollback: rollout?.rollback ?? ROLLOUT_DEFAULTS.rollback,
+    drain_timeout_s: rollout?.drain_timeout ?? ROLLOUT_DEFAULTS.drain_timeout_s,
   };
 }
 

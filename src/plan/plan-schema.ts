@@ -121,6 +121,40 @@ export const RateLimitPlanSchema = z.object({
 /** A service's revision (src/plan/revision.ts): 12 lowercase hex characters. */
 export const RevisionSchema = z.string().regex(/^[0-9a-f]{12}$/);
 
+/**
+ * How a service's new revision replaces the old (Troupe's `rollout:`, issue 28), every default
+ * filled in, durations in seconds:
+ *
+ *   { coherence: 'revision' | 'independent',
+ *     max_surge: { kind: 'count', n } | { kind: 'percent', p },   // of each group's replicas
+ *     steps: int >= 1,
+ *     canary: { traffic_percent: 1..99, soak_s } | null,
+ *     gates: { error_rate: 0..1, p95_factor: > 1, progress_deadline_s },
+ *     rollback: 'auto' | 'manual',
+ *     drain_timeout_s }
+ *
+ * `independent` (the default) is dstack's rolling update, each group on its own one replica at a
+ * time: its plan has max_surge {count, 1}, steps 1, canary null and the default gates, whatever else
+ * could be written (the config refuses the fields that mean nothing there).
+ */
+export const RolloutPlanSchema = z.object({
+  coherence: z.enum(['revision', 'independent']),
+  max_surge: z.discriminatedUnion('kind', [
+    z.object({ kind: z.literal('count'), n: z.number().int().positive() }),
+    z.object({ kind: z.literal('percent'), p: z.number().int().min(1).max(100) }),
+  ]),
+  steps: z.number().int().positive(),
+  canary: z.object({ traffic_percent: z.number().min(1).max(99), soak_s: z.number().int().positive() }).nullable(),
+  gates: z.object({
+    error_rate: z.number().min(0).max(1),
+    p95_factor: z.number().gt(1),
+    progress_deadline_s: z.number().int().positive(),
+  }),
+  rollback: z.enum(['auto', 'manual']),
+  drain_timeout_s: z.number().int().nonnegative(),
+});
+export type RolloutPlan = z.infer<typeof RolloutPlanSchema>;
+
 /** What the run of a service pushes to the gateways besides its replicas (README: Services). */
 export const ServiceRunSchema = z.object({
   /** The hash of its groups' rolling fields: a new one means new replicas (scaling keeps it). */
@@ -133,6 +167,8 @@ export const ServiceRunSchema = z.object({
   rate_limits: z.array(RateLimitPlanSchema),
   /** The groups requests enter by: the router group where there is one, else every group. */
   entry: z.array(z.number().int().nonnegative()).min(1),
+  /** How a new revision replaces this one (see RolloutPlanSchema). */
+  rollout: RolloutPlanSchema,
 });
 export type ServiceRun = z.infer<typeof ServiceRunSchema>;
 

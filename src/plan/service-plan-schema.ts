@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { ResourcesSchema } from '../config/resources-schema';
 import { RouterTypeSchema } from '../config/replica-groups';
 import { ProbeMethodSchema } from '../config/service-schema';
-import { GroupPlanSchema, RateLimitPlanSchema, RevisionSchema, StartupOrderSchema } from './plan-schema';
+import { GroupPlanSchema, RateLimitPlanSchema, RevisionSchema, RolloutPlanSchema, StartupOrderSchema } from './plan-schema';
 
 /**
  * The plan of a service: its endpoint's settings and its replica groups after dstack's defaults.
@@ -73,5 +73,7 @@ export const ServicePlanSchema = z.object({
   /** The index of the group requests go to first, when one has `router`. */
   router_group: z.number().int().nonnegative().nullable(),
   groups: z.array(ReplicaGroupPlanSchema).min(1),
+  /** Troupe's `rollout:` with its defaults (plan-schema.ts, RolloutPlanSchema). */
+  rollout: RolloutPlanSchema,
 });
 export type ServicePlan = z.infer<typeof ServicePlanSchema>;

@@ -51,6 +51,7 @@ export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly strin
       rate_limits: service.rate_limits,
       // dstack: requests enter by the router group where there is one, else by every group.
       entry: router === null ? groups.map((g) => g.index) : [router],
+      rollout: service.rollout,
     },
   } satisfies Plan);
 }

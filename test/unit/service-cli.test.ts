@@ -31,7 +31,7 @@ describe('troupe plan -f SERVICE', () => {
     expect(JSON.parse(stdout)).toEqual(loadServicePlan(readFileSync(join(root, EXAMPLE), 'utf8'), EXAMPLE, { environ: {} }));
   });
 
-  it('shows the revision, port, auth, router and a row per group with its replicas', () => {
+  it('shows the revision, port, auth, router, rollout and a row per group with its replicas', () => {
     const { code, stdout } = troupe(['plan', '-f', EXAMPLE]);
     expect(code).toBe(0);
     expect(stdout).toMatch(/^ Service +pd-service$/m);
@@ -39,6 +39,7 @@ describe('troupe plan -f SERVICE', () => {
     expect(stdout).toMatch(/^ Port +8000$/m);
     expect(stdout).toMatch(/^ Auth +token required$/m);
     expect(stdout).toMatch(/^ Router +group router \(smg\)$/m);
+    expect(stdout).toMatch(/^ Rollout +independent \(each group on its own, one replica at a time\); rollback auto; drain 30s$/m);
     expect(stdout).toMatch(/^ router +1 +smg /m);
     expect(stdout).toMatch(/^ prefill +1\.\.4 \(rps 10\/replica\) +- /m);
     expect(stdout).toMatch(/^ decode +2 +- .*after prefill/m);

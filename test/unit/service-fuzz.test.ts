@@ -71,6 +71,18 @@ const rateLimitArb = fc.record(
   },
   { requiredKeys: ['rps'] },
 );
+const rolloutArb = fc.record({
+  coherence: mostly(pick('revision'), pick('independent', 'blue-green')),
+  max_surge: mostly(pick(1, 3, '50%', '100%'), pick(0, '150%', 'all')),
+  steps: mostly(fc.integer({ min: 1, max: 4 }), pick(0, 'two')),
+  canary: mostly(fc.record({ traffic: mostly(pick(10, '5%', 99), pick(0, 100, '0%')), soak: mostly(pick(30, '5m'), durationArb) }), pick(null, { traffic: 10 })),
+  gates: mostly(
+    fc.record({ error_rate: mostly(pick(0, 0.05, 1), pick(2, -0.1)), p95_factor: mostly(pick(1.5, 3), pick(1, 0)), progress_deadline: mostly(pick('10m', 60), durationArb) }, { requiredKeys: [] }),
+    pick(null, 'strict'),
+  ),
+  rollback: mostly(pick('auto', 'manual'), pick('never')),
+  drain_timeout: mostly(pick(0, '30s'), durationArb),
+}, { requiredKeys: [] });
 const commandsArb = fc.array(
   mostly(freeTextArb, fc.tuple(fc.nat(3), pick('replicas', 'nodes'), fc.nat(3)).map(([g, m, j]) => `echo \${{ groups[${g}].${m}[${j}].IP_ADDRESS }}`)),
   { minLength: 1, maxLength: 3 },
@@ -109,6 +121,7 @@ const serviceArb = fc
         env: mostly(pick(['A=1'], { B: 'x' }), pick(['MISSING'])),
         startup_order: mostly(pick('any', 'master-first'), pick('sideways')),
         resources: resourcesArb,
+        rollout: rolloutArb,
       },
       { requiredKeys: ['port'] },
     ),
@@ -153,7 +166,7 @@ describe('fuzz: service configs into loadServicePlan', () => {
   });
 
   it('any value in any field: a plan or a one-line refusal', () => {
-    const fields = ['port', 'auth', 'strip_prefix', 'model', 'rate_limits', 'probes', 'replicas', 'scaling', 'groups'];
+    const fields = ['port', 'auth', 'strip_prefix', 'model', 'rate_limits', 'probes', 'replicas', 'scaling', 'groups', 'rollout'];
     fc.assert(
       fc.property(fc.dictionary(fc.constantFrom(...fields), anyValueArb), yamlStyleArb, (extra, style) => {
         plan(toYaml({ type: 'service', port: 8000, commands: ['a'], ...extra }, style));

@@ -26,6 +26,7 @@ describe('serviceRunPlan', () => {
       strip_prefix: true,
       rate_limits: [{ prefix: '/v1', rps: 20, burst: 40, key: { type: 'ip_address' } }],
       entry: [0],
+      rollout: expect.objectContaining({ coherence: 'independent' }),
     });
     // The group's own `ready` wins; the router gets the model's chat-completion probe; decode (no probe of its own) its port.
     expect(run.groups[1]?.ready?.check).toEqual({ kind: 'http', port: 8000, path: '/health' });

@@ -15,6 +15,21 @@ function formatProbes(group: ServicePlan['groups'][number]): string {
   return group.probes.map((p) => `${p.method.toUpperCase()} ${p.url} every ${p.interval_s}s`).join(', ') || '-';
 }
 
+const seconds = (s: number): string => formatDuration(s * 1000);
+
+/** `revision: surge 50%, 2 steps; canary 10% for 5m 00s; …`, or what `independent` does. */
+function formatRollout({ rollout }: ServicePlan): string {
+  const tail = `rollback ${rollout.rollback}; drain ${seconds(rollout.drain_timeout_s)}`;
+  if (rollout.coherence === 'independent') return `independent (each group on its own, one replica at a time); ${tail}`;
+  const surge = rollout.max_surge.kind === 'count' ? `${rollout.max_surge.n} replica(s)` : `${rollout.max_surge.p}%`;
+  const canary = rollout.canary ? `canary ${rollout.canary.traffic_percent}% for ${seconds(rollout.canary.soak_s)}; ` : '';
+  const { error_rate, p95_factor, progress_deadline_s } = rollout.gates;
+  return (
+    `revision: surge ${surge}, ${rollout.steps} step(s); ${canary}` +
+    `gates: errors <= ${Number((error_rate * 100).toFixed(4))}%, p95 <= ${p95_factor}x the old, progress within ${seconds(progress_deadline_s)}; ${tail}`
+  );
+}
+
 /** A service's endpoint settings and a row per replica group: replicas, router, resources, probes, start-up. */
 export function renderServicePlan(plan: ServicePlan, style: Style): string[] {
   const router = plan.router_group === null ? null : plan.groups[plan.router_group];
@@ -31,6 +46,7 @@ export function renderServicePlan(plan: ServicePlan, style: Style): string[] {
     ['Model', plan.model ? `${plan.model.name} (OpenAI API at ${plan.model.prefix})` : '-'],
     ['Rate limits', limits.join('; ') || '-'],
     ['Router', router ? `group ${router.name} (${router.router ?? '?'})` : '- (requests go to every group\'s replicas)'],
+    ['Rollout', formatRollout(plan)],
     ...(plan.fleets?.length ? [['Fleets', plan.fleets.join(', ')] as [string, string]] : []),
     ...scaled.map(
       (g): [string, string] => [
