@@ -47,10 +47,14 @@ function scalingWindow(value: unknown): number {
   return seconds;
 }
 
+/** dstack's `rps`, and Troupe's extension `concurrency`: requests in flight per replica. */
+export const ScalingMetricSchema = z.enum(['rps', 'concurrency']);
+
 export const ScalingInputSchema = closedObject(
   {
-    metric: scalar('rps (requests per second, the only scaling metric)', (v) => (v === 'rps' ? ('rps' as const) : undefined)),
-    target: scalar('a number > 0 (requests per second per replica)', (v) => {
+    metric: scalar('rps (requests per second per replica) or concurrency (requests in flight per replica)', (v) => ScalingMetricSchema.safeParse(v).data),
+    /** Per replica: requests per second (`rps`), or requests in flight (`concurrency`). */
+    target: scalar('a number > 0 (requests per second, or in flight, per replica)', (v) => {
       const n = toNumber(v);
       return n !== undefined && n > 0 ? n : undefined;
     }),

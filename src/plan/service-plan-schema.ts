@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { ResourcesSchema } from '../config/resources-schema';
-import { RouterTypeSchema } from '../config/replica-groups';
+import { RouterTypeSchema, ScalingMetricSchema } from '../config/replica-groups';
 import { ProbeMethodSchema } from '../config/service-schema';
 import { GroupPlanSchema, RateLimitPlanSchema, RevisionSchema, RolloutPlanSchema, StartupOrderSchema } from './plan-schema';
 
@@ -23,7 +23,9 @@ export const ServiceProbeSchema = z.object({
 export type ServiceProbe = z.infer<typeof ServiceProbeSchema>;
 
 export const ScalingPlanSchema = z.object({
-  metric: z.literal('rps'),
+  /** dstack's `rps`, or Troupe's `concurrency` (requests in flight per replica). */
+  metric: ScalingMetricSchema,
+  /** Per replica, in the metric's unit: requests per second, or requests in flight. */
   target: z.number().positive(),
   window_s: z.number().int().positive(),
   scale_up_delay_s: z.number().int().nonnegative(),

@@ -92,6 +92,12 @@ describe('service defaults', () => {
       { metric: 'rps', target: 3, window_s: 300, scale_up_delay_s: 30, scale_down_delay_s: 3600 },
     ],
     [
+      "scaling on concurrency (Troupe's extension): target requests in flight per replica",
+      ['replicas: 1..4', 'scaling: {metric: concurrency, target: 8, window: 30s}'],
+      (p) => p.groups[0]?.scaling,
+      { metric: 'concurrency', target: 8, window_s: 30, scale_up_delay_s: 300, scale_down_delay_s: 600 },
+    ],
+    [
       'rate limit defaults: prefix /, burst 0, by client address',
       ['rate_limits: [{rps: 1}]'],
       (p) => p.rate_limits,
@@ -187,8 +193,8 @@ describe('service refusals: one line at file:line:col naming the field', () => {
     ['replicas without a maximum', svc('commands: [a]', 'replicas: 1..', 'scaling: {metric: rps, target: 1}'), 'service.yml:4:11: replicas: the maximum number of replicas is required: write N or MIN..MAX, e.g. 1..4'],
     ['replicas min above max', svc('commands: [a]', 'replicas: 3..1', 'scaling: {metric: rps, target: 1}'), 'service.yml:4:11: replicas: range 3..1 has its minimum above its maximum'],
     ['negative replicas', svc('commands: [a]', 'replicas: "-1..2"', 'scaling: {metric: rps, target: 1}'), 'service.yml:4:11: replicas: "-1" is negative: counts and sizes are 0 or more'],
-    ['scaling metric', svc('commands: [a]', 'replicas: 1..2', 'scaling: {metric: cpu, target: 1}'), 'service.yml:5:19: scaling.metric: expected rps (requests per second, the only scaling metric), got a string ("cpu")'],
-    ['scaling target 0', svc('commands: [a]', 'replicas: 1..2', 'scaling: {metric: rps, target: 0}'), 'service.yml:5:32: scaling.target: expected a number > 0 (requests per second per replica), got a number (0)'],
+    ['scaling metric', svc('commands: [a]', 'replicas: 1..2', 'scaling: {metric: cpu, target: 1}'), 'service.yml:5:19: scaling.metric: expected rps (requests per second per replica) or concurrency (requests in flight per replica), got a string ("cpu")'],
+    ['scaling target 0', svc('commands: [a]', 'replicas: 1..2', 'scaling: {metric: rps, target: 0}'), 'service.yml:5:32: scaling.target: expected a number > 0 (requests per second, or in flight, per replica), got a number (0)'],
     ['scaling window', svc('commands: [a]', 'replicas: 1..2', 'scaling: {metric: rps, target: 1, window: 45}'), 'service.yml:5:43: scaling.window: the window must be one of 30s, 60s, 300s, got a number (45)'],
     ['negative scaling delay (Troupe)', svc('commands: [a]', 'replicas: 1..2', 'scaling: {metric: rps, target: 1, scale_up_delay: -5}'), 'service.yml:5:51: scaling.scale_up_delay: a delay cannot be negative, got a number (-5): write 0 for none'],
     ['rate limit rps too low', svc('commands: [a]', 'rate_limits: [{rps: 0.001}]'), 'service.yml:4:21: rate_limits[0].rps: expected a number of requests per second, 1/60..153722867280912930, got a number (0.001)'],

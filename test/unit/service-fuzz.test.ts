@@ -35,7 +35,7 @@ const fixedArb = mostly(fc.integer({ min: 1, max: 6 }), pick(0, -1, '2..', [{ re
 const rangeArb = mostly(pick('1..3', '..4', '0..2', { min: 1, max: 3 }), pick('3..1', '-1..2', '2..'));
 const scalingArb = fc.record(
   {
-    metric: mostly(pick('rps'), pick('cpu')),
+    metric: mostly(pick('rps', 'concurrency'), pick('cpu')),
     target: mostly(fc.double({ min: 0.1, max: 50, noNaN: true }), pick(0, -1, 'x')),
     window: mostly(pick(30, '1m', '5m'), pick(45, 'forever')),
     scale_up_delay: mostly(pick(0, '30s', '5m'), durationArb),

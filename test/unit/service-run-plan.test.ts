@@ -45,11 +45,12 @@ describe('serviceRunPlan', () => {
         'probes: [{type: http, url: /ready, method: put, headers: [{name: X-A, value: b}], body: hi}]',
         'groups:',
         '  - {name: a, replicas: 2, commands: [serve]}',
-        '  - {name: b, replicas: 1..3, scaling: {metric: rps, target: 5}, commands: [serve]}',
+        '  - {name: b, replicas: 1..3, scaling: {metric: concurrency, target: 5}, commands: [serve]}',
       ].join('\n'),
       null,
     );
     expect(run.service?.entry).toEqual([0, 1]);
+    expect(run.groups[1]?.nodes_range).toEqual({ min: 1, max: 3 });
     expect(run.service?.auth).toBeNull();
     expect(run.groups[0]?.ready?.check).toEqual({ kind: 'http', port: 9000, path: '/ready', method: 'PUT', headers: [{ name: 'X-A', value: 'b' }], body: 'hi' });
   });

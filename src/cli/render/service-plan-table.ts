@@ -4,11 +4,11 @@ import type { Style } from './style';
 import { renderFields, renderTable } from './table';
 import { formatDuration } from './time-text';
 
-/** `2`, or `1..4 (rps 10/replica)` for a group that scales. */
+/** `2`, or `1..4 (rps 10/replica)` (`concurrency 4/replica`) for a group that scales. */
 function formatReplicas(group: ServicePlan['groups'][number]): string {
   const { min, max } = group.replicas;
   if (min === max) return String(min);
-  return group.scaling ? `${min}..${max} (rps ${group.scaling.target}/replica)` : `${min}..${max}`;
+  return group.scaling ? `${min}..${max} (${group.scaling.metric} ${group.scaling.target}/replica)` : `${min}..${max}`;
 }
 
 function formatProbes(group: ServicePlan['groups'][number]): string {
