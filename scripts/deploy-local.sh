@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # A production-shaped Temporal deployment from bare processes, without Docker: PostgreSQL from
-# Debian and the Temporal server at the release docker-compose.yml pins, its frontend, history,
+# Debian and the Temporal server at the release docker-compose.yml pins (built with Troupe's own
+# authorizer: deploy/temporal-server), its frontend, history,
 # matching and worker services each in its own process (so one can be killed and restarted alone);
 # and a Troupe service gateway (`troupe gateway`), its tables kept in the state dir. Troupe workers
 # are yours to start: `up` prints how, with the gateway's admin address and token file.
 # The frontend and the services' traffic among themselves are mTLS: the first `up` makes a CA, a
-# certificate for the services and one for clients (tls/ in the state dir, keys 0600), and a client
-# without a certificate of that CA is refused. `up` prints the variables a client needs.
+# certificate for the services, one for workers and one for users (tls/ in the state dir, keys 0600),
+# and a client without a certificate of that CA is refused. The certificate's CN is the caller's role:
+# a user may start, read and stop runs, only workers poll task queues, send the fleets' Updates and a
+# run's internal signals (README, Security). `up` prints the variables a user and a worker need.
 #
 #   scripts/deploy-local.sh up       start what is not running; the first time also builds the server,
 #                                    makes the certificates, creates the database, the schemas, the
@@ -20,8 +23,8 @@
 #
 # Environment:
 #   TROUPE_DEPLOY_DIR               state, logs, pids and ports (default <repo>/.troupe/deploy)
-#   TROUPE_TEMPORAL_SERVER_CACHE    the built `server` and `sql` binaries
-#                                   (default ~/.cache/troupe/temporal-server-<version>)
+#   TROUPE_TEMPORAL_SERVER_CACHE    the built server (troupe-server-<hash of deploy/temporal-server>)
+#                                   and `sql` binaries (default ~/.cache/troupe/temporal-server-<version>)
 #   TROUPE_DEPLOY_FRONTEND_PORT, TROUPE_DEPLOY_POSTGRES_PORT, TROUPE_DEPLOY_GATEWAY_PORT
 #                                   fixed ports for the first `up` (default: free ones; then kept)
 #   TROUPE_DEPLOY_GATEWAY_PUBLIC_URL  the gateway's --public-url (default: its loopback address)
@@ -35,12 +38,20 @@ cache=${TROUPE_TEMPORAL_SERVER_CACHE:-$HOME/.cache/troupe/temporal-server-$versi
 services=(frontend history matching worker)
 temporal_cli=$repo/.venv/bin/temporal
 tls=$state/tls
+server_src=$repo/deploy/temporal-server
+# The server binary is named for its sources: a changed authorizer builds a new one (seconds once
+# the Go build cache is warm), never runs a stale one.
+server_bin=$cache/troupe-server-$(cd "$server_src" && cat go.mod go.sum $(ls *.go | grep -v '_test\.go$') | sha256sum | cut -c1-12)
 # What a client of this deployment needs besides its address: the temporal CLI's flags, and its
-# variable names, which Troupe reads too. The server name is the certificate's `localhost`: Node
-# warns when it is given an IP address as a TLS server name.
-cli_tls=(--tls-ca-path "$tls/ca.pem" --tls-cert-path "$tls/client.pem" --tls-key-path "$tls/client.key" --tls-server-name localhost)
-client_tls_env=(TEMPORAL_TLS_SERVER_CA_CERT_PATH="$tls/ca.pem" TEMPORAL_TLS_CLIENT_CERT_PATH="$tls/client.pem"
-  TEMPORAL_TLS_CLIENT_KEY_PATH="$tls/client.key" TEMPORAL_TLS_SERVER_NAME=localhost)
+# variable names, which Troupe reads too, with the certificate of its role (worker, user; the
+# services' own for what only the operator does here: the namespace and search attributes). The
+# server name is the certificate's `localhost`: Node warns when it is given an IP address as one.
+tls_env() {
+  printf '%s\n' TEMPORAL_TLS_SERVER_CA_CERT_PATH="$tls/ca.pem" TEMPORAL_TLS_CLIENT_CERT_PATH="$tls/$1.pem" \
+    TEMPORAL_TLS_CLIENT_KEY_PATH="$tls/$1.key" TEMPORAL_TLS_SERVER_NAME=localhost
+}
+mapfile -t system_tls_env < <(tls_env server)
+cli_tls=(--tls-ca-path "$tls/ca.pem" --tls-cert-path "$tls/server.pem" --tls-key-path "$tls/server.key" --tls-server-name localhost)
 
 say() { echo "deploy-local: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -61,18 +72,19 @@ pg_bin() {
   echo "$dir"
 }
 
-# Builds the server and its schema tool from the Go module once per machine (~7 min cold).
+# Builds the server (deploy/temporal-server: the release's services with Troupe's authorizer) and the
+# release's schema tool from their Go modules once per machine (~7 min cold).
 ensure_binaries() {
-  [ -x "$cache/server" ] && [ -x "$cache/sql" ] && return 0
+  [ -x "$server_bin" ] && [ -x "$cache/sql" ] && return 0
   command -v go >/dev/null || die "no 'go' to build the Temporal server $version into $cache"
   mkdir -p "$cache"
-  say "building the Temporal server $version into $cache (minutes, once per machine)"
-  GOBIN=$cache go install "go.temporal.io/server/cmd/server@v$version"
-  GOBIN=$cache go install "go.temporal.io/server/cmd/tools/sql@v$version"
+  say "building the Temporal server $version with Troupe's authorizer into $cache (minutes, once per machine)"
+  (cd "$server_src" && go build -o "$server_bin.partial" . && mv "$server_bin.partial" "$server_bin")
+  [ -x "$cache/sql" ] || GOBIN=$cache go install "go.temporal.io/server/cmd/tools/sql@v$version"
 }
 
-# The deployment's CA, the services' certificate and the clients', made once by the script the
-# compose stack runs too (deploy/make-certs.sh): keys 0600 in a 0700 folder; the server's certificate
+# The deployment's CA, the services' certificate, the workers' and the users', made once by the
+# script the compose stack runs too (deploy/make-certs.sh): keys 0600 in a 0700 folder; the server's certificate
 # names 127.0.0.1 and localhost, where everything listens.
 ensure_certs() {
   sh "$repo/deploy/make-certs.sh" "$tls" 2>>"$state/logs/tls.log" \
@@ -196,7 +208,7 @@ start_service() {
   TROUPE_TEMPORAL_MATCHING_PORT=$MATCHING_PORT TROUPE_TEMPORAL_MATCHING_MEMBERSHIP_PORT=$MATCHING_MEMBERSHIP_PORT \
   TROUPE_TEMPORAL_WORKER_PORT=$WORKER_PORT TROUPE_TEMPORAL_WORKER_MEMBERSHIP_PORT=$WORKER_MEMBERSHIP_PORT \
   TROUPE_TEMPORAL_DYNAMIC_CONFIG=$repo/deploy/temporal/dynamicconfig.yaml TROUPE_TEMPORAL_TLS_DIR=$tls \
-    setsid "$cache/server" --root "$repo/deploy/temporal" --config config --env troupe --allow-no-auth \
+    setsid "$server_bin" --root "$repo/deploy/temporal" --config config --env troupe \
       start --service "$service" >>"$state/logs/$service.log" 2>&1 </dev/null &
   echo $! >"$state/$service.pid"
 }
@@ -256,7 +268,7 @@ setup_namespace() {
     [ "$SECONDS" -lt "$deadline" ] || die "could not create the namespace default (log: $state/logs/setup.log)"
     sleep 2
   done
-  until env TEMPORAL_ADDRESS="127.0.0.1:$FRONTEND_PORT" "${client_tls_env[@]}" node "$repo/bin/troupe.js" setup --namespace default >>"$state/logs/setup.log" 2>&1; do
+  until env TEMPORAL_ADDRESS="127.0.0.1:$FRONTEND_PORT" "${system_tls_env[@]}" node "$repo/bin/troupe.js" setup --namespace default >>"$state/logs/setup.log" 2>&1; do
     [ "$SECONDS" -lt "$deadline" ] || die "troupe setup failed (log: $state/logs/setup.log)"
     sleep 2
   done
@@ -291,8 +303,13 @@ up() {
   wait_healthy
   setup_namespace
   start_gateway
-  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (mTLS; clients: export TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT$(printf ' %q' "${client_tls_env[@]}"))"
-  echo "Service gateway: http://127.0.0.1:$GATEWAY_PORT  (workers: troupe worker --gateway http://127.0.0.1:$GATEWAY_ADMIN_PORT --gateway-token-file $state/gateway-admin.token)"
+  local user_env worker_env
+  mapfile -t user_env < <(tls_env user)
+  mapfile -t worker_env < <(tls_env worker)
+  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (mTLS; the certificate is the role)"
+  echo "Users (troupe and temporal CLIs, SDK): export TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT$(printf ' %q' "${user_env[@]}")"
+  echo "Workers: TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT$(printf ' %q' "${worker_env[@]}") troupe worker --gateway http://127.0.0.1:$GATEWAY_ADMIN_PORT --gateway-token-file $state/gateway-admin.token"
+  echo "Service gateway: http://127.0.0.1:$GATEWAY_PORT"
 }
 
 stop_postgres() {
@@ -334,7 +351,7 @@ status() {
   else
     echo "gateway  stopped"
   fi
-  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (mTLS: CA and client certificate in $tls)"
+  echo "Temporal frontend: 127.0.0.1:$FRONTEND_PORT  (mTLS: the CA and the worker's and user's certificates in $tls)"
 }
 
 case "${1:-}" in
@@ -342,6 +359,6 @@ case "${1:-}" in
   down) down ;;
   stop) stop_one "${2:-}" ;;
   status) status ;;
-  build) ensure_binaries; echo "$cache" ;;
+  build) ensure_binaries; echo "$server_bin" ;;
   *) echo "usage: scripts/deploy-local.sh up|down|stop NAME|status|build" >&2; exit 2 ;;
 esac

@@ -5,6 +5,8 @@ import { connect as tlsConnect } from 'node:tls';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { isGrpcServiceError } from '@temporalio/client';
+import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readFileNow } from '../helpers/live-dir';
 import { TroupeClient, type Plan, type RunState } from '../../src/client';
@@ -19,8 +21,10 @@ import { kill9 } from '../helpers/worker-process-control';
  * The production path, for real: scripts/deploy-local.sh brings up PostgreSQL and the Temporal
  * server at the release docker-compose.yml pins (frontend, history, matching and worker services,
  * each its own process, from deploy/temporal/config/troupe.yaml and deploy/temporal/dynamicconfig.yaml)
- * with mTLS on the frontend and between the services, and a service gateway; two `troupe worker`
- * processes serve it with the deployment's client certificate, and runs go on while each part fails in turn.
+ * with mTLS on the frontend and between the services, Troupe's authorizer (deploy/temporal-server: the
+ * client certificate's CN is its role), and a service gateway; two `troupe worker` processes serve it
+ * with the worker certificate, a user's client submits, reads and stops runs with the user certificate,
+ * and runs go on while each part fails in turn.
  */
 
 const run = promisify(execFile);
@@ -39,13 +43,15 @@ const deployEnv = { ...process.env, TROUPE_DEPLOY_DIR: deployDir };
 
 let address = '';
 const tlsDir = join(deployDir, 'tls');
-// What `up` prints for clients: the temporal CLI's variable names, which Troupe reads.
-const tlsEnv = {
+// What `up` prints for a role's clients: the temporal CLI's variable names, which Troupe reads.
+const tlsEnvOf = (role: 'worker' | 'user') => ({
   TEMPORAL_TLS_SERVER_CA_CERT_PATH: join(tlsDir, 'ca.pem'),
-  TEMPORAL_TLS_CLIENT_CERT_PATH: join(tlsDir, 'client.pem'),
-  TEMPORAL_TLS_CLIENT_KEY_PATH: join(tlsDir, 'client.key'),
+  TEMPORAL_TLS_CLIENT_CERT_PATH: join(tlsDir, `${role}.pem`),
+  TEMPORAL_TLS_CLIENT_KEY_PATH: join(tlsDir, `${role}.key`),
   TEMPORAL_TLS_SERVER_NAME: 'localhost',
-};
+});
+const workerTlsEnv = tlsEnvOf('worker');
+const tlsEnv = tlsEnvOf('user');
 const workers: ChildProcess[] = [];
 let troupe: TroupeClient | undefined;
 
@@ -64,7 +70,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function startWorker(): Promise<ChildProcess> {
   const child = spawn(process.execPath, [cli, 'worker', '--state-dir', workerState], {
-    env: { ...process.env, ...tlsEnv, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue },
+    env: { ...process.env, ...workerTlsEnv, TEMPORAL_ADDRESS: address, TROUPE_TASK_QUEUE: taskQueue },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   await new Promise<void>((resolve, reject) => {
@@ -145,20 +151,41 @@ beforeAll(async () => {
   // scripts/setup.sh --test has built the server; on a machine where it has not, this builds it.
   const { stdout } = await deploy(['up'], 14 * 60_000);
   address = `127.0.0.1:${ports().FRONTEND_PORT}`;
-  expect(stdout).toContain(`Temporal frontend: ${address}  (mTLS; clients: export TEMPORAL_ADDRESS=${address} ${Object.entries(tlsEnv).map(([k, v]) => `${k}=${v}`).join(' ')})`);
+  const envLine = (env: Record<string, string>) => Object.entries(env).map(([k, v]) => `${k}=${v}`).join(' ');
+  expect(stdout).toContain(`Temporal frontend: ${address}  (mTLS; the certificate is the role)`);
+  expect(stdout).toContain(`Users (troupe and temporal CLIs, SDK): export TEMPORAL_ADDRESS=${address} ${envLine(tlsEnv)}\n`);
+  expect(stdout).toContain(`Workers: TEMPORAL_ADDRESS=${address} ${envLine(workerTlsEnv)} troupe worker --gateway http://127.0.0.1:${ports().GATEWAY_ADMIN_PORT} --gateway-token-file `);
   expect(stdout).toContain(`Service gateway: http://127.0.0.1:${ports().GATEWAY_PORT}`);
   if (process.env.TROUPE_TEST_TIMING) console.log(`deploy-local up: ${Date.now() - started} ms`);
   await Promise.all([startWorker(), startWorker()]);
-  troupe = await TroupeClient.connect({
+  // The tests' own client is a user's: what it does, a user may.
+  troupe = await connectAs(tlsEnv.TEMPORAL_TLS_CLIENT_CERT_PATH, tlsEnv.TEMPORAL_TLS_CLIENT_KEY_PATH);
+}, 15 * 60_000);
+
+function connectAs(cert: string, key: string): Promise<TroupeClient> {
+  return TroupeClient.connect({
     address,
     taskQueue,
     tls: {
       serverRootCACertificate: readFileSync(tlsEnv.TEMPORAL_TLS_SERVER_CA_CERT_PATH),
-      clientCertPair: { crt: readFileSync(tlsEnv.TEMPORAL_TLS_CLIENT_CERT_PATH), key: readFileSync(tlsEnv.TEMPORAL_TLS_CLIENT_KEY_PATH) },
+      clientCertPair: { crt: readFileSync(cert), key: readFileSync(key) },
       serverNameOverride: 'localhost',
     },
   });
-}, 15 * 60_000);
+}
+
+/** The refusal's message when the frontend answers PermissionDenied (in the error or its cause), else what happened. */
+async function refusalOf(call: () => Promise<unknown>): Promise<string> {
+  try {
+    await call();
+    return 'allowed';
+  } catch (err) {
+    for (let e: unknown = err; e; e = (e as { cause?: unknown }).cause) {
+      if (isGrpcServiceError(e)) return e.code === status.PERMISSION_DENIED ? `denied: ${e.details}` : `code ${e.code}: ${e.details}`;
+    }
+    return `other: ${(err as Error).name}: ${(err as Error).message}`;
+  }
+}
 
 /** `troupe ps` against the deployment with these settings: its exit code and what it printed. */
 async function ps(env: Record<string, string>): Promise<{ code: number; out: string }> {
@@ -201,10 +228,12 @@ afterAll(async () => {
 describe('the production deployment from bare processes (Temporal 1.29.1 on PostgreSQL)', () => {
   it('makes its CA and certificates once, keys 0600 in a 0700 folder, and `up` again keeps them', async () => {
     expect(statSync(tlsDir).mode & 0o777).toBe(0o700);
-    for (const key of ['ca.key', 'server.key', 'client.key']) expect(statSync(join(tlsDir, key)).mode & 0o777, key).toBe(0o600);
-    const before = readFileSync(join(tlsDir, 'client.pem'), 'utf8');
+    for (const key of ['ca.key', 'server.key', 'worker.key', 'user.key']) expect(statSync(join(tlsDir, key)).mode & 0o777, key).toBe(0o600);
+    const before = readFileSync(join(tlsDir, 'user.pem'), 'utf8');
     await deploy(['up'], 180_000);
-    expect(readFileSync(join(tlsDir, 'client.pem'), 'utf8')).toBe(before);
+    expect(readFileSync(join(tlsDir, 'user.pem'), 'utf8')).toBe(before);
+    const subject = async (name: string) => (await run('openssl', ['x509', '-in', join(tlsDir, `${name}.pem`), '-noout', '-subject'])).stdout.trim();
+    expect([await subject('server'), await subject('worker'), await subject('user')]).toEqual(['subject=CN = troupe-server', 'subject=CN = troupe-worker', 'subject=CN = troupe-user']);
   });
 
   it('refuses clients without the deployment\'s client certificate, at the frontend and between the services', async () => {
@@ -243,6 +272,55 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
     expect(await handshakeWithoutCertificate(MATCHING_PORT!)).toBe('ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED');
   });
 
+  it('draws the line between users and workers: a user certificate may not poll, start fleet or group workflows, send a fleet Update or a run\'s internal signal; nor may a stranger CN', async () => {
+    const user = troupe!.temporal;
+    const namespace = user.options.namespace;
+    const fleetId = `fleet/authz-${taskQueue.slice(-8)}`;
+    const runId = `run/authz-${taskQueue.slice(-8)}`;
+    const poll = (client: typeof user) => client.workflowService.pollWorkflowTaskQueue({ namespace, taskQueue: { name: taskQueue }, identity: 'authz-test' });
+    expect(await refusalOf(() => poll(user))).toMatch(/^denied: troupe: PollWorkflowTaskQueue: polling task queues and answering their tasks is a worker's; only workers may \(the worker certificate, CN troupe-worker\)$/);
+    expect(await refusalOf(() => user.workflowService.pollActivityTaskQueue({ namespace, taskQueue: { name: taskQueue }, identity: 'authz-test' }))).toMatch(/^denied: .*polling task queues/);
+    expect(await refusalOf(() => user.workflow.start('FleetWorkflow', { taskQueue, workflowId: fleetId, args: [] }))).toMatch(
+      /^denied: troupe: a user may start RunWorkflow \(id run\/<name>\) and ReadJobLogWorkflow \(id run\/<name>\/log\/\.\.\.\), not FleetWorkflow with id "fleet\//,
+    );
+    expect(await refusalOf(() => user.workflow.start('NodeGroupWorkflow', { taskQueue, workflowId: `${runId}/group/a`, args: [] }))).toMatch(/^denied: .*not NodeGroupWorkflow/);
+    // A fleet's Update and a run's internal signal: refused by name before the workflow is looked up;
+    // the worker's certificate gets as far as "not found", the user's stopRun too.
+    const worker = await connectAs(workerTlsEnv.TEMPORAL_TLS_CLIENT_CERT_PATH, workerTlsEnv.TEMPORAL_TLS_CLIENT_KEY_PATH);
+    try {
+      const allocate = (client: typeof user) => client.workflow.getHandle(fleetId).executeUpdate('allocateHosts', { args: [{}] });
+      expect(await refusalOf(() => allocate(user))).toMatch(/^denied: troupe: a user may send a run \(run\/<name>\) the Updates scaleGroup and applyService only, not allocateHosts to "fleet\/[^"]+": a fleet's Updates take and give back machines; only workers may/);
+      expect(await refusalOf(() => allocate(worker.temporal))).not.toMatch(/^denied/);
+      const jobEvents = (client: typeof user) => client.workflow.getHandle(runId).signal('jobEvents', { submission: 0, events: [] });
+      expect(await refusalOf(() => jobEvents(user))).toMatch(/^denied: troupe: a user may send a run \(run\/<name>\) the signal stopRun only, not jobEvents to "run\/[^"]+": a run's internal signals pass between its workflows/);
+      expect(await refusalOf(() => jobEvents(worker.temporal))).not.toMatch(/^denied/);
+      expect(await refusalOf(() => user.workflow.getHandle(`${runId}/group/a`).signal('unlockGroup'))).toMatch(/^denied: .*not unlockGroup/);
+      expect(await refusalOf(() => user.workflow.getHandle(runId).signal('stopRun', { abort: false }))).not.toMatch(/^denied/);
+      // What only the operator does (the services' certificate): not a worker's, not a user's.
+      const addAttribute = (client: typeof user) => client.connection.operatorService.addSearchAttributes({ namespace, searchAttributes: { AuthzTest: 1 } });
+      expect(await refusalOf(() => addAttribute(worker.temporal))).toMatch(/^denied: troupe: AddSearchAttributes is for the deployment's operators/);
+      expect(await refusalOf(() => addAttribute(user))).toMatch(/^denied: troupe: a user may not call AddSearchAttributes/);
+    } finally {
+      await worker.close();
+    }
+    // A certificate of the deployment's CA whose CN names no role: connected, and refused with why.
+    const other = mkdtempSync(join(tmpdir(), 'troupe-stranger-cn-'));
+    try {
+      await run('openssl', ['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', '/CN=troupe-client', '-keyout', join(other, 'key.pem'), '-out', join(other, 'req.pem')]);
+      await run('openssl', ['x509', '-req', '-in', join(other, 'req.pem'), '-CA', join(tlsDir, 'ca.pem'), '-CAkey', join(tlsDir, 'ca.key'), '-CAcreateserial', '-CAserial', join(other, 'ca.srl'), '-days', '2', '-out', join(other, 'cert.pem')]);
+      const stranger = await connectAs(join(other, 'cert.pem'), join(other, 'key.pem'));
+      try {
+        expect(await refusalOf(() => stranger.temporal.workflowService.listWorkflowExecutions({ namespace }))).toMatch(
+          /^denied: troupe: the client certificate's subject CN="troupe-client" has no role in this deployment \(troupe-worker for workers, troupe-user or troupe-user-<name> for users\)$/,
+        );
+      } finally {
+        await stranger.close();
+      }
+    } finally {
+      rmSync(other, { recursive: true, force: true });
+    }
+  });
+
   it("the workers' container healthcheck connects with the client certificate: healthy; without it, unhealthy and why", async () => {
     const healthcheck = (env: Record<string, string>) => {
       const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TEMPORAL_TLS')));
@@ -255,7 +333,7 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
         (err: { code: number; stdout: string }) => ({ code: err.code, out: err.stdout }),
       );
     };
-    const healthy = await healthcheck(tlsEnv);
+    const healthy = await healthcheck(workerTlsEnv);
     expect(healthy.out).toMatch(/^healthy: the worker on .* polls; Temporal at /);
     expect(healthy.code).toBe(0);
     const plain = await healthcheck({});

@@ -396,11 +396,11 @@ function tlsProblems(compose: ComposeFile, fileExists: (path: string) => boolean
   if (volume === undefined || volume.startsWith('.') || volume.startsWith('/')) {
     return [`temporal-certs.volumes: ${dir} must be a writable named volume`];
   }
-  // `chown U:G DIR/FILE` in place, or `install -m 600 -o U -g G DIR/client.key DIR/FILE`: a copy of the client key.
+  // `chown U:G DIR/FILE` in place, or `install -m 600 -o U -g G DIR/worker.key DIR/FILE`: a copy of the worker key.
   const ownerOf = (file: string) => {
     const made = words(certs.entrypoint).replace(/\s+/g, ' ');
     const chowned = new RegExp(`chown (\\d+:\\d+) ${dir}/${file}(?: |$)`).exec(made)?.[1];
-    const copied = new RegExp(`install -m 600 -o (\\d+) -g (\\d+) ${dir}/client\\.key ${dir}/${file}(?: |$)`).exec(made);
+    const copied = new RegExp(`install -m 600 -o (\\d+) -g (\\d+) ${dir}/worker\\.key ${dir}/${file}(?: |$)`).exec(made);
     return chowned ?? (copied === null ? undefined : `${copied[1]}:${copied[2]}`);
   };
   const server = Object.entries(compose.services).find(([, svc]) => /^temporalio\/server:/.test(svc.image ?? ''))?.[0] ?? 'temporal';
@@ -413,7 +413,7 @@ function tlsProblems(compose: ComposeFile, fileExists: (path: string) => boolean
     }
     if (!(svc.volumes ?? []).includes(`${volume}:${dir}:ro`)) problems.push(`${name}.volumes: must mount ${volume}:${dir}:ro (it reaches the frontend)`);
     const keyOwner = (file: string) => {
-      if (ownerOf(file) === undefined) problems.push(`temporal-certs: must chown ${dir}/${file} (or install a 0600 copy of client.key there) to the one user that reads it`);
+      if (ownerOf(file) === undefined) problems.push(`temporal-certs: must chown ${dir}/${file} (or install a 0600 copy of worker.key there) to the one user that reads it`);
       else if (svc.user !== ownerOf(file)) {
         problems.push(`${name}.user: must be ${ownerOf(file)}, the owner of ${dir}/${file} (keys are 0600)`);
       }
@@ -430,9 +430,9 @@ function tlsProblems(compose: ComposeFile, fileExists: (path: string) => boolean
       continue;
     }
     const vars = /^temporalio\/ui:/.test(svc.image ?? '') ? clientTlsVariables.ui : clientTlsVariables.cli;
-    const key = new RegExp(`^${dir}/(client(?:-[a-z]+)?\\.key)$`).exec(env[vars.key] ?? '')?.[1];
-    if (env[vars.ca] !== `${dir}/ca.pem` || env[vars.cert] !== `${dir}/client.pem` || key === undefined) {
-      problems.push(`${name}.environment: ${vars.ca}, ${vars.cert} and ${vars.key} must be ${dir}/ca.pem, client.pem and client.key or a copy of it (mTLS to the frontend)`);
+    const key = new RegExp(`^${dir}/(worker(?:-[a-z]+)?\\.key)$`).exec(env[vars.key] ?? '')?.[1];
+    if (env[vars.ca] !== `${dir}/ca.pem` || env[vars.cert] !== `${dir}/worker.pem` || key === undefined) {
+      problems.push(`${name}.environment: ${vars.ca}, ${vars.cert} and ${vars.key} must be ${dir}/ca.pem, worker.pem and worker.key or a copy of it (mTLS to the frontend)`);
     } else {
       keyOwner(key);
     }
@@ -651,8 +651,8 @@ describe('docker-compose.yml', () => {
       ['a Web UI without the client key', (d) => { delete envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY; }, /temporal-ui\.environment: TEMPORAL_TLS_CA, TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY/],
       ['a Web UI with a server name the certificate lacks', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_SERVER_NAME = 'temporal.example'; }, /temporal-ui\.environment: TEMPORAL_TLS_SERVER_NAME must be a name/],
       ['a Web UI as a user who cannot read the client key', (d) => { svc(d, 'temporal-ui').user = '10001:10001'; }, /temporal-ui\.user: must be 5000:5000/],
-      ['a key copy nobody made', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '/etc/troupe/tls/client-web.key'; }, /must chown \/etc\/troupe\/tls\/client-web\.key/],
-      ['a key copy readable by all', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace('install -m 600', 'install -m 644')); }, /must chown \/etc\/troupe\/tls\/client-ui\.key/],
+      ['a key copy nobody made', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '/etc/troupe/tls/worker-web.key'; }, /must chown \/etc\/troupe\/tls\/worker-web\.key/],
+      ['a key copy readable by all', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace('install -m 600', 'install -m 644')); }, /must chown \/etc\/troupe\/tls\/worker-ui\.key/],
       ['a key pasted into the environment', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '-----BEGIN PRIVATE KEY-----'; }, /TEMPORAL_TLS_KEY puts a secret in this file/],
       ['a new service that reaches the frontend without TLS', (d) => { d.services.poller = { image: 'temporalio/admin-tools:1.29.1-tctl-1.18.4-cli-1.5.0', environment: { TEMPORAL_ADDRESS: 'temporal:7233' }, restart: 'no' }; }, /poller\.depends_on: must wait for temporal-certs[\s\S]*poller\.volumes: must mount troupe-tls[\s\S]*poller\.environment: TEMPORAL_TLS_SERVER_CA_CERT_PATH/],
       ['a Grafana without the dashboard', (d) => { svc(d, 'grafana').volumes = ['./deploy/grafana/provisioning:/etc/grafana/provisioning:ro', 'grafana-data:/var/lib/grafana']; }, /must mount the dashboard/],
