@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema } from '../plan/plan-schema';
+import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema, ServiceRunSchema } from '../plan/plan-schema';
 import { RunStateSchema } from './run-state-schema';
 
 /**
@@ -13,6 +13,8 @@ import { RunStateSchema } from './run-state-schema';
 export const PeersBookSchema = z.object({
   version: z.number().int().nonnegative(),
   run_name: z.string(),
+  /** The revision whose replicas this view shows (a service that keeps its revisions apart); absent: every rank. */
+  revision: z.number().int().nonnegative().optional(),
   groups: z.array(
     z.object({
       name: z.string(),
@@ -118,6 +120,35 @@ export const LiveCoreSchema = z.object({
 });
 
 /** A service's routing: the tables the run asked the gateways for, and what they took (routing.ts). */
+/** A rollout that keeps revisions apart: the new revision started whole, traffic moved, the old retired. */
+export const CoherentRolloutSchema = z.object({
+  /** The new revision (the deployment's number) and the one serving before it. */
+  revision: z.number().int().nonnegative(),
+  from: z.number().int().nonnegative(),
+  /**
+   * `starting`: the new revision's replicas start, group by group in depends_on order, each group READY
+   * before the next; `shifting`: the gateways take the table with the new revision current; `retiring`:
+   * the old revision's replicas are drained and stopped, entry groups first; `rolling-back`: the new
+   * revision's are stopped, the old one serving as it did.
+   */
+  phase: z.enum(['starting', 'shifting', 'retiring', 'rolling-back']),
+  /** Groups this phase has still to do, in order. */
+  queue: z.array(z.number().int()),
+  /** Replicas the new revision wants, by group index. */
+  counts: z.array(z.number().int().nonnegative()),
+  /** What the deployment changed of the plan, as it was: put back by a rollback. */
+  undo: z.object({
+    service: ServiceRunSchema,
+    groups: z.array(z.object({ commands: z.array(z.string()), nodes: z.number().int(), nodes_range: z.object({ min: z.number().int(), max: z.number().int() }).nullable() })),
+  }),
+  /** Past it, a rollout still starting is rolled back (epoch ms). */
+  deadline_ms: z.number(),
+  /** Why it is rolling back, or null. */
+  cause: z.string().nullable(),
+});
+
+export type CoherentRollout = z.infer<typeof CoherentRolloutSchema>;
+
 export const ServiceCoreSchema = z.object({
   /** The generation of the last table asked for (0: none yet); a gateway refuses an older one. */
   generation: z.number().int().nonnegative(),
@@ -135,8 +166,10 @@ export const ServiceCoreSchema = z.object({
   problem: z.string().nullable(),
   /** The deployment running (0: as submitted; +1 per `troupe apply` of a changed service). */
   deployment: z.number().int().nonnegative(),
-  /** The deployment each rank's current replica started with, by job_num (absent: 0). */
+  /** The deployment (revision) each rank's current replica started with, by job_num (absent: 0). */
   revision_of: byJobNum(z.number().int().nonnegative()),
+  /** The revision new requests go to (the gateways' current_revision): the last one a rollout made serve. */
+  current_revision: z.number().int().nonnegative(),
   /** Resizes deployments made so far: the next one's id. */
   resizes_made: z.number().int().nonnegative(),
   /** The deployment under way or just over (until its Update has its answer), or null. */
@@ -151,6 +184,8 @@ export const ServiceCoreSchema = z.object({
       step: z.object({ group: z.number().int(), phase: z.enum(['resizing', 'adding', 'removing']), resize: z.number().int() }).nullable(),
       /** Groups rolled so far. */
       rolled: z.array(z.number().int()),
+      /** A rollout by revision (coherent-rollout.ts), or null: dstack's rolling, group by group. */
+      coherent: CoherentRolloutSchema.nullable(),
       error: z.string().nullable(),
       over: z.boolean(),
     })

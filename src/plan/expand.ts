@@ -5,20 +5,22 @@ import type { GroupPlan, JobPlan } from './plan-schema';
  * master; node 0 of every group is that group's master. Job names follow dstack:
  * `<run>-<job_num>-<replica_num>`, and a task has one replica.
  */
-export function expandJobs(runName: string, groups: readonly GroupPlan[]): JobPlan[] {
+export function expandJobs(runName: string, groups: readonly GroupPlan[], revision?: string): JobPlan[] {
   const jobs: JobPlan[] = [];
   for (const group of groups) {
-    for (let node = 0; node < group.nodes; node++) jobs.push(rankPlan(runName, group, jobs.length, node));
+    for (let node = 0; node < group.nodes; node++) jobs.push(rankPlan(runName, group, jobs.length, node, revision));
   }
   return jobs;
 }
 
 /**
  * The plan of one rank of `group` (the one way a JobPlan is made, at submission and when a resize or
- * a deployment adds a rank): dstack's job name, the group's commands and ports as they are now.
+ * a deployment adds a rank): dstack's job name, the group's commands and ports as they are now;
+ * a service's replica also the revision (hash) of the spec it runs.
  */
-export function rankPlan(runName: string, group: GroupPlan, jobNum: number, groupRank: number): JobPlan {
+export function rankPlan(runName: string, group: GroupPlan, jobNum: number, groupRank: number, revision?: string): JobPlan {
   return {
+    ...(revision !== undefined ? { revision } : {}),
     job_num: jobNum,
     job_name: `${runName}-${jobNum}-0`,
     node_group_index: group.index,

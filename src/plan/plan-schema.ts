@@ -107,6 +107,8 @@ export const JobPlanSchema = z.object({
   ports: z.array(PortMappingSchema),
   /** 0 for a node's first machine; +1 each time Troupe replaces it (a restart) or reuses its rank (a resize). */
   attempt: z.number().int().nonnegative().optional(),
+  /** A service's replica: the revision (hash) of the spec it runs, its TROUPE_REVISION. */
+  revision: z.string().optional(),
 });
 export type JobPlan = z.infer<typeof JobPlanSchema>;
 

@@ -1,6 +1,7 @@
 import type { Decision } from './effects';
 import type { RunEvent } from './events';
 import { decideDeployment } from './deployment';
+import { rolloutDeadline } from './coherent-rollout';
 import { decideHealing } from './healing';
 import { decideOutcome, nextDeadline as outcomeDeadline } from './outcome';
 import { decideRouting, routingDeadline } from './routing';
@@ -32,6 +33,6 @@ export function decideRun(core: RunCore, event: RunEvent, now: number): Decision
 
 /** When the loop must look again without an event (epoch ms), or null: the earliest of the policies' deadlines. */
 export function nextDeadline(core: RunCore): number | null {
-  const due = [outcomeDeadline(core), routingDeadline(core)].filter((d): d is number => d !== null);
+  const due = [outcomeDeadline(core), routingDeadline(core), rolloutDeadline(core)].filter((d): d is number => d !== null);
   return due.length === 0 ? null : Math.min(...due);
 }

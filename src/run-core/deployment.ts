@@ -2,7 +2,10 @@ import type { GroupPlan, Plan } from '../plan/plan-schema';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { groupMembers, isJobFinished } from './jobs';
-import { beginResize, resizeOf } from './scaling';
+import { resizeOf } from './scaling';
+import { advanceCoherent, beginCoherent } from './coherent-rollout';
+import { keepsRevisionsApart } from './revisions';
+import { beginStep, rolloutOver, serviceOf, withLiveResizes, withService } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
 
 /**
@@ -14,9 +17,6 @@ import type { RunCore, ServiceCore } from './state';
  * a running service is refused before anything changes. A replica that cannot start stops the
  * deployment where it is: the old replicas still serve. Pure: `now` comes in.
  */
-
-/** Resizes a deployment makes have ids from here up (the scaleGroup Update's count from 1). */
-const DEPLOY_RESIZE_IDS = 1_000_000;
 
 /** What applying `next` to a service running `current` does, or why it cannot. */
 export type DeploymentChange =
@@ -103,7 +103,7 @@ export function decideDeployment(core: RunCore, event: RunEvent, now: number): D
     return { state: done ? withService(core, { ...service, rollout: null }) : core, effects };
   }
   if (event.kind !== 'tick' || !service.rollout || service.rollout.over) return { state: core, effects };
-  return { state: advance(core, now, effects), effects };
+  return { state: service.rollout.coherent ? advanceCoherent(core, now, effects) : advance(core, now, effects), effects };
 }
 
 /** Why the run cannot take a deployment now, or null. */
@@ -122,7 +122,7 @@ function deploy(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { 
   const sizes = core.plan.groups.map((g) => groupMembers(core.run.jobs, g.index).length);
   const change = refused ? { kind: 'refused' as const, message: refused } : deploymentChange(core.plan, event.plan, sizes);
   if (change.kind === 'refused') {
-    return withService(core, { ...service, rollout: { id: event.id, number: service.deployment, steps: [], step: null, rolled: [], error: change.message, over: true } });
+    return withService(core, { ...service, rollout: { id: event.id, number: service.deployment, steps: [], step: null, rolled: [], coherent: null, error: change.message, over: true } });
   }
   const steps = [
     ...change.resize.map((r) => ({ kind: 'resize' as const, group: r.group, nodes: r.nodes })),
@@ -130,7 +130,13 @@ function deploy(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { 
   ];
   core.run.service = core.run.service ? { ...core.run.service, deployment: number } : core.run.service;
   const next = { ...core, plan: deployedPlan(core.plan, event.plan) };
-  const rollout = { id: event.id, number, steps, step: null, rolled: [], error: null, over: false };
+  if (keepsRevisionsApart(next.plan) && change.roll.length > 0) {
+    // By revision: every group gets the new revision's replicas, as many as it has (or is resized to) now.
+    const counts = core.plan.groups.map((g) => change.resize.find((r) => r.group === g.index)?.nodes ?? sizes[g.index] ?? g.nodes);
+    const rollout = { id: event.id, number, steps: [], step: null, rolled: core.plan.groups.map((g) => g.index), coherent: null, error: null, over: false };
+    return beginCoherent(withService(next, { ...service, deployment: number, rollout }), core.plan, counts, now, effects);
+  }
+  const rollout = { id: event.id, number, steps, step: null, rolled: [], coherent: null, error: null, over: false };
   return advance(withService(next, { ...service, deployment: number, rollout }), now, effects);
 }
 
@@ -145,7 +151,7 @@ function advance(core: RunCore, now: number, effects: Effect[]): RunCore {
     if (!resize || resize.phase !== 'over') return core;
     // The deployment's own resize is forgotten once read (no Update answers it).
     const forgotten = withLiveResizes(core, (resizes) => resizes.filter((r) => r.id !== step.resize));
-    if (resize.error) return over(forgotten, `deployment ${rollout.number} stopped: ${resize.error}`);
+    if (resize.error) return rolloutOver(forgotten, `deployment ${rollout.number} stopped: ${resize.error}`);
     if (step.phase === 'adding') {
       const revision_of = { ...service.revision_of };
       for (const n of resize.added) revision_of[n] = rollout.number;
@@ -153,39 +159,23 @@ function advance(core: RunCore, now: number, effects: Effect[]): RunCore {
       const victim = oldest(added, step.group, rollout.number);
       if (victim === null) return advance(added, now, effects);
       const members = groupMembers(added.run.jobs, step.group).length;
-      return begin(added, { group: step.group, phase: 'removing' }, { nodes: members - 1, victims: [victim] }, now, effects);
+      return beginStep(added, { group: step.group, phase: 'removing' }, { nodes: members - 1, victims: [victim] }, now, effects);
     }
     // A resize step, or an old replica out: on to the next move (a roll stays first until none is old).
     return advance(withService(forgotten, { ...service, rollout: { ...rollout, step: null } }), now, effects);
   }
   const [next, ...rest] = rollout.steps;
-  if (!next) return over(core, null);
+  if (!next) return rolloutOver(core, null);
   const members = groupMembers(core.run.jobs, next.group).length;
   if (next.kind === 'resize') {
     const popped = withService(core, { ...service, rollout: { ...rollout, steps: rest } });
-    return begin(popped, { group: next.group, phase: 'resizing' }, { nodes: next.nodes }, now, effects);
+    return beginStep(popped, { group: next.group, phase: 'resizing' }, { nodes: next.nodes }, now, effects);
   }
   // A roll: one more replica of the new deployment, then one old one out, until none is old.
   if (oldest(core, next.group, rollout.number) === null) {
     return advance(withService(core, { ...service, rollout: { ...rollout, steps: rest, rolled: [...rollout.rolled, next.group] } }), now, effects);
   }
-  return begin(core, { group: next.group, phase: 'adding' }, { nodes: members + 1 }, now, effects);
-}
-
-/** A resize of the deployment's begins as its step under way. */
-function begin(
-  core: RunCore,
-  step: { group: number; phase: 'resizing' | 'adding' | 'removing' },
-  ask: { nodes: number; victims?: number[] },
-  now: number,
-  effects: Effect[],
-): RunCore {
-  const service = serviceOf(core);
-  const rollout = service.rollout;
-  if (!rollout) return core;
-  const id = DEPLOY_RESIZE_IDS + service.resizes_made;
-  const next = withService(core, { ...service, resizes_made: service.resizes_made + 1, rollout: { ...rollout, step: { ...step, resize: id } } });
-  return beginResize(next, { id, group: step.group, ...ask }, now, effects);
+  return beginStep(core, { group: next.group, phase: 'adding' }, { nodes: members + 1 }, now, effects);
 }
 
 /** The group's replica of the oldest deployment still running (lowest rank first), or null when all are of `number`. */
@@ -196,21 +186,3 @@ function oldest(core: RunCore, group: number, number: number): number | null {
   return old[0]?.job_num ?? null;
 }
 
-function over(core: RunCore, error: string | null): RunCore {
-  const service = serviceOf(core);
-  const rollout = service.rollout;
-  return rollout ? withService(core, { ...service, rollout: { ...rollout, step: null, steps: [], error, over: true } }) : core;
-}
-
-function serviceOf(core: RunCore): ServiceCore {
-  if (!core.service) throw new Error(`run ${core.plan.run_name} is not a service`);
-  return core.service;
-}
-
-function withService(core: RunCore, service: ServiceCore): RunCore {
-  return { ...core, service };
-}
-
-function withLiveResizes(core: RunCore, change: (resizes: NonNullable<RunCore['live']>['resizes']) => NonNullable<RunCore['live']>['resizes']): RunCore {
-  return core.live ? { ...core, live: { ...core.live, resizes: change(core.live.resizes) } } : core;
-}

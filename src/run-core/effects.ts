@@ -27,13 +27,19 @@ export type Effect =
   | { kind: 'give-back'; job_num: number; attempt: number; instance: Instance }
   /** Stop these ranks (with grace) and give their machines back, then report `released` for resize `resize`. */
   | { kind: 'release'; resize: number; jobs: Array<{ job_num: number; attempt: number; instance: Instance }>; summary: string }
-  /** Write the live address book (`json`, version `version`) to these nodes, then run these `on_peers_change` hooks; report `peers-published`. */
+  /**
+   * Write the live address book (version `version`) to these nodes, then run these `on_peers_change`
+   * hooks; report `peers-published`. One entry per view of the book (a service that keeps its
+   * revisions apart gives each revision's nodes their own: revisions.ts), carried out side by side.
+   */
   | {
       kind: 'publish-peers';
       version: number;
-      json: string;
-      jobs: Array<{ job_num: number; attempt: number; instance: Instance }>;
-      hooks: Array<{ job_num: number; attempt: number; instance: Instance; label: string; command: string }>;
+      books: Array<{
+        json: string;
+        jobs: Array<{ job_num: number; attempt: number; instance: Instance }>;
+        hooks: Array<{ job_num: number; attempt: number; instance: Instance; label: string; command: string }>;
+      }>;
     }
   /** Put this routing table (its generation inside) on every gateway; report `routes-pushed`. */
   | { kind: 'push-routes'; generation: number; table: ServiceTableInput }

@@ -5,7 +5,7 @@ import { coreOf, exited, jobs, pass, provisioned, ready, running, T0 } from '../
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { resubmit } from './outcome';
-import { bookToStartWith, peersSettled } from './peers';
+import { booksToStartWith, peersSettled } from './peers';
 import type { RunCore } from './state';
 
 /**
@@ -23,8 +23,9 @@ function pd(): Plan {
   return plan;
 }
 
-type Publish = Extract<Effect, { kind: 'publish-peers' }>;
-const publications = (effects: Effect[]) => effects.filter((e): e is Publish => e.kind === 'publish-peers');
+/** Each publication as its one view (this run keeps no revisions apart). */
+const publications = (effects: Effect[]) =>
+  effects.flatMap((e) => (e.kind === 'publish-peers' ? [{ version: e.version, views: e.books.length, ...e.books[0]! }] : []));
 const done = (version: number, extra: Partial<Extract<RunEvent, { kind: 'peers-published' }>> = {}): RunEvent => ({
   kind: 'peers-published',
   version,
@@ -38,7 +39,7 @@ function live(): RunCore {
   let core = coreOf(pd());
   const all = [0, 1, 2];
   core = pass(core, [jobs(core, all.map((n) => provisioned(n))), { kind: 'unlocked' }], T0 + 1000).core;
-  core = bookToStartWith(core, core.run.jobs).core;
+  core = booksToStartWith(core, core.run.jobs).core;
   core = pass(core, [{ kind: 'announced' }], T0 + 1000).core;
   core = pass(core, [jobs(core, all.map((n) => running(n)))], T0 + 2000).core;
   // Running, the nodes are READY now: what they see changed, a publication goes out.
@@ -100,7 +101,8 @@ describe('the live address book', () => {
     const highest = core.run.peers_version;
     const fresh = resubmit(core, T0 + 9000);
     expect(fresh.live!.peers.book).toBeNull();
-    const again = bookToStartWith({ ...fresh, run: { ...fresh.run, jobs: fresh.run.jobs.map((j, n) => ({ ...j, instance: core.run.jobs[n]!.instance })) } }, []);
-    expect(again.book?.peers?.version).toBe(highest + 1);
+    const placed = { ...fresh, run: { ...fresh.run, jobs: fresh.run.jobs.map((j, n) => ({ ...j, instance: core.run.jobs[n]!.instance })) } };
+    const again = booksToStartWith(placed, placed.run.jobs);
+    expect(again.starts?.map((s) => s.book.peers?.version)).toEqual([highest + 1]);
   });
 });

@@ -7,13 +7,16 @@ import { drainingRanks, type LiveCore } from './live';
 import type { RunCore } from './state';
 import type { PeersBook } from '../contract/core-state-schema';
 import { isJobReady } from './startup-order';
+import { byView, sees, viewOf } from './revisions';
 
 /**
  * The run's live address book (every node's peers.json): made from the run's state, its version
  * raised whenever its content changes, written to every running node that has an older one, and
  * followed by `on_peers_change` on the nodes of groups whose dependencies changed. One publication
  * at a time (versions reach each node in order); a failed hook is noted in the run's message, not
- * fatal: the node keeps running. Pure: the run's loop carries a publication out and reports it back.
+ * fatal: the node keeps running. A service that keeps its revisions apart (revisions.ts) gives each
+ * node the book of its own revision: one publication carries a book per revision. Pure: the run's
+ * loop carries a publication out and reports it back.
  */
 export function decidePeers(core: RunCore, event: RunEvent, _now: number): Decision<RunCore> {
   const effects: Effect[] = [];
@@ -26,14 +29,19 @@ export function decidePeers(core: RunCore, event: RunEvent, _now: number): Decis
   const targets = behind(next, nextLive, book.version);
   const hooks = hooksDue(next, nextLive, book);
   if (targets.length === 0 && hooks.length === 0) return { state: next, effects };
+  const hookViews = byView(next, hooks.map(({ job, command }) => ({ job_num: job.job_num, job, command })));
+  const books = byView(next, targets).map(({ revision, jobs }) => ({ revision, jobs, hooks: hookViews.find((v) => v.revision === revision)?.jobs ?? [] }));
+  for (const view of hookViews) if (!books.some((b) => b.revision === view.revision)) books.push({ revision: view.revision, jobs: [], hooks: view.jobs });
   effects.push({
     kind: 'publish-peers',
     version: book.version,
-    json: JSON.stringify(book),
-    jobs: targets.flatMap((job) => (job.instance ? [{ job_num: job.job_num, attempt: job.attempt, instance: job.instance }] : [])),
-    hooks: hooks.flatMap(({ job, command }) =>
-      job.instance ? [{ job_num: job.job_num, attempt: job.attempt, instance: job.instance, label: `${job.group_name}/${job.group_job_index}`, command }] : [],
-    ),
+    books: books.map((view) => ({
+      json: JSON.stringify(bookFor(next, book, view.revision)),
+      jobs: view.jobs.flatMap((job) => (job.instance ? [{ job_num: job.job_num, attempt: job.attempt, instance: job.instance }] : [])),
+      hooks: view.hooks.flatMap(({ job, command }) =>
+        job.instance ? [{ job_num: job.job_num, attempt: job.attempt, instance: job.instance, label: `${job.group_name}/${job.group_job_index}`, command }] : [],
+      ),
+    })),
   });
   const publishing = {
     version: book.version,
@@ -43,9 +51,14 @@ export function decidePeers(core: RunCore, event: RunEvent, _now: number): Decis
   return { state: { ...next, live: { ...nextLive, peers: { ...nextLive.peers, publishing } } }, effects };
 }
 
+/** What the nodes of revision `revision` see of `book` (null: the whole book). */
+export function bookFor(core: RunCore, book: PeersBook, revision: number | null): PeersBook {
+  return revision === null ? book : { ...book, revision, groups: groupsOf(core, revision) };
+}
+
 /** The book as it is now: a new version when its content changed since the last one (a run that is not live: version 1). */
 export function peersNow(core: RunCore): { core: RunCore; book: PeersBook } {
-  const groups = groupsOf(core);
+  const groups = groupsOf(core, null);
   const run_name = core.plan.run_name;
   const live = core.live;
   if (!live) return { core, book: { version: 1, run_name, groups } };
@@ -65,17 +78,30 @@ export function noteBookSent(core: RunCore, jobs: readonly JobState[], book: Pee
   const seen = { ...live.peers.seen };
   for (const job of jobs) {
     sent[job.job_num] = { attempt: job.attempt, version: book.version };
-    seen[job.job_num] = { attempt: job.attempt, key: dependencyKey(book, core.plan.groups[job.group_index]?.depends_on ?? []) };
+    const view = bookFor(core, book, viewOf(core, job.job_num));
+    seen[job.job_num] = { attempt: job.attempt, key: dependencyKey(view, core.plan.groups[job.group_index]?.depends_on ?? []) };
   }
   return { ...core, live: { ...live, peers: { ...live.peers, sent, seen } } };
 }
 
-/** The address book for nodes the run lets start now (what DSTACK_* and their first peers.json say), noted as theirs. */
-export function bookToStartWith(core: RunCore, jobs: readonly JobState[]): { core: RunCore; book: AddressBook | undefined } {
+/**
+ * The address books for nodes the run lets start now (what DSTACK_* and their first peers.json say),
+ * noted as theirs: one per view (revisions.ts), each with the nodes that get it; undefined while
+ * some rank has no address yet.
+ */
+export function booksToStartWith(core: RunCore, jobs: readonly JobState[]): { core: RunCore; starts: Array<{ jobs: JobState[]; book: AddressBook }> | undefined } {
   const addresses = addressBookOf(core.run, { partial: true });
-  if (!addresses) return { core, book: undefined };
+  if (!addresses) return { core, starts: undefined };
   const now = peersNow(core);
-  return { core: noteBookSent(now.core, jobs, now.book), book: { ...addresses, peers: now.book } };
+  const starts = byView(now.core, jobs).map(({ revision, jobs: them }) => {
+    const visible = sees(now.core, revision);
+    // Ranks of other revisions are out of this view: absent from DSTACK_* and `${{ … }}` as removed ranks are.
+    const hidden = visible ? now.core.run.jobs.filter((job) => !visible(job)).map((job) => job.job_num) : [];
+    const removed = [...new Set([...(addresses.removed ?? []), ...hidden])].sort((a, b) => a - b);
+    const book: AddressBook = { ...addresses, ...(removed.length > 0 ? { removed } : {}), peers: bookFor(now.core, now.book, revision) };
+    return { jobs: them, book };
+  });
+  return { core: noteBookSent(now.core, jobs, now.book), starts };
 }
 
 /** Every running node has the current book and no hook is due or running. */
@@ -85,7 +111,7 @@ export function peersSettled(core: RunCore): boolean {
   const { book, publishing, key } = live.peers;
   if (publishing) return false;
   if (!book) return true;
-  return JSON.stringify(groupsOf(core)) === key && behind(core, live, book.version).length === 0 && hooksDue(core, live, book).length === 0;
+  return JSON.stringify(groupsOf(core, null)) === key && behind(core, live, book.version).length === 0 && hooksDue(core, live, book).length === 0;
 }
 
 /** A problem of the book's is not the run's end: it is left out of the final message. */
@@ -107,8 +133,10 @@ function statusOf(core: RunCore, job: JobState, draining: ReadonlySet<number>): 
   return job.running_at !== null ? 'running' : 'starting';
 }
 
-function groupsOf(core: RunCore): PeersBook['groups'] {
-  const jobs = activeJobs(core.run);
+/** The book's groups as replicas of `revision` see them (null: every rank). */
+function groupsOf(core: RunCore, revision: number | null): PeersBook['groups'] {
+  const visible = sees(core, revision);
+  const jobs = visible ? activeJobs(core.run).filter(visible) : activeJobs(core.run);
   const draining = drainingRanks(core.live);
   return core.plan.groups.map((group) => ({
     name: group.name,
@@ -152,9 +180,12 @@ function hooksDue(core: RunCore, live: LiveCore, book: PeersBook): Array<{ job: 
   const due: Array<{ job: JobState; command: string; key: string }> = [];
   for (const group of core.plan.groups) {
     if (!group.on_peers_change) continue;
-    const key = dependencyKey(book, group.depends_on ?? []);
+    const keys = new Map<number | null, string>();
     for (const job of activeJobs(core.run)) {
       if (job.group_index !== group.index || job.running_at === null || isJobFinished(job)) continue;
+      const view = viewOf(core, job.job_num);
+      const key = keys.get(view) ?? dependencyKey(bookFor(core, book, view), group.depends_on ?? []);
+      keys.set(view, key);
       const seen = live.peers.seen[job.job_num];
       if (seen && seen.attempt === job.attempt && seen.key === key) continue;
       due.push({ job, command: group.on_peers_change, key });

@@ -53,7 +53,7 @@ function serving(): RunCore {
 
 /** The pass's pushes (at most one) answered as done. */
 /** The address book's publications among the effects. */
-const publications = (effects: Effect[]) => effects.flatMap((e) => (e.kind === 'publish-peers' ? [e] : []));
+const publications = (effects: Effect[]) => effects.flatMap((e) => (e.kind === 'publish-peers' ? [{ version: e.version, ...e.books[0]! }] : []));
 const delivered = (version: number): RunEvent => ({ kind: 'peers-published', version, failed_hooks: [], error: null });
 
 /** The step's table push and book publication answered (delivered). */

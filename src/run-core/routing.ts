@@ -5,6 +5,7 @@ import { activeJobs, isJobFinished } from './jobs';
 import { drainingRanks } from './live';
 import type { RunCore, ServiceCore } from './state';
 import type { JobState } from '../contract/run-state';
+import { keepsRevisionsApart, revisionOf, servingRevision } from './revisions';
 
 /**
  * A service's routing: the table every gateway routes its requests by (src/gateway/routing-table.ts),
@@ -28,8 +29,6 @@ export const ROUTES_REFRESH_MS = 60_000;
 /** How long a replica being removed (a scale-down, a stop) may take to finish its requests in flight. */
 export const DRAIN_TIMEOUT_S = 30;
 
-/** The revision every replica of this first slice belongs to (deployments will number theirs). */
-const REVISION = 0;
 
 export function decideRouting(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
   const service = core.service;
@@ -61,27 +60,31 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
   // A resize's ranks being drained are off the table already.
   const draining = drainingRanks(core.live);
   const jobs = activeJobs(core.run).filter((job) => !draining.has(job.job_num));
+  const entry = service.entry.map((index) => plan.groups[index]?.name ?? String(index));
+  const pool = (visible: (job: JobState) => boolean) =>
+    plan.groups.map((group) => ({
+      name: group.name,
+      replicas: ending
+        ? []
+        : jobs.flatMap((job) => {
+            const url = job.group_index === group.index && visible(job) && job.ready_at !== null && !isJobFinished(job) ? replicaUrl(core, job) : null;
+            return url ? [{ url, state: 'ready' as const }] : [];
+          }),
+    }));
+  // dstack's rolling: one pool, whatever revision a replica is of. Kept apart: a pool per revision running.
+  const current = servingRevision(core);
+  const numbers = keepsRevisionsApart(plan) ? [...new Set([current, ...jobs.map((job) => revisionOf(core, job.job_num))])].sort((a, b) => a - b) : [current];
   return {
     run: plan.run_name,
     auth: service.auth,
     strip_prefix: service.strip_prefix,
     rate_limits: service.rate_limits,
-    current_revision: REVISION,
-    revisions: [
-      {
-        number: REVISION,
-        entry: service.entry.map((index) => plan.groups[index]?.name ?? String(index)),
-        groups: plan.groups.map((group) => ({
-          name: group.name,
-          replicas: ending
-            ? []
-            : jobs.flatMap((job) => {
-                const url = job.group_index === group.index && job.ready_at !== null && !isJobFinished(job) ? replicaUrl(core, job) : null;
-                return url ? [{ url, state: 'ready' as const }] : [];
-              }),
-        })),
-      },
-    ],
+    current_revision: current,
+    revisions: numbers.map((number) => ({
+      number,
+      entry,
+      groups: pool(numbers.length === 1 ? () => true : (job) => revisionOf(core, job.job_num) === number),
+    })),
   };
 }
 

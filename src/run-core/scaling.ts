@@ -98,12 +98,12 @@ function grow(core: RunCore, live: LiveCore, group: GroupPlan, resize: Resize, c
       reused.removed = false;
       nextAttempt(reused, { status: 'TERMINATED', reason: 'TERMINATED_BY_SERVER', message: null }, false, iso);
       // The group as it is now: a deployment may have changed its commands since the rank last ran.
-      plans[reused.job_num] = rankPlan(core.plan.run_name, group, reused.job_num, reused.group_job_index);
+      plans[reused.job_num] = rankPlan(core.plan.run_name, group, reused.job_num, reused.group_job_index, core.plan.service?.revision);
       added.push(reused);
       continue;
     }
     const jobNum = jobs.length;
-    const plan = rankPlan(core.plan.run_name, group, jobNum, jobs.filter((job) => job.group_index === group.index).length);
+    const plan = rankPlan(core.plan.run_name, group, jobNum, jobs.filter((job) => job.group_index === group.index).length, core.plan.service?.revision);
     plans[jobNum] = plan;
     const job = freshJob(jobNum, plan.job_name, group.index, group.name, plan.node_group_job_index, iso);
     jobs.push(job);
@@ -111,8 +111,12 @@ function grow(core: RunCore, live: LiveCore, group: GroupPlan, resize: Resize, c
   }
   const attempts = added.map((job) => ({ job_num: job.job_num, attempt: job.attempt }));
   effects.push({ kind: 'new-attempts', group: group.index, jobs: attempts, release: [], restart: false });
+  // A service's new replicas are of the revision serving (a rollout's own resizes say theirs after).
+  const service = core.service;
+  const revision_of = service ? { ...service.revision_of, ...Object.fromEntries(attempts.map((a) => [a.job_num, service.current_revision])) } : null;
   return {
     ...core,
+    service: service && revision_of ? { ...service, revision_of } : service,
     live: {
       ...live,
       added_plans: plans,
@@ -134,13 +138,24 @@ function growing(core: RunCore, resize: Resize, now: number, effects: Effect[]):
   const settled = settle(core, resize.added);
   if (runEnded) return finish(settled, resize.id, [], `the run ended (${core.run.status}) before ${group.name} grew`);
   if (failed) {
-    // The resize is undone whole: no gap is left in the group's ranks.
     const why = failed.message ?? failed.termination_reason ?? 'it ended';
-    const error = `${group.name}/${failed.group_job_index} (job ${failed.job_num}) did not start: ${why}`;
-    const others = added.filter((job) => !job.removed);
-    return takeOut(withResize(settled, resize.id, (r) => ({ ...r, error })), resize.id, group, others, 'the resize failed', now, effects);
+    return undo(settled, resize, group, `${group.name}/${failed.group_job_index} (job ${failed.job_num}) did not start: ${why}`, now, effects);
   }
   return finish(settled, resize.id, resize.added, null);
+}
+
+/** The growth is undone whole (`error`: why), no gap left in the group's ranks: its new nodes out and stopped. */
+function undo(core: RunCore, resize: Resize, group: GroupPlan, error: string, now: number, effects: Effect[]): RunCore {
+  const others = resize.added.flatMap((n) => core.run.jobs[n] ?? []).filter((job) => !job.removed);
+  return takeOut(withResize(core, resize.id, (r) => ({ ...r, error })), resize.id, group, others, 'the resize failed', now, effects);
+}
+
+/** A growth still under way given up (a rollout past its deadline): undone as if a new node had failed. */
+export function abandonGrowth(core: RunCore, id: number, error: string, now: number, effects: Effect[]): RunCore {
+  const resize = resizeOf(core, id);
+  const group = resize ? core.plan.groups[resize.group] : undefined;
+  if (!resize || !group || resize.phase !== 'growing') return core;
+  return undo(settle(core, resize.added), resize, group, error, now, effects);
 }
 
 /**

@@ -19,7 +19,8 @@ export interface JobEnvInput {
 /**
  * The environment of a job's commands: dstack's DSTACK_* variables (same names and meanings, so
  * existing commands work unchanged), Troupe's DSTACK_NODE_GROUP_* view of the job's group, and
- * the task's `env` on top (as dstack applies the job spec's env last).
+ * TROUPE_REVISION for a service's replica, and the task's `env` on top (as dstack applies the job
+ * spec's env last).
  */
 export function renderJobEnv(input: JobEnvInput): Record<string, string> {
   const { run, job, cluster } = input;
@@ -51,6 +52,8 @@ export function renderJobEnv(input: JobEnvInput): Record<string, string> {
     DSTACK_NODE_GROUP_INDEX: String(job.node_group_index),
     DSTACK_NODE_GROUP_NODE_RANK: String(job.node_group_job_index),
     DSTACK_NODE_GROUP_NODES_NUM: String(input.groupNodesNum),
+    // Troupe's: a service replica's revision (the hash of the spec it runs).
+    ...(job.revision !== undefined ? { TROUPE_REVISION: job.revision } : {}),
     ...run.env,
   };
 }

@@ -6,6 +6,7 @@ import { runWorkflowId } from '../../src/contract/ids';
 import { applyServiceUpdate, stopRunSignal } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
 import { leftovers } from '../helpers/leftovers';
+import { abortRunIfRunning } from '../helpers/stand-in-service';
 import { writeReplicaServer } from '../helpers/replica-server';
 import { startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
@@ -48,11 +49,7 @@ beforeAll(async () => {
   gateway = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: ADMIN_TOKEN });
 });
 afterAll(async () => {
-  const handle = env.client.workflow.getHandle(runWorkflowId(name));
-  if ((await handle.describe().catch(() => null))?.status.name === 'RUNNING') {
-    await handle.signal(stopRunSignal, { abort: true }).catch(() => undefined);
-    await handle.result().catch(() => undefined);
-  }
+  await abortRunIfRunning(env.client, name);
   await gateway?.close(1000);
 }, 120_000);
 

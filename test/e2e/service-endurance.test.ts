@@ -13,6 +13,7 @@ import { timedSteps } from '../helpers/timed-steps';
 import { leftovers } from '../helpers/leftovers';
 import { makeLocalFleet, makeSharedDir } from '../helpers/local-fleet';
 import { uniqueTaskQueue } from '../helpers/temporal';
+import { STAND_IN_PROBE_YAML, STAND_IN_ROUTER_GROUP_YAML } from '../helpers/stand-in-service';
 import { kill9, startWorkerProcess } from '../helpers/worker-process-control';
 
 /**
@@ -56,23 +57,8 @@ function serviceYaml(decode: string): string {
     'port: 8000',
     'env:',
     '  - MODEL=stand-in-llama',
-    'probes:',
-    '  - type: http',
-    '    url: /v1/chat/completions',
-    '    method: post',
-    '    headers:',
-    '      - name: Content-Type',
-    '        value: application/json',
-    `    body: '{"messages": [{"role": "user", "content": "ping"}]}'`,
-    '    interval: 1s',
-    '    timeout: 5s',
-    'groups:',
-    '  - name: router',
-    '    replicas: 1',
-    '    router:',
-    '      type: smg',
-    '    depends_on: [prefill, decode]',
-    '    commands:',
+    ...STAND_IN_PROBE_YAML,
+    ...STAND_IN_ROUTER_GROUP_YAML,
     ...replica('router', 'r1', ''),
     '  - name: prefill',
     '    replicas: 1..3',

@@ -50,7 +50,7 @@ function scaleDown(): Trace['effects'] {
 
 /** decode/1 (job 2) as a published book lists it: ready, or not (absent, ended, draining). */
 function decodeOneReady(effect: Extract<Effect, { kind: 'publish-peers' }>): boolean {
-  const book = JSON.parse(effect.json) as { groups: Array<{ name: string; nodes: Array<{ rank: number; ready: boolean }> }> };
+  const book = JSON.parse(effect.books[0]?.json ?? '{}') as { groups: Array<{ name: string; nodes: Array<{ rank: number; ready: boolean }> }> };
   return book.groups.find((g) => g.name === 'decode')?.nodes.find((n) => n.rank === 2)?.ready === true;
 }
 

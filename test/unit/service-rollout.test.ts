@@ -69,7 +69,7 @@ describe('rollout: the plan with its defaults', () => {
   });
 
   it("is the run plan's service.rollout, and is not part of the revision", () => {
-    const service = loadServicePlan(svc('rollout: {coherence: revision, steps: 2}'), FILE, { environ: {} });
+    const service = loadServicePlan(svc('rollout: {coherence: revision, drain_timeout: 10s}'), FILE, { environ: {} });
     expect(serviceRunPlan(service, null).service?.rollout).toEqual(service.rollout);
     expect(service.revision).toBe(loadServicePlan(svc(), FILE, { environ: {} }).revision);
   });

@@ -1,6 +1,6 @@
 import type { Effect } from '../../src/run-core/effects';
 import { jobPlanOf, withoutAttemptsToStart } from '../../src/run-core/live';
-import { bookToStartWith } from '../../src/run-core/peers';
+import { booksToStartWith } from '../../src/run-core/peers';
 import { dependencyWaits, startsInGroupOrder, usesDependencies } from '../../src/run-core/startup-order';
 import { newAttemptsSignal, startAttemptsSignal } from '../../src/contract/messages';
 import { teardownActivities } from '../node-group/node-group-activities';
@@ -65,17 +65,18 @@ export async function startNewAttempts(run: Run, submission: Submission): Promis
     (job) => !unplaced.has(job.group_index) && (waits === null || waits[job.group_index] === null) && startsInGroupOrder(plan, run.state.jobs, job),
   );
   if (due.length === 0) return;
-  const start = bookToStartWith(run.core, due);
+  const start = booksToStartWith(run.core, due);
   run.core = start.core;
-  const { book } = start;
-  if (!book) return;
+  const { starts } = start;
+  if (!starts) return;
   run.core = withoutAttemptsToStart(run.core, due.map((job) => job.job_num));
-  const groups = [...new Set(due.map((job) => job.group_index))];
   await Promise.all(
-    groups.map((g) =>
-      submission.children[g]
-        ?.signal(startAttemptsSignal, { jobs: due.filter((job) => job.group_index === g).map((job) => ({ job_num: job.job_num, attempt: job.attempt })), book })
-        .catch(() => undefined),
+    starts.flatMap(({ jobs, book }) =>
+      [...new Set(jobs.map((job) => job.group_index))].map((g) =>
+        submission.children[g]
+          ?.signal(startAttemptsSignal, { jobs: jobs.filter((job) => job.group_index === g).map((job) => ({ job_num: job.job_num, attempt: job.attempt })), book })
+          .catch(() => undefined),
+      ),
     ),
   );
 }

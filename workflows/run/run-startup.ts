@@ -1,7 +1,7 @@
 import { addressesReadySignal, mayStartSignal, unlockGroupSignal, type AddressBook } from '../../src/contract/messages';
 import type { Run } from './run-context';
 import type { Submission } from './run-groups';
-import { bookToStartWith, noteBookSent, peersNow } from '../../src/run-core/peers';
+import { booksToStartWith, noteBookSent, peersNow } from '../../src/run-core/peers';
 import { jobsAllowedToStart } from '../../src/run-core/startup-order';
 
 /**
@@ -41,19 +41,22 @@ export async function letAllowedJobsStart(run: Run, submission: Submission): Pro
   const allowed = jobsAllowedToStart(run.input.plan, state.jobs).filter((n) => !submission.signalled.has(n));
   if (allowed.length > 0) {
     allowed.forEach((n) => submission.signalled.add(n));
-    // A live run's nodes start with the book as it is now (the one announced may be old by then).
-    let book: AddressBook | undefined;
+    // A live run's nodes start with the book as it is now (the one announced may be old by then), each with its view's.
+    const jobs = allowed.flatMap((n) => state.jobs[n] ?? []);
+    let starts: Array<{ jobs: typeof jobs; book?: AddressBook }> = [{ jobs }];
     if (run.live) {
-      const start = bookToStartWith(run.core, allowed.flatMap((n) => state.jobs[n] ?? []));
+      const start = booksToStartWith(run.core, jobs);
       run.core = start.core;
-      book = start.book;
+      starts = start.starts ?? starts;
     }
     await Promise.all([
       submission.delivered,
-      ...submission.children.map((child, g) => {
-        const jobNums = allowed.filter((n) => state.jobs[n]?.group_index === g);
-        return jobNums.length > 0 ? child.signal(mayStartSignal, { job_nums: jobNums, ...(book ? { book } : {}) }) : undefined;
-      }),
+      ...starts.flatMap(({ jobs: view, book }) =>
+        submission.children.map((child, g) => {
+          const jobNums = view.filter((job) => job.group_index === g).map((job) => job.job_num);
+          return jobNums.length > 0 ? child.signal(mayStartSignal, { job_nums: jobNums, ...(book ? { book } : {}) }) : undefined;
+        }),
+      ),
     ]);
   } else if (submission.delivered) {
     await submission.delivered;

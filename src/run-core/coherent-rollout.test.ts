@@ -1,0 +1,227 @@
+import { describe, expect, it } from 'vitest';
+import type { Plan } from '../plan/plan-schema';
+import { answersTo, coreOf, exited, jobs, openService, pass, provisioned, ready, running, T0 } from '../../test/helpers/run-core';
+import type { Effect } from './effects';
+import type { RunEvent } from './events';
+import { activeJobs, groupMembers } from './jobs';
+import { nextDeadline } from './decide';
+import { booksToStartWith } from './peers';
+import { rolloutDeadline } from './coherent-rollout';
+import { revisionOf } from './revisions';
+import type { RunCore } from './state';
+
+/**
+ * A rollout that keeps revisions apart (`rollout.coherence: revision`) over sequences of events, no
+ * server: the new revision starts whole in depends_on order, each replica seeing only its own
+ * revision's peers; the gateways move to it in one table; only then is the old one drained and
+ * stopped, its router first. A new replica that cannot start rolls the deployment back with the old
+ * revision serving all along.
+ */
+
+const ROUTER = 0;
+const DECODE = 1;
+
+function service(decode: string): Plan {
+  return openService(
+    ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2, commands: [${decode}]}`],
+    ['rollout: {coherence: revision}'],
+  );
+}
+
+function serving(plan = service('serve-v1')): RunCore {
+  let core = coreOf(plan);
+  const all = plan.jobs.map((j) => j.job_num);
+  const first = pass(core, [jobs(core, all.map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000);
+  core = play(first.core, first.effects, T0 + 1000).core;
+  const up = pass(core, [jobs(core, all.flatMap((n) => [running(n), ready(n)]))], T0 + 2000);
+  return play(up.core, up.effects, T0 + 2000).core;
+}
+
+/** The effects answered as the shell and the nodes would (`answer` may answer otherwise), pass after pass; every effect seen, with the core it came from. */
+function play(core: RunCore, effects: Effect[], now: number, answer: (core: RunCore, e: Effect) => RunEvent[] = answersTo) {
+  const seen: Array<{ core: RunCore; effect: Effect }> = [];
+  let state = core;
+  let pending = effects;
+  for (let i = 0; i < 80 && pending.length > 0; i++) {
+    seen.push(...pending.map((effect) => ({ core: state, effect })));
+    const step = pass(state, pending.flatMap((e) => answer(state, e)), now + i);
+    state = step.core;
+    pending = step.effects;
+  }
+  return { core: state, seen };
+}
+
+const tables = (seen: Array<{ effect: Effect }>) => seen.flatMap(({ effect }) => (effect.kind === 'push-routes' ? [effect.table] : []));
+const readyUrls = (table: ReturnType<typeof tables>[number], revision: number, group: string) =>
+  table.revisions.find((r) => r.number === revision)?.groups.find((g) => g.name === group)?.replicas.map((r) => r.url) ?? [];
+const commandsOf = (core: RunCore, group: number) =>
+  groupMembers(core.run.jobs, group).map((job) => (core.live?.added_plans[job.job_num] ?? core.plan.jobs[job.job_num])?.commands[0]);
+
+describe('a coherent rollout (rollout.coherence: revision)', () => {
+  it('starts the new revision whole in depends_on order, moves the traffic in one table, then retires the old one, router first', () => {
+    const before = serving();
+    const oldRanks = activeJobs(before.run).map((j) => j.job_num);
+    const hashBefore = before.plan.service?.revision;
+    const step = pass(before, [{ kind: 'deploy', id: 3, plan: service('serve-v2') }], T0 + 3000);
+    // decode first (the router depends on it), both its new replicas at once; nothing old touched.
+    const asked = step.effects.flatMap((e) => (e.kind === 'new-attempts' ? [e] : []));
+    expect(asked.map((e) => [e.group, e.jobs.length])).toEqual([[DECODE, 2]]);
+    expect(step.effects.some((e) => e.kind === 'drain' || e.kind === 'release')).toBe(false);
+
+    const { core, seen } = play(step.core, step.effects, T0 + 3000);
+    expect(core.service?.rollout).toMatchObject({ id: 3, number: 1, over: true, error: null });
+    // Only the new revision is left, with the new commands, each replica told its revision's hash.
+    const left = activeJobs(core.run);
+    expect(left.map((j) => revisionOf(core, j.job_num))).toEqual([1, 1, 1]);
+    expect(left.some((j) => oldRanks.includes(j.job_num))).toBe(false);
+    expect(commandsOf(core, DECODE)).toEqual(['serve-v2', 'serve-v2']);
+    const hashAfter = core.plan.service?.revision;
+    expect(hashAfter).not.toBe(hashBefore);
+    expect(left.map((j) => core.live?.added_plans[j.job_num]?.revision)).toEqual([hashAfter, hashAfter, hashAfter]);
+
+    // The new router was asked for only once both new decodes had run READY.
+    const routerAsked = seen.findIndex(({ effect }) => effect.kind === 'new-attempts' && effect.group === ROUTER);
+    expect(routerAsked).toBeGreaterThan(0);
+    const atRouter = seen[routerAsked]!.core;
+    expect(groupMembers(atRouter.run.jobs, DECODE).filter((j) => revisionOf(atRouter, j.job_num) === 1 && j.status === 'READY')).toHaveLength(2);
+
+    // Tables: revision 0 current while 1 starts (its own pool), then 1 current in one push, then 0 gone.
+    const pushed = tables(seen);
+    const firstOnOne = pushed.findIndex((t) => t.current_revision === 1);
+    expect(firstOnOne).toBeGreaterThan(0);
+    for (const t of pushed.slice(0, firstOnOne)) {
+      expect(t.current_revision).toBe(0);
+      expect(readyUrls(t, 0, 'router')).toHaveLength(1);
+      expect(readyUrls(t, 0, 'decode')).toHaveLength(2);
+    }
+    const switched = pushed[firstOnOne]!;
+    expect(switched.revisions.map((r) => r.number)).toEqual([0, 1]);
+    expect(readyUrls(switched, 1, 'router')).toHaveLength(1);
+    expect(readyUrls(switched, 1, 'decode')).toHaveLength(2);
+    expect(pushed.at(-1)!.revisions.map((r) => r.number)).toEqual([1]);
+
+    // No old replica drained before the gateways had the new revision current; the router's drained first.
+    const drains = seen.flatMap(({ core: at, effect }) => (effect.kind === 'drain' ? [{ at, effect }] : []));
+    expect(drains.length).toBeGreaterThanOrEqual(2);
+    for (const { at } of drains) expect(JSON.parse(at.service!.delivered_key!)).toMatchObject({ current_revision: 1 });
+    const routerUrl = before.run.jobs[0]!.instance!.internal_ip;
+    expect(drains[0]!.effect.urls).toEqual([`http://${routerUrl}:8000`]);
+  });
+
+  it("gives each revision's replicas only their own revision's peers: in the book, DSTACK_* and ${{ }} values", () => {
+    const before = serving();
+    const step = pass(before, [{ kind: 'deploy', id: 3, plan: service('serve-v2') }], T0 + 3000);
+    // Answer the new decodes' attempts, then look at the book the new ones start with.
+    const asked = step.effects.find((e) => e.kind === 'new-attempts');
+    if (asked?.kind !== 'new-attempts') throw new Error('no new attempts');
+    const placed = pass(step.core, [jobs(step.core, asked.jobs.map((j) => provisioned(j.job_num, j.attempt)))], T0 + 3100).core;
+    const newDecodes = asked.jobs.map((j) => placed.run.jobs[j.job_num]!);
+    const { starts } = booksToStartWith(placed, [...newDecodes, placed.run.jobs[1]!]);
+    expect(starts?.map((s) => s.jobs.map((j) => j.job_num))).toEqual([newDecodes.map((j) => j.job_num), [1]]);
+    const [fresh, old] = starts!;
+    // Old ranks are out of the new ones' view (as removed ranks are), and the other way round.
+    expect(fresh!.book.removed).toEqual([0, 1, 2]);
+    expect(old!.book.removed).toEqual(newDecodes.map((j) => j.job_num));
+    expect(fresh!.book.peers?.revision).toBe(1);
+    expect(fresh!.book.peers?.groups.flatMap((g) => g.nodes.map((n) => n.rank))).toEqual(newDecodes.map((j) => j.job_num));
+    expect(old!.book.peers?.groups.flatMap((g) => g.nodes.map((n) => n.rank))).toEqual([0, 1, 2]);
+
+    // Every publication gives each node its own revision's view.
+    const { seen } = play(placed, [], T0 + 3200);
+    const later = play(pass(placed, [jobs(placed, newDecodes.flatMap((j) => [running(j.job_num, j.attempt), ready(j.job_num, j.attempt)]))], T0 + 3300).core, [], T0 + 3300);
+    for (const { effect } of [...seen, ...later.seen]) {
+      if (effect.kind !== 'publish-peers') continue;
+      for (const view of effect.books) {
+        const book = JSON.parse(view.json) as { revision?: number; groups: Array<{ nodes: Array<{ rank: number }> }> };
+        const ranks = book.groups.flatMap((g) => g.nodes.map((n) => n.rank));
+        for (const job of view.jobs) expect(ranks).toContain(job.job_num);
+        expect(new Set(ranks.map((n) => revisionOf(placed, n)))).toEqual(new Set([book.revision]));
+      }
+    }
+  });
+
+  it('rolls back when a new replica cannot start: the old revision serves all along, the new one is stopped, the plan is the old one', () => {
+    const before = serving();
+    const step = pass(before, [{ kind: 'deploy', id: 4, plan: service('serve-broken') }], T0 + 3000);
+    let failedOne = false;
+    const failing = (at: RunCore, e: Effect): RunEvent[] => {
+      if (e.kind !== 'new-attempts' || failedOne) return answersTo(at, e);
+      failedOne = true;
+      // The first new decode starts, then exits before it is READY.
+      const [first, ...rest] = e.jobs;
+      return [
+        jobs(at, e.jobs.map((j) => provisioned(j.job_num, j.attempt))),
+        jobs(at, [running(first!.job_num, first!.attempt), exited(first!.job_num, 1, first!.attempt), ...rest.map((j) => running(j.job_num, j.attempt))]),
+      ];
+    };
+    const { core, seen } = play(step.core, step.effects, T0 + 3000, failing);
+    const rollout = core.service?.rollout;
+    expect(rollout?.over).toBe(true);
+    expect(rollout?.error).toMatch(/^deployment 1 rolled back: decode\/\d \(job \d+\) did not start: .*; revision 0 serves$/);
+    // The old replicas were never drained, released or restarted; the table never moved off revision 0.
+    const oldRanks = activeJobs(before.run).map((j) => j.job_num);
+    expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(oldRanks);
+    expect(activeJobs(core.run).every((j) => j.status === 'READY' && j.restarts === 0)).toBe(true);
+    expect(tables(seen).every((t) => t.current_revision === 0)).toBe(true);
+    for (const { effect } of seen) {
+      if (effect.kind === 'release') expect(effect.jobs.some((j) => oldRanks.includes(j.job_num))).toBe(false);
+    }
+    expect(core.plan.groups[DECODE]?.commands).toEqual(['serve-v1']);
+    expect(core.plan.service?.revision).toBe(before.plan.service?.revision);
+    expect(tables(seen).at(-1)!.revisions.map((r) => r.number)).toEqual([0]);
+  });
+
+  it('rolls back a new revision not READY by the progress deadline: its growth given up, the old one untouched', () => {
+    const before = serving();
+    const step = pass(before, [{ kind: 'deploy', id: 6, plan: service('serve-slow') }], T0 + 3000);
+    // The new decodes run but never pass their probe.
+    const slow = (at: RunCore, e: Effect): RunEvent[] =>
+      e.kind === 'new-attempts' ? [jobs(at, e.jobs.map((j) => provisioned(j.job_num, j.attempt))), jobs(at, e.jobs.map((j) => running(j.job_num, j.attempt)))] : answersTo(at, e);
+    const waiting = play(step.core, step.effects, T0 + 3000, slow).core;
+    expect(waiting.service?.rollout).toMatchObject({ over: false, coherent: { phase: 'starting' } });
+    const deadline = waiting.service!.rollout!.coherent!.deadline_ms;
+    expect(deadline).toBe(T0 + 3000 + 600_000);
+    expect(rolloutDeadline(waiting)).toBe(deadline);
+    expect(nextDeadline(waiting)).toBeLessThanOrEqual(deadline);
+    const late = pass(waiting, [], deadline);
+    const { core } = play(late.core, late.effects, deadline);
+    expect(core.service?.rollout?.error).toBe('deployment 1 rolled back: the new revision was not READY within the progress deadline (600 s); revision 0 serves');
+    expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(activeJobs(before.run).map((j) => j.job_num));
+    expect(core.plan.groups[DECODE]?.commands).toEqual(['serve-v1']);
+  });
+
+  it('a change of replicas only keeps the revision: resized in place, the new replica of the serving revision', () => {
+    const before = serving(
+      openService(
+        ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', '{name: decode, replicas: 2..3, scaling: {metric: rps, target: 5}, commands: [serve-v1]}'],
+        ['rollout: {coherence: revision}'],
+      ),
+    );
+    const bigger = openService(
+      ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', '{name: decode, replicas: 3, commands: [serve-v1]}'],
+      ['rollout: {coherence: revision}'],
+    );
+    const step = pass(before, [{ kind: 'deploy', id: 5, plan: bigger }], T0 + 3000);
+    const { core } = play(step.core, step.effects, T0 + 3000);
+    expect(core.service?.rollout).toMatchObject({ over: true, error: null, coherent: null });
+    expect(activeJobs(core.run).map((j) => revisionOf(core, j.job_num))).toEqual([0, 0, 0, 0]);
+    expect(core.service?.current_revision).toBe(0);
+  });
+});
+
+describe('what a coherent rollout does not run yet', () => {
+  const groups = ['{name: web, replicas: 2, commands: [serve]}'];
+  it.each([
+    ['steps: 2', 'steps: 2'],
+    ['canary: {traffic: 10, soak: 5s}', 'canary'],
+    ['rollback: manual', 'rollback: manual'],
+    ['max_surge: 1', 'max_surge: 1'],
+    ['max_surge: 50%', 'max_surge: 50%'],
+  ])('refuses %s at planning, naming it', (field, named) => {
+    expect(() => openService(groups, [`rollout: {coherence: revision, ${field}}`])).toThrow(`rollout: ${named} is not built yet (issue 28)`);
+  });
+  it('plans the defaults and dstack rolling', () => {
+    expect(openService(groups, ['rollout: {coherence: revision}']).service?.rollout.coherence).toBe('revision');
+    expect(openService(groups).service?.rollout.coherence).toBe('independent');
+  });
+});

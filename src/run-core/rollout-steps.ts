@@ -1,0 +1,44 @@
+import type { Effect } from './effects';
+import { beginResize } from './scaling';
+import type { RunCore, ServiceCore } from './state';
+
+/**
+ * What both kinds of rollout (deployment.ts: dstack's rolling; coherent-rollout.ts: by revision) do
+ * the same way: a step is a resize of one group, begun here with an id of the deployments' own, read
+ * once it is over, and forgotten (no Update answers it). Pure.
+ */
+
+/** Resizes a deployment makes have ids from here up (the scaleGroup Update's count from 1). */
+const DEPLOY_RESIZE_IDS = 1_000_000;
+
+export type StepPhase = 'resizing' | 'adding' | 'removing';
+
+/** A resize of the deployment's begins as its step under way. */
+export function beginStep(core: RunCore, step: { group: number; phase: StepPhase }, ask: { nodes: number; victims?: number[] }, now: number, effects: Effect[]): RunCore {
+  const service = serviceOf(core);
+  const rollout = service.rollout;
+  if (!rollout) return core;
+  const id = DEPLOY_RESIZE_IDS + service.resizes_made;
+  const next = withService(core, { ...service, resizes_made: service.resizes_made + 1, rollout: { ...rollout, step: { ...step, resize: id } } });
+  return beginResize(next, { id, group: step.group, ...ask }, now, effects);
+}
+
+/** The rollout is over (`error`: why it stopped or was undone). */
+export function rolloutOver(core: RunCore, error: string | null): RunCore {
+  const service = serviceOf(core);
+  const rollout = service.rollout;
+  return rollout ? withService(core, { ...service, rollout: { ...rollout, step: null, steps: [], error, over: true } }) : core;
+}
+
+export function serviceOf(core: RunCore): ServiceCore {
+  if (!core.service) throw new Error(`run ${core.plan.run_name} is not a service`);
+  return core.service;
+}
+
+export function withService(core: RunCore, service: ServiceCore): RunCore {
+  return { ...core, service };
+}
+
+export function withLiveResizes(core: RunCore, change: (resizes: NonNullable<RunCore['live']>['resizes']) => NonNullable<RunCore['live']>['resizes']): RunCore {
+  return core.live ? { ...core, live: { ...core.live, resizes: change(core.live.resizes) } } : core;
+}

@@ -1,0 +1,32 @@
+import type { Client } from '@temporalio/client';
+import { runWorkflowId } from '../../src/contract/ids';
+import { stopRunSignal } from '../../src/contract/messages';
+
+/**
+ * What the service tests of the stand-in model server (examples/services/stand-in-model.py) share:
+ * its probe (a chat completion, which a router passes on through a prefill and a decode replica),
+ * and the header of its router group, as YAML lines.
+ */
+export const STAND_IN_PROBE_YAML = [
+  'probes:',
+  '  - type: http',
+  '    url: /v1/chat/completions',
+  '    method: post',
+  '    headers:',
+  '      - name: Content-Type',
+  '        value: application/json',
+  `    body: '{"messages": [{"role": "user", "content": "ping"}]}'`,
+  '    interval: 1s',
+  '    timeout: 5s',
+];
+
+/** `groups:` with the router group's header (one smg router after prefill and decode), up to its `commands:`. */
+export const STAND_IN_ROUTER_GROUP_YAML = ['groups:', '  - name: router', '    replicas: 1', '    router:', '      type: smg', '    depends_on: [prefill, decode]', '    commands:'];
+
+/** After a test file: its run aborted if a failed test left it running. */
+export async function abortRunIfRunning(client: Client, name: string): Promise<void> {
+  const handle = client.workflow.getHandle(runWorkflowId(name));
+  if ((await handle.describe().catch(() => null))?.status.name !== 'RUNNING') return;
+  await handle.signal(stopRunSignal, { abort: true }).catch(() => undefined);
+  await handle.result().catch(() => undefined);
+}
