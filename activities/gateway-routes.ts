@@ -1,7 +1,15 @@
 import type { ApplicationFailure } from '@temporalio/common';
-import { deleteServiceTable, gatewayInfo, GatewayAdminError, putServiceTable, serviceInflight, type GatewayAdmin } from '../src/gateway/admin-client';
+import { deleteServiceTable, gatewayInfo, GatewayAdminError, putServiceTable, serviceFigures, serviceInflight, type GatewayAdmin } from '../src/gateway/admin-client';
 import type { GatewayInfo } from '../src/gateway/routing-table';
-import type { DrainReplicasInput, DrainReplicasResult, PushServiceTableInput, PushServiceTableResult, RemoveServiceTableInput } from './types';
+import type {
+  DrainReplicasInput,
+  DrainReplicasResult,
+  PushServiceTableInput,
+  PushServiceTableResult,
+  ReadServiceFiguresInput,
+  ReadServiceFiguresResult,
+  RemoveServiceTableInput,
+} from './types';
 import { FailureType } from '../src/run-core/failure-table';
 import { activityFailure } from './activity-failure';
 import { whileHeartbeating } from './heartbeat';
@@ -86,6 +94,24 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
           await new Promise((resolve) => setTimeout(resolve, DRAIN_POLL_MS));
         }
       });
+    },
+
+    /** The service's figures per revision over the window, from every gateway that answers; none answering fails (retried). */
+    async readServiceFigures({ run, window_s }: ReadServiceFiguresInput): Promise<ReadServiceFiguresResult> {
+      const answers = await Promise.allSettled(gateways.map((gateway) => serviceFigures(gateway, run, window_s, DRAIN_POLL_TIMEOUT_MS)));
+      const failed = rejections(answers);
+      if (gateways.length === 0 || failed.length === gateways.length) throw gatewaysFailed(`the figures of service ${run}`, gateways.length, failed);
+      const byRevision = new Map<number, ReadServiceFiguresResult['revisions'][number]>();
+      for (const answer of answers) {
+        if (answer.status !== 'fulfilled' || answer.value === null) continue;
+        for (const r of answer.value.revisions) {
+          const seen = byRevision.get(r.revision) ?? { revision: r.revision, requests: 0, errors: 0, p95_ms: null };
+          const p95 = r.latency_p95_ms === null ? seen.p95_ms : Math.max(seen.p95_ms ?? 0, r.latency_p95_ms);
+          byRevision.set(r.revision, { revision: r.revision, requests: seen.requests + r.requests, errors: seen.errors + r.errors, p95_ms: p95 });
+        }
+      }
+      const silent = answers.flatMap((a, i) => (a.status === 'rejected' ? [gateways[i]?.url ?? '?'] : []));
+      return { revisions: [...byRevision.values()].sort((a, b) => a.revision - b.revision), silent_gateways: silent };
     },
 
     /** DELETE the run's table on every gateway. */

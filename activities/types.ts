@@ -116,3 +116,18 @@ export interface DrainReplicasResult {
   left: number;
   silent_gateways: string[];
 }
+
+/** A service's figures over the last `window_s` seconds, asked of every gateway (a rollout's gates read them). */
+export interface ReadServiceFiguresInput {
+  run: string;
+  window_s: number;
+}
+
+/**
+ * Per revision, over every gateway that answered: answers and errors summed, p95 the highest any
+ * gateway saw (each gateway's percentile is exact for its own requests; they cannot be merged from here).
+ */
+export interface ReadServiceFiguresResult {
+  revisions: Array<{ revision: number; requests: number; errors: number; p95_ms: number | null }>;
+  silent_gateways: string[];
+}

@@ -129,9 +129,10 @@ export const CoherentRolloutSchema = z.object({
    * `starting`: the new revision's replicas start, group by group in depends_on order, each group READY
    * before the next; `shifting`: the gateways take the table with the new revision current; `retiring`:
    * the old revision's replicas are drained and stopped, entry groups first; `rolling-back`: the new
-   * revision's are stopped, the old one serving as it did.
+   * revision's are stopped, the old one serving as it did. With a canary, `canary` between starting and
+   * shifting: the new revision takes its share of new requests over the soak, its figures gated.
    */
-  phase: z.enum(['starting', 'shifting', 'retiring', 'rolling-back']),
+  phase: z.enum(['starting', 'canary', 'shifting', 'retiring', 'rolling-back']),
   /** Groups this phase has still to do, in order. */
   queue: z.array(z.number().int()),
   /** Replicas the new revision wants, by group index. */
@@ -145,6 +146,8 @@ export const CoherentRolloutSchema = z.object({
   deadline_ms: z.number(),
   /** Why it is rolling back, or null. */
   cause: z.string().nullable(),
+  /** The canary: since when every gateway gives it its share (epoch ms; null: not yet), whether a reading of the figures is under way, when the last was asked, and its verdict. */
+  canary: z.object({ since_ms: z.number().nullable(), reading: z.boolean(), read_at_ms: z.number().nullable(), gate: z.string().nullable() }),
 });
 
 export type CoherentRollout = z.infer<typeof CoherentRolloutSchema>;

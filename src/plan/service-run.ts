@@ -28,7 +28,7 @@ export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly strin
     );
   }
   const unbuilt = unbuiltRollout(service.rollout);
-  if (unbuilt) throw new ServiceRunError(`rollout: ${unbuilt} is not built yet (issue 28); a coherent rollout runs max_surge: 100%, steps: 1, no canary, rollback: auto`);
+  if (unbuilt) throw new ServiceRunError(`rollout: ${unbuilt} is not built yet (issue 28); a coherent rollout runs max_surge: 100%, steps: 1, rollback: auto`);
   const groups = service.groups.map((g) => groupOf(service, g));
   const router = service.router_group;
   return PlanSchema.parse({
@@ -62,7 +62,6 @@ export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly strin
 function unbuiltRollout(rollout: ServicePlan['rollout']): string | null {
   if (rollout.coherence !== 'revision') return null;
   if (rollout.steps > 1) return `steps: ${rollout.steps}`;
-  if (rollout.canary) return 'canary';
   if (rollout.rollback === 'manual') return 'rollback: manual';
   const surge = rollout.max_surge;
   if (surge.kind === 'count' || surge.p !== 100) return `max_surge: ${surge.kind === 'count' ? surge.n : `${surge.p}%`}`;

@@ -209,11 +209,79 @@ describe('a coherent rollout (rollout.coherence: revision)', () => {
   });
 });
 
+describe('a coherent rollout with a canary', () => {
+  const canaried = (decode: string) =>
+    openService(
+      ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2, commands: [${decode}]}`],
+      ['rollout: {coherence: revision, canary: {traffic: 10, soak: 5s}}'],
+    );
+  /** The canary's figures as the gateways would give them: `errors` of every 20 of its answers, none of the old's. */
+  const figures = (errors: number) => (e: Effect): RunEvent[] =>
+    e.kind === 'read-figures'
+      ? [{ kind: 'figures', revisions: [{ revision: 0, requests: 180, errors: 0, p95_ms: 40 }, { revision: 1, requests: 20, errors, p95_ms: 45 }], error: null }]
+      : [];
+  /** Passes half a second apart, every effect answered (read-figures by `answer`); what was seen, with when. */
+  function run(core: RunCore, effects: Effect[], from: number, answer: (e: Effect) => RunEvent[]) {
+    const seen: Array<{ at: number; core: RunCore; effect: Effect }> = [];
+    let state = core;
+    let pending = effects;
+    let now = from;
+    for (let i = 0; i < 120 && !(state.service?.rollout?.over ?? true); i++) {
+      seen.push(...pending.map((effect) => ({ at: now, core: state, effect })));
+      const events = pending.flatMap((e) => (e.kind === 'read-figures' ? answer(e) : answersTo(state, e)));
+      now += 500;
+      const step = pass(state, events, now);
+      state = step.core;
+      pending = step.effects;
+    }
+    return { core: state, seen };
+  }
+
+  it('gives the new revision its share once whole, reads its figures over the soak, then moves all traffic and retires the old', () => {
+    const before = serving(canaried('serve-v1'));
+    const step = pass(before, [{ kind: 'deploy', id: 8, plan: canaried('serve-v2') }], T0 + 3000);
+    const { core, seen } = run(step.core, step.effects, T0 + 3000, figures(0));
+    expect(core.service?.rollout).toMatchObject({ over: true, error: null });
+    expect(activeJobs(core.run).map((j) => revisionOf(core, j.job_num))).toEqual([1, 1, 1]);
+    const pushed = tables(seen);
+    const canaryTable = pushed.findIndex((t) => t.revisions.some((r) => r.number === 1 && r.traffic === 10));
+    expect(canaryTable).toBeGreaterThanOrEqual(0);
+    expect(pushed[canaryTable]!.current_revision).toBe(0);
+    expect(readyUrls(pushed[canaryTable]!, 1, 'router')).toHaveLength(1);
+    // Read about once a second from when the gateways had the share, the last after the soak; then current.
+    const reads = seen.filter(({ effect }) => effect.kind === 'read-figures');
+    expect(reads.length).toBeGreaterThanOrEqual(5);
+    const switched = seen.find(({ effect }) => effect.kind === 'push-routes' && effect.table.current_revision === 1)!;
+    const since = reads[0]!.core.service!.rollout!.coherent!.canary.since_ms!;
+    expect(switched.at - since).toBeGreaterThanOrEqual(5000);
+    expect(reads.at(-1)!.at).toBeGreaterThanOrEqual(since + 5000);
+    // No old replica leaves before that.
+    const firstDrain = seen.find(({ effect }) => effect.kind === 'drain')!;
+    expect(firstDrain.at).toBeGreaterThanOrEqual(switched.at);
+  });
+
+  it("rolls back on a failed gate: the share gone in the next table, the new revision stopped, the old one never touched", () => {
+    const before = serving(canaried('serve-v1'));
+    const step = pass(before, [{ kind: 'deploy', id: 9, plan: canaried('serve-bad') }], T0 + 3000);
+    const { core, seen } = run(step.core, step.effects, T0 + 3000, figures(4));
+    expect(core.service?.rollout?.error).toBe(
+      "deployment 1 rolled back: the canary's gate failed: error rate 20% (4 of 20) above 5% and the old revision's 0%; revision 0 serves",
+    );
+    const failedAt = seen.find(({ effect }) => effect.kind === 'read-figures')!.at;
+    // The table right after the failing reading: no share for revision 1, revision 0 current.
+    const after = tables(seen.filter(({ at }) => at > failedAt));
+    expect(after[0]!.current_revision).toBe(0);
+    expect(after[0]!.revisions.every((r) => r.traffic === undefined)).toBe(true);
+    expect(tables(seen).every((t) => t.current_revision === 0)).toBe(true);
+    expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(activeJobs(before.run).map((j) => j.job_num));
+    expect(core.service?.rollout?.coherent?.canary.gate).toBe('error rate 20% (4 of 20) above 5% and the old revision\'s 0%');
+  });
+});
+
 describe('what a coherent rollout does not run yet', () => {
   const groups = ['{name: web, replicas: 2, commands: [serve]}'];
   it.each([
     ['steps: 2', 'steps: 2'],
-    ['canary: {traffic: 10, soak: 5s}', 'canary'],
     ['rollback: manual', 'rollback: manual'],
     ['max_surge: 1', 'max_surge: 1'],
     ['max_surge: 50%', 'max_surge: 50%'],

@@ -1,5 +1,7 @@
 import type { Plan } from '../plan/plan-schema';
 import type { Effect } from './effects';
+import type { RunEvent } from './events';
+import { judgeCanary } from './rollout-gates';
 import { groupMembers } from './jobs';
 import { revisionOf } from './revisions';
 import { routesSettled } from './routing';
@@ -19,6 +21,12 @@ import type { CoherentRollout } from '../contract/core-state-schema';
  * before its successor serves. Pure: `now` comes in.
  */
 
+/** How often a canary's figures are read over its soak. */
+export const CANARY_READ_MS = 1000;
+
+/** How long past its soak a canary whose figures cannot be read is waited on before it is rolled back. */
+const CANARY_UNREAD_MS = 60_000;
+
 /** The rollout's first move: the plan as deployed is the core's, `undo` the plan before it. */
 export function beginCoherent(core: RunCore, undo: Plan, counts: number[], now: number, effects: Effect[]): RunCore {
   const service = serviceOf(core);
@@ -36,6 +44,7 @@ export function beginCoherent(core: RunCore, undo: Plan, counts: number[], now: 
     },
     deadline_ms: now + (core.plan.service?.rollout.gates.progress_deadline_s ?? 600) * 1000,
     cause: null,
+    canary: { since_ms: null, reading: false, read_at_ms: null, gate: null },
   };
   return advanceCoherent(withService(core, { ...service, rollout: { ...rollout, coherent } }), now, effects);
 }
@@ -66,6 +75,8 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
     case 'starting':
       if (now >= coherent.deadline_ms) return advanceCoherent(rollBack(core, coherent, pastDeadline(core)), now, effects);
       return startNext(core, coherent, now, effects);
+    case 'canary':
+      return watchCanary(core, coherent, now, effects);
     case 'shifting':
       // Every gateway sends new requests to the new revision before an old replica leaves.
       if (!routesSettled(core)) return core;
@@ -81,8 +92,9 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
 function startNext(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore {
   const [group, ...rest] = coherent.queue;
   if (group === undefined) {
-    const service = serviceOf(core);
-    return withCoherent(withService(core, { ...service, current_revision: coherent.revision }), { ...coherent, phase: 'shifting', queue: [] });
+    // All of it READY: a canary's share first where the rollout has one, else all new requests at once.
+    if (core.plan.service?.rollout.canary) return advanceCoherent(withCoherent(core, { ...coherent, phase: 'canary', queue: [] }), now, effects);
+    return shift(core, coherent);
   }
   const popped = withCoherent(core, { ...coherent, queue: rest });
   const count = coherent.counts[group] ?? 0;
@@ -94,6 +106,52 @@ function startNext(core: RunCore, coherent: CoherentRollout, now: number, effect
   const added = id === undefined ? [] : (resizeOf(begun, id)?.added ?? []);
   const service = serviceOf(begun);
   return withService(begun, { ...service, revision_of: { ...service.revision_of, ...Object.fromEntries(added.map((n) => [n, coherent.revision])) } });
+}
+
+/** The new revision serves every new request: one table makes it current on every gateway. */
+function shift(core: RunCore, coherent: CoherentRollout): RunCore {
+  const service = serviceOf(core);
+  return withCoherent(withService(core, { ...service, current_revision: coherent.revision }), { ...coherent, phase: 'shifting', queue: [] });
+}
+
+/**
+ * The canary's soak: from when every gateway gives the new revision its share, its figures are read
+ * every CANARY_READ_MS and judged against the old revision's (rollout-gates.ts), and once more after
+ * the soak; a failed gate rolls back at once, a passed one after the soak moves all traffic.
+ */
+function watchCanary(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore {
+  const { canary } = coherent;
+  if (canary.since_ms === null) return routesSettled(core) ? withCoherent(core, { ...coherent, canary: { ...canary, since_ms: now } }) : core;
+  if (canary.reading) return core;
+  const soakEnd = soakEndOf(core, canary.since_ms);
+  if (canary.read_at_ms !== null && now < canary.read_at_ms + CANARY_READ_MS && !(now >= soakEnd && canary.read_at_ms < soakEnd)) return core;
+  const window_s = Math.min(300, Math.max(1, Math.ceil((now - canary.since_ms) / 1000)));
+  effects.push({ kind: 'read-figures', window_s });
+  return withCoherent(core, { ...coherent, canary: { ...canary, reading: true, read_at_ms: now } });
+}
+
+/** A reading of the figures is in: the gate's verdict, and the soak over or not. */
+export function canaryRead(core: RunCore, event: Extract<RunEvent, { kind: 'figures' }>, now: number, effects: Effect[]): RunCore {
+  const coherent = core.service?.rollout?.coherent;
+  const rollout = core.plan.service?.rollout;
+  if (!coherent || coherent.phase !== 'canary' || !coherent.canary.reading || coherent.canary.since_ms === null || !rollout) return core;
+  const canary = { ...coherent.canary, reading: false };
+  const soakEnd = soakEndOf(core, coherent.canary.since_ms);
+  const readAfterSoak = (canary.read_at_ms ?? 0) >= soakEnd;
+  if (event.error !== null) {
+    const gate = `the figures could not be read: ${event.error}`;
+    // Gateways that cannot say how the canary does for a minute past its soak: it is not let through.
+    if (now >= soakEnd + CANARY_UNREAD_MS) return advanceCoherent(rollBack(core, { ...coherent, canary: { ...canary, gate } }, `gate: ${gate}`), now, effects);
+    return withCoherent(core, { ...coherent, canary: { ...canary, gate } });
+  }
+  const verdict = judgeCanary(rollout.gates, event.revisions, coherent.from, coherent.revision);
+  if (!verdict.ok) return advanceCoherent(rollBack(core, { ...coherent, canary: { ...canary, gate: verdict.why } }, `the canary's gate failed: ${verdict.why}`), now, effects);
+  const passed = withCoherent(core, { ...coherent, canary: { ...canary, gate: verdict.note } });
+  return readAfterSoak ? advanceCoherent(shift(passed, { ...coherent, canary: { ...canary, gate: verdict.note } }), now, effects) : passed;
+}
+
+function soakEndOf(core: RunCore, since: number): number {
+  return since + (core.plan.service?.rollout.canary?.soak_s ?? 0) * 1000;
 }
 
 /** The next group's replicas that `leaves` picks are drained and stopped; none left: the rollout is over (`error`). */
@@ -129,7 +187,13 @@ function pastDeadline(core: RunCore): string {
 /** When a rollout still starting must be looked at again without an event: its deadline (epoch ms), or null. */
 export function rolloutDeadline(core: RunCore): number | null {
   const coherent = core.service?.rollout?.coherent;
-  return coherent && !core.service?.rollout?.over && coherent.phase === 'starting' ? coherent.deadline_ms : null;
+  if (!coherent || core.service?.rollout?.over) return null;
+  if (coherent.phase === 'starting') return coherent.deadline_ms;
+  const { since_ms, reading, read_at_ms } = coherent.canary;
+  if (coherent.phase !== 'canary' || since_ms === null || reading) return null;
+  const soakEnd = soakEndOf(core, since_ms);
+  if (read_at_ms === null) return since_ms;
+  return read_at_ms < soakEnd ? Math.min(read_at_ms + CANARY_READ_MS, soakEnd) : read_at_ms + CANARY_READ_MS;
 }
 
 function rolledBack(number: number, coherent: CoherentRollout): string {

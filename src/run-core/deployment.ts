@@ -3,7 +3,7 @@ import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { groupMembers, isJobFinished } from './jobs';
 import { resizeOf } from './scaling';
-import { advanceCoherent, beginCoherent } from './coherent-rollout';
+import { advanceCoherent, beginCoherent, canaryRead } from './coherent-rollout';
 import { keepsRevisionsApart } from './revisions';
 import { beginStep, rolloutOver, serviceOf, withLiveResizes, withService } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
@@ -102,6 +102,7 @@ export function decideDeployment(core: RunCore, event: RunEvent, now: number): D
     const done = service.rollout?.id === event.id && service.rollout.over;
     return { state: done ? withService(core, { ...service, rollout: null }) : core, effects };
   }
+  if (event.kind === 'figures') return { state: canaryRead(core, event, now, effects), effects };
   if (event.kind !== 'tick' || !service.rollout || service.rollout.over) return { state: core, effects };
   return { state: service.rollout.coherent ? advanceCoherent(core, now, effects) : advance(core, now, effects), effects };
 }

@@ -45,6 +45,8 @@ export type Effect =
   | { kind: 'push-routes'; generation: number; table: ServiceTableInput }
   /** Wait until no gateway has a request in flight to these replicas (at most `timeout_s`); report `drained` for resize `resize`. */
   | { kind: 'drain'; resize: number; urls: string[]; timeout_s: number }
+  /** Read the service's figures per revision over the last `window_s` seconds on every gateway; report `figures`. */
+  | { kind: 'read-figures'; window_s: number }
   /** After teardown: submit the whole run again, after this back-off. */
   | { kind: 'resubmit'; after_s: number }
   /** After teardown: the run's final status, reason and message. */

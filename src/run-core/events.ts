@@ -35,6 +35,8 @@ export type RunEvent =
   | { kind: 'drained'; id: number; left: number; error: string | null }
   /** Deploy this plan of the service (the applyService Update; `id` names its answer). */
   | { kind: 'deploy'; id: number; plan: Plan }
+  /** A reading of the service's figures on the gateways (a canary's gate), or why it could not be read. */
+  | { kind: 'figures'; revisions: Array<{ revision: number; requests: number; errors: number; p95_ms: number | null }>; error: string | null }
   /** The deployment's Update has its answer: it is forgotten. */
   | { kind: 'deploy-answered'; id: number }
   /** Look again: time passed, or a step outside the core changed the jobs. */

@@ -41,6 +41,7 @@ export function decideOutcome(core: RunCore, event: RunEvent, now: number): Deci
     case 'drained':
     case 'deploy':
     case 'deploy-answered':
+    case 'figures':
       return { state: core, effects };
   }
 }

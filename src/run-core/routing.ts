@@ -5,7 +5,7 @@ import { activeJobs, isJobFinished } from './jobs';
 import { drainingRanks } from './live';
 import type { RunCore, ServiceCore } from './state';
 import type { JobState } from '../contract/run-state';
-import { keepsRevisionsApart, revisionOf, servingRevision } from './revisions';
+import { canaryShare, keepsRevisionsApart, revisionOf, servingRevision } from './revisions';
 
 /**
  * A service's routing: the table every gateway routes its requests by (src/gateway/routing-table.ts),
@@ -73,6 +73,7 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
     }));
   // dstack's rolling: one pool, whatever revision a replica is of. Kept apart: a pool per revision running.
   const current = servingRevision(core);
+  const share = canaryShare(core);
   const numbers = keepsRevisionsApart(plan) ? [...new Set([current, ...jobs.map((job) => revisionOf(core, job.job_num))])].sort((a, b) => a - b) : [current];
   return {
     run: plan.run_name,
@@ -82,6 +83,8 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
     current_revision: current,
     revisions: numbers.map((number) => ({
       number,
+      // A canary takes its share of new requests; the current revision the rest.
+      ...(share && share.revision === number && number !== current ? { traffic: share.percent } : {}),
       entry,
       groups: pool(numbers.length === 1 ? () => true : (job) => revisionOf(core, job.job_num) === number),
     })),

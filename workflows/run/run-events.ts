@@ -5,7 +5,7 @@ import { announceStatus, type Run } from './run-context';
 import { askNewAttempts } from './run-attempts';
 import { attemptRefsOf } from './run-job-refs';
 import { publishPeers } from './run-peers';
-import { drainReplicas, pushRoutes } from './run-routes';
+import { drainReplicas, pushRoutes, readFigures } from './run-routes';
 import { releaseRemoved } from './run-scaling';
 
 /**
@@ -49,6 +49,9 @@ function apply(run: Run, effect: Effect): void {
       break;
     case 'drain':
       drainReplicas(run, effect);
+      break;
+    case 'read-figures':
+      readFigures(run, effect);
       break;
     case 'end-submission':
       // The submission's end is read from the core by the loop; teardown carries it out.

@@ -20,6 +20,13 @@ const gatewayActivities = proxyActivities<TroupeActivities>({
   retry: { initialInterval: '1s', maximumInterval: '10s', nonRetryableErrorTypes: [FailureType.NoGateway, FailureType.GatewayRefused] },
 });
 
+/** A reading of the figures is due again within a second or two: a short try, then the core asks again. */
+const figuresActivities = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '5s',
+  scheduleToCloseTimeout: '10s',
+  retry: { initialInterval: '500ms', maximumInterval: '2s', nonRetryableErrorTypes: [FailureType.NoGateway] },
+});
+
 /** A drain polls the gateways for up to its timeout, heartbeating. */
 const drainActivities = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '5m',
@@ -47,6 +54,16 @@ export function drainReplicas(run: Run, effect: Extract<Effect, { kind: 'drain' 
     .then(
       ({ left }) => run.inbox.push({ kind: 'drained', id: resize, left, error: null }),
       (err: unknown) => run.inbox.push({ kind: 'drained', id: resize, left: 0, error: rootMessage(err) }),
+    );
+}
+
+/** A canary's figures read on the gateways; the loop hears back with `figures` (one that cannot be read, with its error). */
+export function readFigures(run: Run, effect: Extract<Effect, { kind: 'read-figures' }>): void {
+  void figuresActivities.readServiceFigures
+    .executeWithOptions({ summary: `figures of the last ${effect.window_s} s` }, [{ run: run.state.run_name, window_s: effect.window_s }])
+    .then(
+      ({ revisions }) => run.inbox.push({ kind: 'figures', revisions, error: null }),
+      (err: unknown) => run.inbox.push({ kind: 'figures', revisions: [], error: rootMessage(err) }),
     );
 }
 
