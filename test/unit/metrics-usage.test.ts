@@ -3,6 +3,7 @@ import { mergeSeries, workerMetricsUrls } from '../../src/client/run-usage';
 import { formatBytes, renderUsageTable } from '../../src/cli/render/usage-table';
 import { plain } from '../../src/cli/render/style';
 import { pointOf, type JobKey, type JobSeries, type JobUsage } from '../../src/backends/job-usage';
+import { parseJobUsage } from '../../src/backends/ssh/usage-script';
 import { parseListenAddress } from '../../src/metrics/metrics-server';
 import { TroupeMetrics } from '../../src/metrics/troupe-metrics';
 import { UsageRings } from '../../src/metrics/usage-rings';
@@ -32,6 +33,38 @@ describe('pointOf', () => {
   it('has no rate for a first reading or a counter that went back (another process tree)', () => {
     expect(pointOf(null, reading(0, 10)).cpu_percent).toBeNull();
     expect(pointOf(reading(0, 10), reading(1_000, 3)).cpu_percent).toBeNull();
+  });
+});
+
+describe('parseJobUsage (an SSH host\'s answer)', () => {
+  // nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits
+  // prints one line per GPU, fields joined by ", " (no header, no units); the script prefixes each with "gpu ".
+  const answer = (...gpuLines: string[]) => ['result usage proc 1700000000123 ticks 250 314572800 67430744064', ...gpuLines.map((l) => `gpu ${l}`), ''].join('\n');
+
+  it('reads each GPU line nvidia-smi prints, in MiB and percent, as bytes and percent', () => {
+    const usage = parseJobUsage(answer('0, NVIDIA H100 80GB HBM3, 87, 61234, 81559', '1, NVIDIA H100 80GB HBM3, 3, 0, 81559'));
+    expect(usage).toEqual({
+      at_ms: 1700000000123,
+      cpu_seconds: 2.5,
+      memory_bytes: 314572800,
+      memory_limit_bytes: 67430744064,
+      source: 'proc',
+      gpus: [
+        { index: 0, name: 'NVIDIA H100 80GB HBM3', util_percent: 87, memory_used_bytes: 61234 * MiB, memory_total_bytes: 81559 * MiB },
+        { index: 1, name: 'NVIDIA H100 80GB HBM3', util_percent: 3, memory_used_bytes: 0, memory_total_bytes: 81559 * MiB },
+      ],
+    });
+  });
+
+  it('skips what is not a GPU line (a failing nvidia-smi may print its message on stdout), and has no GPU without any', () => {
+    const failed = answer("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.");
+    expect(parseJobUsage(failed)?.gpus).toEqual([]);
+    expect(parseJobUsage(answer())?.gpus).toEqual([]);
+  });
+
+  it('is null when the job is not running there, and reads a cgroup\'s CPU time in microseconds', () => {
+    expect(parseJobUsage('result absent\n')).toBeNull();
+    expect(parseJobUsage('result usage cgroup 1700000000000 usec 1500000 1048576 2097152\n')).toMatchObject({ source: 'cgroup', cpu_seconds: 1.5, memory_limit_bytes: 2097152 });
   });
 });
 
