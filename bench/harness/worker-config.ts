@@ -21,6 +21,8 @@ export const WorkerConfigSchema = z.object({
   ]),
   /** The worker's activity slots; the SDK's default (100) when absent. */
   max_concurrent_activities: z.number().int().positive().optional(),
+  /** The gateways the worker pushes services' tables to (as `troupe worker --gateway` with its admin token). */
+  gateways: z.array(z.object({ url: z.string(), token: z.string() })).optional(),
   /** HOST:PORT: serve the worker's metrics there, the SDK's exporter on, as `troupe worker --metrics` does. */
   metrics: z.string().optional(),
 });

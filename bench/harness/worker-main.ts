@@ -1,6 +1,7 @@
 /**
  * A Troupe worker in its own process, for the benches: a simulated backend, or the real local
- * fleet (as `local`), configured by the JSON in TROUPE_BENCH_WORKER (see WorkerConfigSchema).
+ * fleet (as `local`) with the gateways services are pushed to, configured by the JSON in
+ * TROUPE_BENCH_WORKER (see WorkerConfigSchema).
  * Prints "ready" once polling; SIGTERM stops it.
  */
 import { Client } from '@temporalio/client';
@@ -49,7 +50,7 @@ const worker = await Worker.create({
   taskQueue: config.task_queue,
   workflowBundle: { codePath: config.bundle_path },
   dataConverter: troupeDataConverter(),
-  activities: createActivities(backends),
+  activities: createActivities(backends, { gateways: config.gateways ?? [] }),
   sinks: metricsSinks(workerMetrics),
   maxConcurrentActivityTaskExecutions: config.max_concurrent_activities ?? DEFAULT_MAX_ACTIVITIES,
 });

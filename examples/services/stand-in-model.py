@@ -12,6 +12,9 @@ DSTACK_NODE_GROUP_NODE_RANK) and, where its env has one, TROUPE_REVISION or TROU
                          address book ($TROUPE_PEERS_FILE, read again on every request, `ready` nodes
                          only) and says in its answer which ones it used.
 
+  --error-rate F         answers that share (0..1) of chat completions with HTTP 500 instead, as a bad
+                         revision of a model server would (also env STAND_IN_ERROR_RATE; default 0).
+
 It listens on 0.0.0.0:PORT (--host to narrow it), serves requests concurrently and stops cleanly on SIGTERM.
 """
 
@@ -19,6 +22,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import signal
 import sys
 import threading
@@ -26,6 +30,18 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def share(text):
+    """A share of requests, 0..1 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 1") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not from 0 to 1")
+    return value
+
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--role", choices=["router", "prefill", "decode"], required=True)
@@ -36,7 +52,18 @@ parser.add_argument("--warmup", type=float, default=0.0, help="seconds /health a
 parser.add_argument("--worker-port", type=int, help="the prefill and decode replicas' port (default: --port)")
 parser.add_argument("--prefill-group", default="prefill")
 parser.add_argument("--decode-group", default="decode")
+parser.add_argument(
+    "--error-rate",
+    type=share,
+    default=None,
+    help="the share (0..1) of chat completions answered with HTTP 500, as a bad revision would (env STAND_IN_ERROR_RATE)",
+)
 args = parser.parse_args()
+if args.error_rate is None:
+    try:
+        args.error_rate = share(os.environ.get("STAND_IN_ERROR_RATE") or "0")
+    except argparse.ArgumentTypeError as err:
+        parser.error(f"STAND_IN_ERROR_RATE: {err}")
 WORKER_PORT = args.worker_port or args.port
 
 GROUP = os.environ.get("DSTACK_NODE_GROUP_NAME", args.role)
@@ -168,6 +195,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(400, 'the body wants {"messages": [{"role": "user", "content": "..."}]}')
         if body.get("stream"):
             return self.error(400, "the stand-in does not stream: send stream=false")
+        if args.error_rate and random.random() < args.error_rate:
+            return self.error(500, f"a bad revision: this stand-in fails {args.error_rate:.0%} of chat completions (--error-rate {args.error_rate})")
         try:
             self.reply(200, answer(body))
         except Unavailable as err:

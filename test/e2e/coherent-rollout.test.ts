@@ -10,7 +10,7 @@ import { applyServiceUpdate, stopRunSignal } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
 import type { Plan } from '../../src/plan/plan-schema';
 import { leftovers } from '../helpers/leftovers';
-import { abortRunIfRunning, STAND_IN_PROBE_YAML, STAND_IN_ROUTER_GROUP_YAML } from '../helpers/stand-in-service';
+import { abortRunIfRunning, standInPdServiceYaml } from '../helpers/stand-in-service';
 import { startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
 /**
@@ -29,30 +29,9 @@ const name = `coh-${randomBytes(3).toString('hex')}`;
 const standIn = join(env.shared.dir, 'stand-in-model.py');
 let gateway: RunningGateway;
 
-/** The service; `decode` is decode's command line after the stand-in (a broken one: `exit 1`). */
+/** The service; `decode` is decode's command line before the stand-in (a broken one: `exit 1`). */
 function service(label: string, decode = ''): Plan {
-  const replica = (role: string, extra = '') => `      - DEMO_LABEL=${label} exec python3 ${standIn} --role ${role} --port 8000${extra}`;
-  const text = [
-    'type: service',
-    `name: ${name}`,
-    'port: 8000',
-    'auth: false',
-    'rollout:',
-    '  coherence: revision',
-    ...STAND_IN_PROBE_YAML,
-    ...STAND_IN_ROUTER_GROUP_YAML,
-    replica('router'),
-    '  - name: prefill',
-    '    replicas: 2',
-    '    commands:',
-    replica('prefill', ' --warmup 1'),
-    '  - name: decode',
-    '    replicas: 2',
-    '    commands:',
-    ...(decode ? [`      - ${decode}`] : []),
-    replica('decode', ' --warmup 1'),
-  ].join('\n');
-  return serviceRunPlan(loadServicePlan(text, 'svc.yml', { environ: {} }), null);
+  return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script: standIn, label, coherence: 'revision', decode }), 'svc.yml', { environ: {} }), null);
 }
 
 beforeAll(async () => {

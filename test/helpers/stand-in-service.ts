@@ -23,6 +23,35 @@ export const STAND_IN_PROBE_YAML = [
 /** `groups:` with the router group's header (one smg router after prefill and decode), up to its `commands:`. */
 export const STAND_IN_ROUTER_GROUP_YAML = ['groups:', '  - name: router', '    replicas: 1', '    router:', '      type: smg', '    depends_on: [prefill, decode]', '    commands:'];
 
+/**
+ * The stand-in PD service as YAML: router 1 / prefill 2 / decode 2 (workers loading for 1 s), each
+ * replica `DEMO_LABEL=<label> python3 <script> --role …` on port 8000, rolled with `coherence`;
+ * `decode` is a command run before decode's stand-in (a broken one: `exit 1`).
+ */
+export function standInPdServiceYaml(o: { name: string; script: string; label: string; coherence: 'revision' | 'independent'; decode?: string }): string {
+  const replica = (role: string, extra = '') => `      - DEMO_LABEL=${o.label} exec python3 ${o.script} --role ${role} --port 8000${extra}`;
+  return [
+    'type: service',
+    `name: ${o.name}`,
+    'port: 8000',
+    'auth: false',
+    'rollout:',
+    `  coherence: ${o.coherence}`,
+    ...STAND_IN_PROBE_YAML,
+    ...STAND_IN_ROUTER_GROUP_YAML,
+    replica('router'),
+    '  - name: prefill',
+    '    replicas: 2',
+    '    commands:',
+    replica('prefill', ' --warmup 1'),
+    '  - name: decode',
+    '    replicas: 2',
+    '    commands:',
+    ...(o.decode ? [`      - ${o.decode}`] : []),
+    replica('decode', ' --warmup 1'),
+  ].join('\n');
+}
+
 /** After a test file: its run aborted if a failed test left it running. */
 export async function abortRunIfRunning(client: Client, name: string): Promise<void> {
   const handle = client.workflow.getHandle(runWorkflowId(name));

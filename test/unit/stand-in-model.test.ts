@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +11,8 @@ import { freePort } from '../helpers/free-port';
  * run: a prefill and a decode replica on loopback addresses of their own, a router that finds them in
  * a peers file written here. Its promises: OpenAI-shaped answers marked with group, replica and
  * revision; the router's prefill → decode path from `ready` nodes of the book as it is at each
- * request; a reason, not a hang, when a group has no ready node; a clean exit on SIGTERM.
+ * request; a reason, not a hang, when a group has no ready node; a clean exit on SIGTERM; with
+ * --error-rate (or STAND_IN_ERROR_RATE) a bad revision's share of 500s.
  */
 
 const script = join(projectRoot, 'examples', 'services', 'stand-in-model.py');
@@ -119,4 +120,29 @@ describe('the stand-in model server', () => {
     expect(body.choices[0]?.message.content).toBe('Hello, world');
     expect(body.troupe).toEqual({ group: 'decode', replica: 0, role: 'decode' });
   }, 30_000);
+
+  it('answers a bad revision\'s share of chat completions with a 500 that says so (--error-rate, STAND_IN_ERROR_RATE); /health stays 200', async () => {
+    const [all, half] = [await freePort(), await freePort()];
+    await standIn('decode', 'decode', '127.0.0.1', all, ['--error-rate', '1']);
+    await standIn('decode', 'decode', '127.0.0.1', half, [], { STAND_IN_ERROR_RATE: '0.5' });
+    const bad = await chat(`http://127.0.0.1:${all}`);
+    expect(bad.status).toBe(500);
+    expect(bad.body.error.message).toBe('decode/0: a bad revision: this stand-in fails 100% of chat completions (--error-rate 1.0)');
+    expect((await fetch(`http://127.0.0.1:${all}/health`)).status).toBe(200);
+    const statuses = await Promise.all(Array.from({ length: 100 }, async () => (await chat(`http://127.0.0.1:${half}`)).status));
+    // 100 draws at 0.5: fewer than 20 of either is a chance below 1e-9.
+    expect(statuses.filter((s) => s === 500).length).toBeGreaterThan(20);
+    expect(statuses.filter((s) => s === 200).length).toBeGreaterThan(20);
+    expect(statuses.filter((s) => s !== 200 && s !== 500)).toEqual([]);
+  }, 30_000);
+
+  it('refuses an error rate outside 0..1, from the flag or the environment', () => {
+    const run = (extra: string[], env: Record<string, string> = {}) => spawnSync('python3', [script, '--role', 'decode', ...extra], { env: { PATH: process.env.PATH, ...env }, encoding: 'utf8' });
+    const flag = run(['--error-rate', '1.5']);
+    expect(flag.status).toBe(2);
+    expect(flag.stderr).toContain('argument --error-rate: 1.5 is not from 0 to 1');
+    const environ = run([], { STAND_IN_ERROR_RATE: 'often' });
+    expect(environ.status).toBe(2);
+    expect(environ.stderr).toContain("STAND_IN_ERROR_RATE: 'often' is not a number from 0 to 1");
+  });
 });
