@@ -207,6 +207,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    # socketserver's listen backlog is 5: a burst of connections past it waits out SYN retries (1 s, 3 s, ...).
+    ThreadingHTTPServer.request_queue_size = 1024
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
 

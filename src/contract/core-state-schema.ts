@@ -120,6 +120,13 @@ export const LiveCoreSchema = z.object({
 });
 
 /** A service's routing: the tables the run asked the gateways for, and what they took (routing.ts). */
+/** What a deployment changes of a service's plan: its service settings and each group's commands and size. */
+export const SpecSchema = z.object({
+  service: ServiceRunSchema,
+  groups: z.array(z.object({ commands: z.array(z.string()), nodes: z.number().int(), nodes_range: z.object({ min: z.number().int(), max: z.number().int() }).nullable() })),
+});
+export type Spec = z.infer<typeof SpecSchema>;
+
 /** A rollout that keeps revisions apart: the new revision started whole, traffic moved, the old retired. */
 export const CoherentRolloutSchema = z.object({
   /** The new revision (the deployment's number) and the one serving before it. */
@@ -138,16 +145,22 @@ export const CoherentRolloutSchema = z.object({
   /** Replicas the new revision wants, by group index. */
   counts: z.array(z.number().int().nonnegative()),
   /** What the deployment changed of the plan, as it was: put back by a rollback. */
-  undo: z.object({
-    service: ServiceRunSchema,
-    groups: z.array(z.object({ commands: z.array(z.string()), nodes: z.number().int(), nodes_range: z.object({ min: z.number().int(), max: z.number().int() }).nullable() })),
-  }),
+  undo: SpecSchema,
   /** Past it, a rollout still starting is rolled back (epoch ms). */
   deadline_ms: z.number(),
   /** Why it is rolling back, or null. */
   cause: z.string().nullable(),
-  /** The canary: since when every gateway gives it its share (epoch ms; null: not yet), whether a reading of the figures is under way, when the last was asked, and its verdict. */
-  canary: z.object({ since_ms: z.number().nullable(), reading: z.boolean(), read_at_ms: z.number().nullable(), gate: z.string().nullable() }),
+  /** The canary: its share, since when every gateway gives it (epoch ms; null: not yet), whether a reading of the figures is under way, when the last was asked, and its verdict. */
+  canary: z.object({
+    /** Its share of new requests (null: no canary). */
+    traffic_percent: z.number().nullable(),
+    since_ms: z.number().nullable(),
+    reading: z.boolean(),
+    read_at_ms: z.number().nullable(),
+    gate: z.string().nullable(),
+  }),
+  /** Paused by hand since (epoch ms), or null: no next step, and its clocks (deadline, soak) stopped. */
+  paused_at_ms: z.number().nullable(),
 });
 
 export type CoherentRollout = z.infer<typeof CoherentRolloutSchema>;
@@ -173,6 +186,8 @@ export const ServiceCoreSchema = z.object({
   revision_of: byJobNum(z.number().int().nonnegative()),
   /** The revision new requests go to (the gateways' current_revision): the last one a rollout made serve. */
   current_revision: z.number().int().nonnegative(),
+  /** The spec the last coherent rollout that went through replaced: what `troupe rollout rollback` deploys again (null: none). */
+  last_good: SpecSchema.nullable(),
   /** Resizes deployments made so far: the next one's id. */
   resizes_made: z.number().int().nonnegative(),
   /** The deployment under way or just over (until its Update has its answer), or null. */

@@ -2,7 +2,7 @@ import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 import type { JobRef } from '../backends/backend';
 import type { JobPlan, Plan } from '../plan/plan-schema';
 import type { AddressBook, JobEvent } from './message-schemas';
-import type { JobState, RunState } from './run-state';
+import type { JobState, RolloutStatus, RunState } from './run-state';
 
 /** The messages between a user, a run and its group children (their schemas: src/contract/message-schemas.ts). */
 export type { AddressBook, CarriedRun, JobEvent, PeersBook, RunInput, RunInputArg, RunOptions, RunOptionsInput } from './message-schemas';
@@ -74,6 +74,23 @@ export interface ApplyServiceResult {
  * every changed group is rolled or resized, and the gateways route by the new table.
  */
 export const applyServiceUpdate = defineUpdate<ApplyServiceResult, [{ plan: Plan }]>('applyService');
+
+/** What a service's rollout may be asked by hand (`troupe rollout pause|resume|rollback`). */
+export type RolloutAction = 'pause' | 'resume' | 'rollback';
+
+/** What `rolloutControl` answers: the rollout as it is once the action took (a rollback: once it is over). */
+export interface RolloutControlResult {
+  action: RolloutAction;
+  rollout: RolloutStatus | null;
+}
+
+/**
+ * User → run of a service: pause a coherent rollout where it is (no next step; its clocks stop),
+ * resume it, or roll it back — the one under way (the old revision serving throughout), or, once one
+ * is over, the last one (its old spec deployed again, as a new deployment). Validated before it is
+ * accepted; a rollback answers once it is over.
+ */
+export const rolloutControlUpdate = defineUpdate<RolloutControlResult, [{ action: RolloutAction }]>('rolloutControl');
 
 /** A resize's refusal type while the run continues as new: the request is fine, only early (the SDK asks again). */
 export const HANDING_OVER = 'RunHandingOver';

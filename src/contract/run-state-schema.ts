@@ -82,6 +82,26 @@ export const JobStateSchema = z.object({
 });
 export type JobState = z.infer<typeof JobStateSchema>;
 
+/** A service's rollout as `troupe rollout status` and `troupe ps` show it. */
+export const RolloutStatusSchema = z.object({
+  /** The deployment it is. */
+  deployment: z.number().int().nonnegative(),
+  coherence: z.enum(['revision', 'independent']),
+  /** Its new revision, and the one serving before it (null: dstack's rolling, one pool). */
+  revision: z.number().int().nonnegative(),
+  from: z.number().int().nonnegative().nullable(),
+  /** Where it is: a coherent rollout's phase, `rolling` (dstack's), or `over`. */
+  phase: z.enum(['starting', 'canary', 'shifting', 'retiring', 'rolling-back', 'rolling', 'over']),
+  paused: z.boolean(),
+  /** A canary's share of new requests and its gate's last verdict. */
+  canary: z.object({ traffic_percent: z.number(), gate: z.string().nullable() }).nullable(),
+  /** Why it stopped or was rolled back (null: it went through, or goes on). */
+  error: z.string().nullable(),
+  /** A revision to go back to with `troupe rollout rollback` once it is over. */
+  can_roll_back: z.boolean(),
+});
+export type RolloutStatus = z.infer<typeof RolloutStatusSchema>;
+
 export const RunStateSchema = z.object({
   run_name: z.string(),
   /** The workflow id (`run/<name>`). */
@@ -128,6 +148,8 @@ export const RunStateSchema = z.object({
       table_generation: z.number().int().nonnegative(),
       /** The deployment running: 0 as submitted, +1 per `troupe apply` of a changed service (dstack's deployment=N). */
       deployment: z.number().int().nonnegative().default(0),
+      /** The last rollout, under way or over (null: none since the run began). */
+      rollout: RolloutStatusSchema.nullable().default(null),
     })
     .nullable()
     .default(null),

@@ -8,6 +8,7 @@ export type {
   RunState,
   RunStatus,
   RunTerminationReason,
+  RolloutStatus,
 } from './run-state-schema';
 
 /** Past this much JSON the jobs are left out of the state's answers (Temporal warns above 512 KiB). */

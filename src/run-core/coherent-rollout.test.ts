@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Plan } from '../plan/plan-schema';
-import { answersTo, coreOf, exited, jobs, openService, pass, provisioned, ready, running, T0 } from '../../test/helpers/run-core';
+import { answersTo, exited, jobs, openService, pass, play, provisioned, ready, running, servingCore, T0 } from '../../test/helpers/run-core';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, groupMembers } from './jobs';
@@ -28,28 +28,7 @@ function service(decode: string): Plan {
   );
 }
 
-function serving(plan = service('serve-v1')): RunCore {
-  let core = coreOf(plan);
-  const all = plan.jobs.map((j) => j.job_num);
-  const first = pass(core, [jobs(core, all.map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000);
-  core = play(first.core, first.effects, T0 + 1000).core;
-  const up = pass(core, [jobs(core, all.flatMap((n) => [running(n), ready(n)]))], T0 + 2000);
-  return play(up.core, up.effects, T0 + 2000).core;
-}
-
-/** The effects answered as the shell and the nodes would (`answer` may answer otherwise), pass after pass; every effect seen, with the core it came from. */
-function play(core: RunCore, effects: Effect[], now: number, answer: (core: RunCore, e: Effect) => RunEvent[] = answersTo) {
-  const seen: Array<{ core: RunCore; effect: Effect }> = [];
-  let state = core;
-  let pending = effects;
-  for (let i = 0; i < 80 && pending.length > 0; i++) {
-    seen.push(...pending.map((effect) => ({ core: state, effect })));
-    const step = pass(state, pending.flatMap((e) => answer(state, e)), now + i);
-    state = step.core;
-    pending = step.effects;
-  }
-  return { core: state, seen };
-}
+const serving = (plan = service('serve-v1')): RunCore => servingCore(plan);
 
 const tables = (seen: Array<{ effect: Effect }>) => seen.flatMap(({ effect }) => (effect.kind === 'push-routes' ? [effect.table] : []));
 const readyUrls = (table: ReturnType<typeof tables>[number], revision: number, group: string) =>

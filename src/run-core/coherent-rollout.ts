@@ -44,7 +44,8 @@ export function beginCoherent(core: RunCore, undo: Plan, counts: number[], now: 
     },
     deadline_ms: now + (core.plan.service?.rollout.gates.progress_deadline_s ?? 600) * 1000,
     cause: null,
-    canary: { since_ms: null, reading: false, read_at_ms: null, gate: null },
+    canary: { traffic_percent: core.plan.service?.rollout.canary?.traffic_percent ?? null, since_ms: null, reading: false, read_at_ms: null, gate: null },
+    paused_at_ms: null,
   };
   return advanceCoherent(withService(core, { ...service, rollout: { ...rollout, coherent } }), now, effects);
 }
@@ -55,18 +56,26 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
   const rollout = service.rollout;
   const coherent = rollout?.coherent;
   if (!rollout || rollout.over || !coherent) return core;
+  // Paused by hand: no next move (a resize under way finishes on its own and is read on resume).
+  if (coherent.paused_at_ms !== null) return core;
   const step = rollout.step;
   if (step !== null) {
     const resize = resizeOf(core, step.resize);
-    // Past the deadline, a share still starting is given up: the growth undone, then rolled back below.
+    // Past the deadline, a share still starting is given up: the growth undone, then rolled back below;
+    // and a rollback asked meanwhile gives it up at once.
     if (resize?.phase === 'growing' && coherent.phase === 'starting' && now >= coherent.deadline_ms) {
       return advanceCoherent(abandonGrowth(core, resize.id, pastDeadline(core), now, effects), now, effects);
+    }
+    if (resize?.phase === 'growing' && coherent.phase === 'rolling-back') {
+      return advanceCoherent(abandonGrowth(core, resize.id, coherent.cause ?? 'rolled back', now, effects), now, effects);
     }
     if (!resize || resize.phase !== 'over') return core;
     const forgotten = withLiveResizes(core, (resizes) => resizes.filter((r) => r.id !== step.resize));
     const next = withCoherent({ ...forgotten, service: { ...serviceOf(forgotten), rollout: { ...rollout, step: null } } }, coherent);
     if (resize.error === null) return advanceCoherent(next, now, effects);
     if (coherent.phase === 'starting') return advanceCoherent(rollBack(next, coherent, resize.error), now, effects);
+    // A growth given up by the rollback itself: its new ranks are out already.
+    if (coherent.phase === 'rolling-back' && step.phase === 'adding') return advanceCoherent(next, now, effects);
     if (coherent.phase === 'rolling-back') return rolloutOver(next, `${rolledBack(rollout.number, coherent)}; and stopping it: ${resize.error}`);
     // An old replica that could not be taken out: the new revision serves; say what is left.
     return rolloutOver(next, `deployment ${rollout.number}: revision ${coherent.revision} serves, but an old replica was not removed: ${resize.error}`);
@@ -81,8 +90,12 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
       // Every gateway sends new requests to the new revision before an old replica leaves.
       if (!routesSettled(core)) return core;
       return advanceCoherent(withCoherent(core, { ...coherent, phase: 'retiring', queue: retireOrder(core.plan) }), now, effects);
-    case 'retiring':
-      return removeNext(core, coherent, (n) => revisionOf(core, n) !== coherent.revision, null, now, effects);
+    case 'retiring': {
+      const next = removeNext(core, coherent, (n) => revisionOf(core, n) !== coherent.revision, null, now, effects);
+      // Through: the spec it replaced is the one a rollback by hand deploys again.
+      const done = serviceOf(next);
+      return done.rollout?.over && done.rollout.error === null ? withService(next, { ...done, last_good: coherent.undo }) : next;
+    }
     case 'rolling-back':
       return removeNext(core, coherent, (n) => revisionOf(core, n) === coherent.revision, rolledBack(rollout.number, coherent), now, effects);
   }
@@ -93,7 +106,7 @@ function startNext(core: RunCore, coherent: CoherentRollout, now: number, effect
   const [group, ...rest] = coherent.queue;
   if (group === undefined) {
     // All of it READY: a canary's share first where the rollout has one, else all new requests at once.
-    if (core.plan.service?.rollout.canary) return advanceCoherent(withCoherent(core, { ...coherent, phase: 'canary', queue: [] }), now, effects);
+    if (coherent.canary.traffic_percent !== null) return advanceCoherent(withCoherent(core, { ...coherent, phase: 'canary', queue: [] }), now, effects);
     return shift(core, coherent);
   }
   const popped = withCoherent(core, { ...coherent, queue: rest });
@@ -145,9 +158,11 @@ export function canaryRead(core: RunCore, event: Extract<RunEvent, { kind: 'figu
     return withCoherent(core, { ...coherent, canary: { ...canary, gate } });
   }
   const verdict = judgeCanary(rollout.gates, event.revisions, coherent.from, coherent.revision);
-  if (!verdict.ok) return advanceCoherent(rollBack(core, { ...coherent, canary: { ...canary, gate: verdict.why } }, `the canary's gate failed: ${verdict.why}`), now, effects);
+  // A failed gate rolls back even while paused: the old revision is the safe one.
+  if (!verdict.ok) return advanceCoherent(rollBack(core, { ...coherent, paused_at_ms: null, canary: { ...canary, gate: verdict.why } }, `the canary's gate failed: ${verdict.why}`), now, effects);
   const passed = withCoherent(core, { ...coherent, canary: { ...canary, gate: verdict.note } });
-  return readAfterSoak ? advanceCoherent(shift(passed, { ...coherent, canary: { ...canary, gate: verdict.note } }), now, effects) : passed;
+  const through = readAfterSoak && coherent.paused_at_ms === null;
+  return through ? advanceCoherent(shift(passed, { ...coherent, canary: { ...canary, gate: verdict.note } }), now, effects) : passed;
 }
 
 function soakEndOf(core: RunCore, since: number): number {
@@ -166,7 +181,7 @@ function removeNext(core: RunCore, coherent: CoherentRollout, leaves: (jobNum: n
 }
 
 /** The rollout turns back: the old revision serves (it may never have stopped), the old plan is the plan again, the new revision's replicas go. */
-function rollBack(core: RunCore, coherent: CoherentRollout, cause: string): RunCore {
+export function rollBack(core: RunCore, coherent: CoherentRollout, cause: string): RunCore {
   const service = serviceOf(core);
   const plan: Plan = {
     ...core.plan,
@@ -187,7 +202,7 @@ function pastDeadline(core: RunCore): string {
 /** When a rollout still starting must be looked at again without an event: its deadline (epoch ms), or null. */
 export function rolloutDeadline(core: RunCore): number | null {
   const coherent = core.service?.rollout?.coherent;
-  if (!coherent || core.service?.rollout?.over) return null;
+  if (!coherent || core.service?.rollout?.over || coherent.paused_at_ms !== null) return null;
   if (coherent.phase === 'starting') return coherent.deadline_ms;
   const { since_ms, reading, read_at_ms } = coherent.canary;
   if (coherent.phase !== 'canary' || since_ms === null || reading) return null;

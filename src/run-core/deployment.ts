@@ -5,7 +5,8 @@ import { groupMembers, isJobFinished } from './jobs';
 import { resizeOf } from './scaling';
 import { advanceCoherent, beginCoherent, canaryRead } from './coherent-rollout';
 import { keepsRevisionsApart } from './revisions';
-import { beginStep, rolloutOver, serviceOf, withLiveResizes, withService } from './rollout-steps';
+import { rolloutStatusOf, steerRollout } from './rollout-control';
+import { beginStep, deploymentRefusal, rolloutOver, serviceOf, withLiveResizes, withService } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
 
 /**
@@ -94,6 +95,13 @@ function deployedPlan(current: Plan, next: Plan): Plan {
 }
 
 export function decideDeployment(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
+  const decision = decide(core, event, now);
+  // What the run shows of its rollout follows what was decided.
+  if (decision.state.run.service) decision.state.run.service = { ...decision.state.run.service, rollout: rolloutStatusOf(decision.state) };
+  return decision;
+}
+
+function decide(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
   const effects: Effect[] = [];
   const service = core.service;
   if (!service || !core.live) return { state: core, effects };
@@ -103,18 +111,9 @@ export function decideDeployment(core: RunCore, event: RunEvent, now: number): D
     return { state: done ? withService(core, { ...service, rollout: null }) : core, effects };
   }
   if (event.kind === 'figures') return { state: canaryRead(core, event, now, effects), effects };
+  if (event.kind === 'rollout-control') return { state: steerRollout(core, event.action, now, effects), effects };
   if (event.kind !== 'tick' || !service.rollout || service.rollout.over) return { state: core, effects };
   return { state: service.rollout.coherent ? advanceCoherent(core, now, effects) : advance(core, now, effects), effects };
-}
-
-/** Why the run cannot take a deployment now, or null. */
-export function deploymentRefusal(core: RunCore, stopping: boolean): string | null {
-  const { run } = core;
-  if (run.status !== 'RUNNING' || stopping || core.submission.ending) return `run ${run.run_name} is ${stopping ? 'stopping' : run.status}: a service is deployed to while it is RUNNING`;
-  const rollout = core.service?.rollout;
-  if (rollout && !rollout.over) return `deployment ${rollout.number} of ${run.run_name} is under way; try again when it ends`;
-  if (core.live?.resizes.some((r) => r.phase !== 'over')) return `a group of ${run.run_name} is being resized; try again when that ends`;
-  return null;
 }
 
 function deploy(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { kind: 'deploy' }>, now: number, effects: Effect[]): RunCore {

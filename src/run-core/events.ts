@@ -37,6 +37,8 @@ export type RunEvent =
   | { kind: 'deploy'; id: number; plan: Plan }
   /** A reading of the service's figures on the gateways (a canary's gate), or why it could not be read. */
   | { kind: 'figures'; revisions: Array<{ revision: number; requests: number; errors: number; p95_ms: number | null }>; error: string | null }
+  /** The rollout under way paused, resumed or rolled back by hand (the rolloutControl Update, once accepted). */
+  | { kind: 'rollout-control'; action: 'pause' | 'resume' | 'rollback' }
   /** The deployment's Update has its answer: it is forgotten. */
   | { kind: 'deploy-answered'; id: number }
   /** Look again: time passed, or a step outside the core changed the jobs. */

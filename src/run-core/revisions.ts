@@ -55,7 +55,7 @@ export function byView<J extends { job_num: number }>(core: RunCore, jobs: reado
 /** The share of new requests (percent) a canary revision takes now, or null (none under way). */
 export function canaryShare(core: RunCore): { revision: number; percent: number } | null {
   const coherent = core.service?.rollout?.coherent;
-  const canary = core.plan.service?.rollout.canary;
-  if (!coherent || coherent.phase !== 'canary' || !canary || core.service?.rollout?.over) return null;
-  return { revision: coherent.revision, percent: canary.traffic_percent };
+  const percent = coherent?.canary.traffic_percent ?? null;
+  if (!coherent || coherent.phase !== 'canary' || percent === null || core.service?.rollout?.over) return null;
+  return { revision: coherent.revision, percent };
 }

@@ -42,3 +42,13 @@ export function withService(core: RunCore, service: ServiceCore): RunCore {
 export function withLiveResizes(core: RunCore, change: (resizes: NonNullable<RunCore['live']>['resizes']) => NonNullable<RunCore['live']>['resizes']): RunCore {
   return core.live ? { ...core, live: { ...core.live, resizes: change(core.live.resizes) } } : core;
 }
+
+/** Why the run cannot take a deployment now, or null. */
+export function deploymentRefusal(core: RunCore, stopping: boolean): string | null {
+  const { run } = core;
+  if (run.status !== 'RUNNING' || stopping || core.submission.ending) return `run ${run.run_name} is ${stopping ? 'stopping' : run.status}: a service is deployed to while it is RUNNING`;
+  const rollout = core.service?.rollout;
+  if (rollout && !rollout.over) return `deployment ${rollout.number} of ${run.run_name} is under way; try again when it ends`;
+  if (core.live?.resizes.some((r) => r.phase !== 'over')) return `a group of ${run.run_name} is being resized; try again when that ends`;
+  return null;
+}

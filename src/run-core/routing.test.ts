@@ -76,7 +76,7 @@ describe("a service's routing table", () => {
       revisions: [{ number: 0, entry: ['router'], groups: [{ name: 'router', replicas: [] }, { name: 'decode', replicas: [] }] }],
     });
     core = pass(first.core, [pushed(1)], T0 + 1).core;
-    expect(core.run.service).toEqual({ endpoints: ['http://gw:8080/services/pd/'], auth: true, table_generation: 1, deployment: 0 });
+    expect(core.run.service).toEqual({ endpoints: ['http://gw:8080/services/pd/'], auth: true, table_generation: 1, deployment: 0, rollout: null });
 
     core = pass(core, [jobs(core, [0, 1, 2].map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000).core;
     const runningStep = pass(core, [jobs(core, [0, 1, 2].map((n) => running(n)))], T0 + 2000);

@@ -117,7 +117,7 @@ function pushed(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { 
   const problem = event.error === null ? null : `routing table v${event.generation} not on every gateway: ${event.error}`;
   if (core.run.message === service.problem) core.run.message = problem;
   if (event.error === null) {
-    core.run.service = { endpoints: event.endpoints, auth: core.plan.service?.auth != null, table_generation: event.generation, deployment: service.deployment };
+    core.run.service = { rollout: null, ...core.run.service, endpoints: event.endpoints, auth: core.plan.service?.auth != null, table_generation: event.generation, deployment: service.deployment };
     return { ...core, service: { ...service, pushing: null, delivered_key: service.key, retry_at_ms: null, pushed_at_ms: now, problem } };
   }
   return { ...core, service: { ...service, pushing: null, retry_at_ms: now + ROUTES_RETRY_MS, problem } };

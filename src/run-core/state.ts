@@ -25,7 +25,7 @@ export function newSubmissionCore(): SubmissionCore {
 
 /** A service before its first routing table. */
 export function newServiceCore(): ServiceCore {
-  return { generation: 0, key: '', pushing: null, delivered_key: null, retry_at_ms: null, pushed_at_ms: null, problem: null, deployment: 0, revision_of: {}, current_revision: 0, resizes_made: 0, rollout: null };
+  return { generation: 0, key: '', pushing: null, delivered_key: null, retry_at_ms: null, pushed_at_ms: null, problem: null, deployment: 0, revision_of: {}, current_revision: 0, last_good: null, resizes_made: 0, rollout: null };
 }
 
 /** Who the run is (from Temporal, never from its input) and where it runs. */
@@ -59,7 +59,7 @@ export function newRunCore(args: {
     jobs: freshJobsOf(plan.jobs, iso),
     jobs_paged: false,
     peers_version: 0,
-    service: plan.service ? { endpoints: [], auth: plan.service.auth !== null, table_generation: 0, deployment: 0 } : null,
+    service: plan.service ? { endpoints: [], auth: plan.service.auth !== null, table_generation: 0, deployment: 0, rollout: null } : null,
   };
   return {
     run,

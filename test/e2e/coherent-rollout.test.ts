@@ -11,7 +11,7 @@ import type { RunState } from '../../src/contract/run-state';
 import type { Plan } from '../../src/plan/plan-schema';
 import { leftovers } from '../helpers/leftovers';
 import { abortRunIfRunning, standInPdServiceYaml } from '../helpers/stand-in-service';
-import { startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
+import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
 /**
  * A coherent rollout (`rollout.coherence: revision`) of the prefill/decode stand-in service on the
@@ -19,6 +19,8 @@ import { startWorkerProcess, useWorkerProcesses, waitForRunState } from '../help
  * old one, the traffic moves in one table, the old one is drained and stopped. Not one request
  * fails and no answer's chain mixes revisions (router, prefill and decode each say theirs). A
  * revision whose decode cannot start is rolled back: the old one serves throughout, never restarted.
+ * A canary whose decode fails a fifth of its answers fails its gate and is rolled back: only requests
+ * it took fail. The worker SIGKILLed mid-rollout: the next one carries it on, nothing fails.
  */
 
 const ADMIN_TOKEN = `admin-${randomBytes(12).toString('hex')}`;
@@ -29,9 +31,9 @@ const name = `coh-${randomBytes(3).toString('hex')}`;
 const standIn = join(env.shared.dir, 'stand-in-model.py');
 let gateway: RunningGateway;
 
-/** The service; `decode` is decode's command line before the stand-in (a broken one: `exit 1`). */
-function service(label: string, decode = ''): Plan {
-  return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script: standIn, label, coherence: 'revision', decode }), 'svc.yml', { environ: {} }), null);
+/** The service; `more`: a command before decode's stand-in, its flags, `rollout:` lines. */
+function service(label: string, more: { decode?: string; decodeFlags?: string; rollout?: string[] } = {}): Plan {
+  return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script: standIn, label, coherence: 'revision', ...more }), 'svc.yml', { environ: {} }), null);
 }
 
 beforeAll(async () => {
@@ -68,7 +70,7 @@ function steadyLoad() {
         signal: AbortSignal.timeout(20_000),
       });
       const text = await res.text();
-      if (res.status !== 200) throw new Error(`${res.status} ${text.trim()}`);
+      if (res.status !== 200) throw new Error(`${res.status} revision ${res.headers.get('troupe-revision') ?? '-'}: ${text.trim()}`);
       const mark = (JSON.parse(text) as { troupe: Mark & { prefill: Mark; decode: Mark } }).troupe;
       chains.push({ router: mark.revision, prefill: mark.prefill.revision, decode: mark.decode.revision });
     } catch (err) {
@@ -124,7 +126,7 @@ describe('a coherent rollout of a running service', () => {
     const serving = live(after).map((j) => `${j.job_num}:${j.instance?.instance_id}`);
     load = steadyLoad();
     await new Promise((r) => setTimeout(r, 1000));
-    const refused = await handle.executeUpdate(applyServiceUpdate, { args: [{ plan: service('v3', 'exit 1') }] }).then(
+    const refused = await handle.executeUpdate(applyServiceUpdate, { args: [{ plan: service('v3', { decode: 'exit 1' }) }] }).then(
       () => 'answered',
       (err: unknown) => (err instanceof Error && err.cause instanceof Error ? err.cause.message : String(err)),
     );
@@ -137,6 +139,47 @@ describe('a coherent rollout of a running service', () => {
     const back: RunState = await waitForRunState(handle, (s) => live(s).length === 5 && live(s).every((j) => j.status === 'READY'));
     expect(live(back).map((j) => `${j.job_num}:${j.instance?.instance_id}`)).toEqual(serving);
     expect(back.jobs.every((j) => j.restarts === 0)).toBe(true);
+
+    // A canary whose decode fails a fifth of its answers: its gate fails, all traffic goes back, it is stopped;
+    // only requests the canary took failed.
+    load = steadyLoad();
+    await new Promise((r) => setTimeout(r, 1000));
+    const gated = await handle
+      .executeUpdate(applyServiceUpdate, { args: [{ plan: service('v4', { decodeFlags: ' --error-rate 0.2', rollout: ['  canary: {traffic: 20, soak: 10s}'] }) }] })
+      .then(
+        () => 'answered',
+        (err: unknown) => (err instanceof Error && err.cause instanceof Error ? err.cause.message : String(err)),
+      );
+    expect(gated).toMatch(/^deployment 3 rolled back: the canary's gate failed: error rate \d+(\.\d)?% \(\d+ of \d+\) above 5% and the old revision's 0%; revision 1 serves$/);
+    await new Promise((r) => setTimeout(r, 2000));
+    await load.stop();
+    expect(load.failures.length).toBeGreaterThan(0);
+    // The canary's decode fails; its router answers 502 for it: each one an answer of revision 3.
+    expect(load.failures.filter((f) => !/^Error: 5\d\d revision 3: /.test(f))).toEqual([]);
+    expect(mixed(load.chains)).toEqual([]);
+    const canaryState: RunState = await waitForRunState(handle, (s) => live(s).length === 5);
+    expect(live(canaryState).map((j) => `${j.job_num}:${j.instance?.instance_id}`)).toEqual(serving);
+    expect(canaryState.service?.rollout).toMatchObject({ deployment: 3, phase: 'over', canary: { traffic_percent: 20 } });
+
+    // The worker SIGKILLed while a good revision starts: the next one carries the rollout on, nothing fails or starts twice.
+    load = steadyLoad();
+    const v5 = service('v5');
+    const rolling = handle.executeUpdate(applyServiceUpdate, { args: [{ plan: v5 }] });
+    await waitForRunState(handle, (s) => s.jobs.filter((j) => !j.removed && j.status === 'READY').length >= 6);
+    await kill9(workers[0]!);
+    workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: { TROUPE_GATEWAYS: gateway.adminUrl, TROUPE_GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN } }));
+    expect(await rolling).toMatchObject({ deployment: 4 });
+    await new Promise((r) => setTimeout(r, 1000));
+    await load.stop();
+    expect(load.failures.slice(0, 5)).toEqual([]);
+    expect(mixed(load.chains)).toEqual([]);
+    const rolled: RunState = await waitForRunState(handle, (s) => s.service?.deployment === 4 && live(s).length === 5);
+    // No replica restarted, and no machine given twice: every attempt of every rank had one of its own.
+    expect(rolled.jobs.every((j) => j.restarts === 0)).toBe(true);
+    const machines = rolled.jobs.flatMap((j) => [j.instance, ...j.previous_attempts.map((a) => a.instance)].flatMap((i) => (i ? [i.instance_id] : [])));
+    expect(machines.length).toBeGreaterThan(5);
+    expect(new Set(machines).size).toBe(machines.length);
+    expect(new Set(load.chains.map((c) => c.router))).toEqual(new Set([hash2, v5.service?.revision]));
 
     await handle.signal(stopRunSignal, { abort: false });
     const final: RunState = await handle.result();

@@ -81,3 +81,27 @@ export function answersTo(core: RunCore, effect: Effect): RunEvent[] {
       return [];
   }
 }
+
+/** The effects answered as the shell and the nodes would (`answer` may answer otherwise), pass after pass; every effect seen, with the core it came from. */
+export function play(core: RunCore, effects: Effect[], now: number, answer: (core: RunCore, e: Effect) => RunEvent[] = answersTo) {
+  const seen: Array<{ core: RunCore; effect: Effect }> = [];
+  let state = core;
+  let pending = effects;
+  for (let i = 0; i < 80 && pending.length > 0; i++) {
+    seen.push(...pending.map((effect) => ({ core: state, effect })));
+    const step = pass(state, pending.flatMap((e) => answer(state, e)), now + i);
+    state = step.core;
+    pending = step.effects;
+  }
+  return { core: state, seen };
+}
+
+/** A service's run with every replica provisioned, running and READY, and the gateways and nodes told. */
+export function servingCore(plan: Plan): RunCore {
+  let core = coreOf(plan);
+  const all = plan.jobs.map((j) => j.job_num);
+  const first = pass(core, [jobs(core, all.map((n) => provisioned(n))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000);
+  core = play(first.core, first.effects, T0 + 1000).core;
+  const up = pass(core, [jobs(core, all.flatMap((n) => [running(n), ready(n)]))], T0 + 2000);
+  return play(up.core, up.effects, T0 + 2000).core;
+}

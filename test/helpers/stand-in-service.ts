@@ -28,7 +28,18 @@ export const STAND_IN_ROUTER_GROUP_YAML = ['groups:', '  - name: router', '    r
  * replica `DEMO_LABEL=<label> python3 <script> --role …` on port 8000, rolled with `coherence`;
  * `decode` is a command run before decode's stand-in (a broken one: `exit 1`).
  */
-export function standInPdServiceYaml(o: { name: string; script: string; label: string; coherence: 'revision' | 'independent'; decode?: string }): string {
+export function standInPdServiceYaml(o: {
+  name: string;
+  script: string;
+  label: string;
+  coherence: 'revision' | 'independent';
+  /** A command before decode's stand-in (a broken one: `exit 1`). */
+  decode?: string;
+  /** More of decode's stand-in's flags (` --error-rate 0.2`). */
+  decodeFlags?: string;
+  /** More lines under `rollout:` (`  canary: {traffic: 20, soak: 5s}`). */
+  rollout?: string[];
+}): string {
   const replica = (role: string, extra = '') => `      - DEMO_LABEL=${o.label} exec python3 ${o.script} --role ${role} --port 8000${extra}`;
   return [
     'type: service',
@@ -37,6 +48,7 @@ export function standInPdServiceYaml(o: { name: string; script: string; label: s
     'auth: false',
     'rollout:',
     `  coherence: ${o.coherence}`,
+    ...(o.rollout ?? []),
     ...STAND_IN_PROBE_YAML,
     ...STAND_IN_ROUTER_GROUP_YAML,
     replica('router'),
@@ -48,7 +60,7 @@ export function standInPdServiceYaml(o: { name: string; script: string; label: s
     '    replicas: 2',
     '    commands:',
     ...(o.decode ? [`      - ${o.decode}`] : []),
-    replica('decode', ' --warmup 1'),
+    replica('decode', ` --warmup 1${o.decodeFlags ?? ''}`),
   ].join('\n');
 }
 

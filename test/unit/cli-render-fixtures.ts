@@ -84,7 +84,7 @@ export function pdRunning(): RunState {
 export function pdService(): RunState {
   const running = pdRunning();
   const ready = new Set([0, 1, 3]);
-  const service = { endpoints: ['http://127.0.0.1:8080/services/pd/'], auth: true, table_generation: 3, deployment: 2 };
+  const service = { endpoints: ['http://127.0.0.1:8080/services/pd/'], auth: true, table_generation: 3, deployment: 2, rollout: null };
   return {
     ...running,
     groups: [group(0, 'router', 1), group(1, 'prefill', 2, { nodes_range: { min: 1, max: 3 } }), group(2, 'decode', 1)],

@@ -98,15 +98,15 @@ describe('live view', () => {
   });
 
   it("says where a service is served once its table is on the gateways, with a curl line that works, and again when that changes", () => {
-    const before = pdRun({ status: 'RUNNING', service: { endpoints: [], auth: true, table_generation: 1, deployment: 0 } });
-    const serving = pdRun({ status: 'RUNNING', service: { endpoints: ['http://127.0.0.1:8080/services/pd/'], auth: true, table_generation: 2, deployment: 0 } });
+    const before = pdRun({ status: 'RUNNING', service: { endpoints: [], auth: true, table_generation: 1, deployment: 0, rollout: null } });
+    const serving = pdRun({ status: 'RUNNING', service: { endpoints: ['http://127.0.0.1:8080/services/pd/'], auth: true, table_generation: 2, deployment: 0, rollout: null } });
     expect(describeStateChanges(before, serving, plain)).toEqual([
       'pd: endpoint http://127.0.0.1:8080/services/pd/',
       '  try: curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:8080/services/pd/',
     ]);
     // A new generation with the same endpoints says nothing; an open service's curl has no token.
-    expect(describeStateChanges(serving, { ...serving, service: { endpoints: ['http://127.0.0.1:8080/services/pd/'], auth: true, table_generation: 3, deployment: 0 } }, plain)).toEqual([]);
-    const open = pdRun({ status: 'RUNNING', service: { endpoints: ['http://gw/services/pd/'], auth: false, table_generation: 1, deployment: 0 } });
+    expect(describeStateChanges(serving, { ...serving, service: { endpoints: ['http://127.0.0.1:8080/services/pd/'], auth: true, table_generation: 3, deployment: 0, rollout: null } }, plain)).toEqual([]);
+    const open = pdRun({ status: 'RUNNING', service: { endpoints: ['http://gw/services/pd/'], auth: false, table_generation: 1, deployment: 0, rollout: null } });
     expect(describeStateChanges(serving, open, plain)).toEqual(['pd: endpoint http://gw/services/pd/', '  try: curl http://gw/services/pd/']);
   });
 

@@ -1,10 +1,12 @@
 import { ApplicationFailure, condition, setHandler } from '@temporalio/workflow';
 import { FailureType } from '../../src/run-core/failure-table';
-import { deploymentChange, deploymentRefusal } from '../../src/run-core/deployment';
+import { deploymentChange } from '../../src/run-core/deployment';
+import { deploymentRefusal } from '../../src/run-core/rollout-steps';
 import { groupMembers } from '../../src/run-core/jobs';
 import { routesSettled } from '../../src/run-core/routing';
 import type { Plan } from '../../src/plan/plan-schema';
-import { applyServiceUpdate, HANDING_OVER, type ApplyServiceResult } from '../../src/contract/messages';
+import { applyServiceUpdate, HANDING_OVER, rolloutControlUpdate, type ApplyServiceResult, type RolloutControlResult } from '../../src/contract/messages';
+import { lastGoodPlan, rolloutControlRefusal } from '../../src/run-core/rollout-control';
 import { stopAsked, type Run } from './run-context';
 
 /**
@@ -36,6 +38,56 @@ export function setDeployHandler(run: Run): void {
     },
     { validator: ({ plan }) => validate(run, plan) },
   );
+}
+
+/**
+ * A rollout steered by hand (`troupe rollout pause|resume|rollback`) as a Temporal Update: checked
+ * before it is accepted (src/run-core/rollout-control.ts), then carried out by the run's core. A
+ * pause or resume answers at once; a rollback once it is over — of the rollout under way, or, with
+ * none, the last good spec deployed again as the next deployment.
+ */
+export function setRolloutControlHandler(run: Run): void {
+  setHandler(
+    rolloutControlUpdate,
+    async ({ action }) => {
+      const under = run.core.service?.rollout;
+      if (action === 'rollback' && (!under || under.over)) {
+        const plan = lastGoodPlan(run.core);
+        if (!plan) throw ApplicationFailure.nonRetryable(`service ${run.state.run_name} has nothing to roll back to`, FailureType.DeployFailed);
+        // The last good spec again, as the next deployment: this Update is its answer.
+        const id = (run.deploysAsked += 1);
+        run.inbox.push({ kind: 'deploy', id, plan });
+        const error = await rolloutEnded(run, id);
+        run.inbox.push({ kind: 'deploy-answered', id });
+        if (error) throw ApplicationFailure.nonRetryable(error, FailureType.DeployFailed);
+        return { action, rollout: run.state.service?.rollout ?? null } satisfies RolloutControlResult;
+      }
+      run.inbox.push({ kind: 'rollout-control', action });
+      // The rollout's own Update (applyService) answers it and has it forgotten.
+      const id = under?.id;
+      if (action === 'rollback' && id !== undefined) await rolloutEnded(run, id);
+      else await condition(() => run.state.service?.rollout?.paused === (action === 'pause') || run.state.status !== 'RUNNING');
+      return { action, rollout: run.state.service?.rollout ?? null } satisfies RolloutControlResult;
+    },
+    {
+      validator: ({ action }) => {
+        if (run.handingOver && !stopAsked(run)) {
+          throw ApplicationFailure.retryable(`run ${run.state.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
+        }
+        if (action !== 'pause' && action !== 'resume' && action !== 'rollback') throw new Error(`no rollout action "${String(action)}": pause, resume or rollback`);
+        const refused = rolloutControlRefusal(run.core, action, stopAsked(run));
+        if (refused) throw new Error(refused);
+      },
+    },
+  );
+}
+
+/** Until rollout `id` is over (or the run is not RUNNING any more): why it did not go through, or null. */
+async function rolloutEnded(run: Run, id: number): Promise<string | null> {
+  await condition(() => (run.core.service?.rollout?.id === id && run.core.service.rollout.over) || run.state.status !== 'RUNNING');
+  const rollout = run.core.service?.rollout;
+  if (rollout?.id !== id || !rollout.over) return `the run ended (${run.state.status}) before the rollback was over`;
+  return rollout.error;
 }
 
 /** Refusals say what to change; nothing of a refused deployment reaches the run's history. */

@@ -16,7 +16,7 @@ import { newLiveRun } from './run-live';
 import { driveSubmission } from './run-loop';
 import { setRunHandlers } from './run-handlers';
 import { setScaleHandler } from './run-scaling';
-import { setDeployHandler } from './run-deploy';
+import { setDeployHandler, setRolloutControlHandler } from './run-deploy';
 import { startGroups, type Submission } from './run-groups';
 import { handOver, resumeRun } from './run-handover';
 import { checkCarried } from './run-identity';
@@ -43,6 +43,7 @@ export async function RunWorkflow(arg: RunInputArg): Promise<RunState> {
   setRunHandlers(run);
   setScaleHandler(run);
   setDeployHandler(run);
+  setRolloutControlHandler(run);
   try {
     // What the backend can do decides how its groups provision (a resumed run carries the answer).
     if (!resumed) run.capabilities = await describeBackend({ backend: run.input.backend });

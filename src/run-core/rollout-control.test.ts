@@ -1,0 +1,90 @@
+import { describe, expect, it } from 'vitest';
+import type { Plan } from '../plan/plan-schema';
+import { answersTo, jobs, openService, pass, play, provisioned, running, servingCore, T0 } from '../../test/helpers/run-core';
+import type { Effect } from './effects';
+import type { RunEvent } from './events';
+import { activeJobs, groupMembers } from './jobs';
+import { revisionOf } from './revisions';
+import { lastGoodPlan, rolloutControlRefusal } from './rollout-control';
+import { rolloutDeadline } from './coherent-rollout';
+import type { RunCore } from './state';
+
+/**
+ * A coherent rollout steered by hand over sequences of events, no server: paused where it is and
+ * resumed with its clocks where they stopped, rolled back while the old revision serves, and — once
+ * one went through — its old spec deployed again; what cannot be asked is refused, saying why.
+ */
+
+function service(decode: string, extra = ''): Plan {
+  return openService(
+    ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2, commands: [${decode}]}`],
+    [`rollout: {coherence: revision${extra}}`],
+  );
+}
+
+/** New replicas provisioned and running, never READY: a rollout that stays in `starting`. */
+const slow = (at: RunCore, e: Effect): RunEvent[] =>
+  e.kind === 'new-attempts' ? [jobs(at, e.jobs.map((j) => provisioned(j.job_num, j.attempt))), jobs(at, e.jobs.map((j) => running(j.job_num, j.attempt)))] : answersTo(at, e);
+
+const decodeCommands = (core: RunCore) => groupMembers(core.run.jobs, 1).map((job) => (core.live?.added_plans[job.job_num] ?? core.plan.jobs[job.job_num])?.commands[0]);
+
+describe('a rollout steered by hand', () => {
+  it('pauses where it is (no next step, no deadline) and resumes with its deadline moved by the pause', () => {
+    const before = servingCore(service('serve-v1'));
+    expect(rolloutControlRefusal(before, 'pause', false)).toBe('service pd has no rollout under way');
+    const deploying = pass(before, [{ kind: 'deploy', id: 1, plan: service('serve-v2') }], T0 + 3000);
+    const starting = play(deploying.core, deploying.effects, T0 + 3000, slow).core;
+    const deadline = rolloutDeadline(starting);
+    const paused = pass(starting, [{ kind: 'rollout-control', action: 'pause' }], T0 + 10_000).core;
+    expect(paused.run.service?.rollout).toMatchObject({ deployment: 1, coherence: 'revision', phase: 'starting', paused: true });
+    expect(rolloutDeadline(paused)).toBeNull();
+    expect(rolloutControlRefusal(paused, 'pause', false)).toBe('deployment 1 of pd is paused already');
+    // Long past the deadline, paused: nothing is rolled back.
+    const later = pass(paused, [], T0 + 3000 + 700_000).core;
+    expect(later.service?.rollout?.over).toBe(false);
+    const resumed = pass(later, [{ kind: 'rollout-control', action: 'resume' }], T0 + 3000 + 700_000).core;
+    expect(resumed.run.service?.rollout?.paused).toBe(false);
+    expect(rolloutDeadline(resumed)).toBe(deadline! + (3000 + 700_000 - 10_000));
+    expect(rolloutControlRefusal(resumed, 'resume', false)).toBe('deployment 1 of pd is not paused');
+  });
+
+  it('rolls back the rollout under way by hand: the old revision serves throughout, the new one is stopped', () => {
+    const before = servingCore(service('serve-v1'));
+    const deploying = pass(before, [{ kind: 'deploy', id: 1, plan: service('serve-v2') }], T0 + 3000);
+    const starting = play(deploying.core, deploying.effects, T0 + 3000, slow).core;
+    expect(rolloutControlRefusal(starting, 'rollback', false)).toBeNull();
+    const back = pass(starting, [{ kind: 'rollout-control', action: 'rollback' }], T0 + 20_000);
+    const { core } = play(back.core, back.effects, T0 + 20_000);
+    expect(core.service?.rollout?.error).toBe('deployment 1 rolled back: rolled back by hand; revision 0 serves');
+    expect(core.run.service?.rollout).toMatchObject({ phase: 'over', can_roll_back: false });
+    expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(activeJobs(before.run).map((j) => j.job_num));
+    expect(decodeCommands(core)).toEqual(['serve-v1', 'serve-v1']);
+    expect(rolloutControlRefusal(core, 'rollback', false)).toBe('service pd has no rollout to roll back: none went through with rollout.coherence: revision');
+  });
+
+  it('once one went through, deploys the spec it replaced again as the next deployment, and can go forth again', () => {
+    const before = servingCore(service('serve-v1'));
+    const deploying = pass(before, [{ kind: 'deploy', id: 1, plan: service('serve-v2') }], T0 + 3000);
+    let core = play(deploying.core, deploying.effects, T0 + 3000).core;
+    core = pass(core, [{ kind: 'deploy-answered', id: 1 }], T0 + 4000).core;
+    expect(core.run.service?.rollout).toMatchObject({ deployment: 1, phase: 'over', error: null, can_roll_back: true });
+    expect(rolloutControlRefusal(core, 'rollback', false)).toBeNull();
+    const old = lastGoodPlan(core)!;
+    expect(old.service?.revision).toBe(before.plan.service?.revision);
+    const back = pass(core, [{ kind: 'deploy', id: 2, plan: old }], T0 + 5000);
+    core = play(back.core, back.effects, T0 + 5000).core;
+    expect(core.service?.rollout).toMatchObject({ number: 2, over: true, error: null });
+    expect(core.plan.service?.revision).toBe(before.plan.service?.revision);
+    expect(decodeCommands(core)).toEqual(['serve-v1', 'serve-v1']);
+    expect(activeJobs(core.run).map((j) => revisionOf(core, j.job_num))).toEqual([2, 2, 2]);
+    // And the one it rolled away from is the next rollback's.
+    expect(lastGoodPlan(core)?.service?.revision).toBe(service('serve-v2').service?.revision);
+  });
+
+  it('refuses what a rollout cannot be asked, saying why', () => {
+    const dstack = servingCore(openService(['{name: web, replicas: 2, commands: [v1]}']));
+    const rolling = pass(dstack, [{ kind: 'deploy', id: 1, plan: openService(['{name: web, replicas: 2, commands: [v2]}']) }], T0 + 3000).core;
+    expect(rolloutControlRefusal(rolling, 'pause', false)).toBe('deployment 1 of pd rolls as dstack does (rollout.coherence: independent): it cannot be paused or rolled back');
+    expect(rolloutControlRefusal(rolling, 'rollback', false)).toBe('deployment 1 of pd rolls as dstack does (rollout.coherence: independent): it cannot be paused or rolled back');
+  });
+});

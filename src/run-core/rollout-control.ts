@@ -1,0 +1,99 @@
+import type { Plan } from '../plan/plan-schema';
+import type { RolloutStatus } from '../contract/run-state';
+import type { Spec } from '../contract/core-state-schema';
+import type { Effect } from './effects';
+import type { RunEvent } from './events';
+import { advanceCoherent, rollBack } from './coherent-rollout';
+import { deploymentRefusal, serviceOf, withService } from './rollout-steps';
+import type { RunCore } from './state';
+
+/**
+ * A service's rollout steered by hand (the rolloutControl Update: `troupe rollout pause|resume|rollback`):
+ * a coherent rollout paused where it is — no next step, its deadline and canary soak stopped —,
+ * resumed, or rolled back while the old revision still serves; once one went through, a rollback
+ * deploys the spec it replaced again, as a new deployment. What the run shows of its rollout
+ * (`run.service.rollout`) is made here too. Pure: `now` comes in.
+ */
+
+export type RolloutAction = Extract<RunEvent, { kind: 'rollout-control' }>['action'];
+
+/** Why the rollout cannot take `action` now, or null. */
+export function rolloutControlRefusal(core: RunCore, action: RolloutAction, stopping: boolean): string | null {
+  const name = core.plan.run_name;
+  if (!core.service) return `run ${name} is not a service`;
+  const rollout = core.service.rollout;
+  const under = rollout && !rollout.over ? rollout : null;
+  const coherent = under?.coherent ?? null;
+  if (action === 'rollback' && !under) {
+    if (!core.service.last_good) return `service ${name} has no rollout to roll back: none went through with rollout.coherence: revision`;
+    return deploymentRefusal(core, stopping);
+  }
+  if (!under) return `service ${name} has no rollout under way`;
+  if (!coherent) return `deployment ${under.number} of ${name} rolls as dstack does (rollout.coherence: independent): it cannot be paused or rolled back`;
+  if (action === 'pause') return coherent.paused_at_ms !== null ? `deployment ${under.number} of ${name} is paused already` : coherent.phase === 'rolling-back' ? `deployment ${under.number} of ${name} is rolling back` : null;
+  if (action === 'resume') return coherent.paused_at_ms === null ? `deployment ${under.number} of ${name} is not paused` : null;
+  if (coherent.phase === 'rolling-back') return `deployment ${under.number} of ${name} is rolling back already`;
+  if (coherent.phase === 'retiring') {
+    return `deployment ${under.number} of ${name} serves every request and its old revision is being stopped: once it is over, \`troupe rollout rollback\` deploys the old one again`;
+  }
+  return null;
+}
+
+/** The rolloutControl event, once accepted: the rollout paused, resumed or turned back. */
+export function steerRollout(core: RunCore, action: RolloutAction, now: number, effects: Effect[]): RunCore {
+  const service = serviceOf(core);
+  const rollout = service.rollout;
+  const coherent = rollout?.coherent;
+  if (!rollout || rollout.over || !coherent) return core;
+  if (action === 'pause') return withService(core, { ...service, rollout: { ...rollout, coherent: { ...coherent, paused_at_ms: now } } });
+  if (action === 'resume') {
+    // The clocks go on from where they stopped.
+    const paused = now - (coherent.paused_at_ms ?? now);
+    const since = coherent.canary.since_ms === null ? null : coherent.canary.since_ms + paused;
+    const resumed = { ...coherent, paused_at_ms: null, deadline_ms: coherent.deadline_ms + paused, canary: { ...coherent.canary, since_ms: since } };
+    return advanceCoherent(withService(core, { ...service, rollout: { ...rollout, coherent: resumed } }), now, effects);
+  }
+  return advanceCoherent(rollBack(core, { ...coherent, paused_at_ms: null }, 'rolled back by hand'), now, effects);
+}
+
+/** The plan that deploys the last good spec again: the running plan with its service settings and groups' commands and sizes. */
+export function lastGoodPlan(core: RunCore): Plan | null {
+  const spec = core.service?.last_good;
+  return spec ? withSpec(core.plan, spec) : null;
+}
+
+/** `plan` with `spec`'s service settings and each group's commands and size. */
+export function withSpec(plan: Plan, spec: Spec): Plan {
+  return {
+    ...plan,
+    service: spec.service,
+    groups: plan.groups.map((group) => {
+      const was = spec.groups[group.index];
+      return was ? { ...group, commands: was.commands, nodes: was.nodes, nodes_range: was.nodes_range } : group;
+    }),
+  };
+}
+
+/** The rollout as `troupe rollout status` shows it (null: none since the run began). */
+export function rolloutStatusOf(core: RunCore): RolloutStatus | null {
+  const service = core.service;
+  const rollout = service?.rollout;
+  const shown = core.run.service?.rollout ?? null;
+  if (!service) return null;
+  const can_roll_back = service.last_good !== null;
+  // Forgotten once answered: the last one shown stays, as it ended.
+  if (!rollout) return shown ? { ...shown, can_roll_back } : null;
+  const coherent = rollout.coherent;
+  const percent = coherent?.canary.traffic_percent ?? null;
+  return {
+    deployment: rollout.number,
+    coherence: coherent ? 'revision' : 'independent',
+    revision: coherent ? coherent.revision : rollout.number,
+    from: coherent ? coherent.from : null,
+    phase: rollout.over ? 'over' : coherent ? coherent.phase : 'rolling',
+    paused: coherent?.paused_at_ms != null && !rollout.over,
+    canary: coherent && percent !== null ? { traffic_percent: percent, gate: coherent.canary.gate } : null,
+    error: rollout.error,
+    can_roll_back,
+  };
+}
