@@ -13,11 +13,16 @@
  *   - a bad revision (a decode that cannot start: `exit 1`) applied under load to the coherent run:
  *     failed requests, the time from the apply to the Update's rollback answer, and whether any
  *     replica of the serving revision was restarted or replaced;
- *   - the canary's bad revision (decode answering 20 % errors, gated over the gateway's figures) is
- *     NOT measured: the canary is not built yet (see CANARY below).
+ *   - the canary's bad revision on the coherent run: `rollout: canary: {traffic: 20, soak: 10s}` with
+ *     decode's stand-in at `--error-rate 0.2`, under 50 rps for 30 s: when the run's state showed the
+ *     gate failed (polled every 100 ms), the last request the gateway gave the canary after it (its
+ *     `troupe-revision` header), when no replica of the canary was left, failed requests by revision
+ *     and send time, and whether a replica of the serving revision was restarted or replaced.
  * Writes bench/results/rollout.{json,png} (requests per second by revision over each rollout).
  *
  *   npx tsx bench/rollout.ts              BENCH_ROLLOUT_RPS=50, BENCH_ROLLOUT_SECONDS=60 by default
+ *   BENCH_ROLLOUT_ONLY=canary npx tsx bench/rollout.ts   the canary alone, on a coherent run of its own;
+ *                                         its figures replace the canary's in the saved JSON
  *   BENCH_PLOT_ONLY=1 npx tsx bench/rollout.ts   the figure again from the saved JSON
  */
 import { randomBytes } from 'node:crypto';
@@ -59,17 +64,18 @@ const WAIT_LIMIT_MS = 180_000;
 const ANCHOR = { minRequests: 3000, failed: 0, mixed: 0, rolloutS: 30 };
 /**
  * Issue 28's canary scenario: a new revision whose decode answers 20 % errors (`--error-rate 0.2`),
- * sent a canary share of the traffic and rolled back by gate B over the gateway's per-revision
- * figures; its anchors: all traffic back on the old revision ≤ 1 s after the failing gate, the new
- * revision stopped ≤ 5 s after, failures only inside the canary share. NOT MEASURED HERE YET: the
- * canary (`rollout.canary`) and its gate are being built (planning refuses `canary` today). When
- * they land, the scenario goes here, beside `badRevision`, on the coherent run.
+ * sent 20 % of new requests for a 10 s soak and rolled back by its gate over the gateways' figures
+ * per revision (read every second); its anchors: all traffic back on the old revision ≤ 1 s after
+ * the failing gate, the new revision stopped ≤ 5 s after, failures only inside the canary share.
  */
-const CANARY = {
-  measured: false,
-  anchors: { traffic_back_s: 1, new_stopped_s: 5, failures: 'only inside the canary share during the gate window' },
-  why: 'the canary share and its gate over the gateway figures (issue 28) are not built yet: `rollout.canary` is refused at planning',
-};
+const CANARY_ROLLOUT = '  canary: {traffic: 20, soak: 10s}';
+const CANARY_DECODE_FLAGS = ' --error-rate 0.2';
+/** The canary's load: it covers the new revision's start (~7 s), the gate and the stop. */
+const CANARY_SECONDS = 30;
+const CANARY_DEPLOY_AT_S = 3;
+/** How often the run's state is read for the rollout's phase and the canary's replicas. */
+const POLL_MS = 100;
+const CANARY_ANCHOR = { traffic_back_s: 1, new_stopped_s: 5 };
 
 interface Chain {
   router: string;
@@ -80,6 +86,8 @@ interface Chain {
 /** One request of the load: when it left (s from the load's start), how it ended, who served it. */
 interface Answer {
   sent_s: number;
+  /** When its answer (or its failure) was complete, s from the load's start (null: not yet). */
+  done_s: number | null;
   ok: boolean;
   /** The gateway's `troupe-revision` header: the revision whose pool took the request. */
   header: string | null;
@@ -126,6 +134,61 @@ interface BadRevisionResult {
   new_revision_answers: number;
 }
 
+/**
+ * When the bench saw something in the run's state, in s from the load's start: the send time of the
+ * last poll that did not see it and the answer time of the first that did (it happened in between).
+ */
+interface Seen {
+  before_s: number;
+  by_s: number;
+}
+
+interface CanaryResult {
+  date: string;
+  load_average: number[];
+  rate: number;
+  seconds: number;
+  deploy_at_s: number;
+  poll_ms: number;
+  load: LoadFigures;
+  /** The revisions as the gateway's `troupe-revision` header names them (deployment numbers). */
+  revisions: { old: number; new: number };
+  update_sent_s: number;
+  update_answered_s: number;
+  update_answer: string;
+  rolled_back_by_gate: boolean;
+  /** The gate's verdict as the run's state last showed it. */
+  gate: string | null;
+  /** The rollout's phase `canary` (its share on the gateways), then `rolling-back` (the gate failed), then no replica of the canary left. */
+  canary_phase: Seen | null;
+  gate_failed: Seen | null;
+  new_stopped: Seen | null;
+  /** The canary's replicas' finished_at (workflow time), the last of them, in s from the load's start. */
+  new_last_finished_s: number | null;
+  /** Requests the gateway gave the canary (its header): first and last sent, last answered. */
+  new_requests: number;
+  new_first_sent_s: number | null;
+  new_last_sent_s: number | null;
+  new_last_done_s: number | null;
+  /** The canary's share of requests sent from its first to the gate (before_s). */
+  new_share_percent: number | null;
+  /** Anchors, each from the earliest the gate can have failed (gate_failed.before_s): upper bounds. */
+  traffic_back_s: number | null;
+  traffic_back_answered_s: number | null;
+  new_stopped_after_gate_s: number | null;
+  update_answered_after_gate_s: number | null;
+  /** Failed requests by the revision whose pool took them (`none`: no answer), and those sent outside the canary's window (its first request to its last). */
+  failed_by_revision: { new: number; old: number; none: number };
+  failed_outside_window: number;
+  /** Failed requests of the canary sent after the gate failed (before the table without its share was on the gateway). */
+  failed_after_gate: number;
+  /** Replicas serving before the apply that are gone or on another instance after it; their restarts. */
+  serving_replaced: number;
+  restarts: number;
+  per_second: Record<string, number[]>;
+  leftovers: Leftovers | null;
+}
+
 interface Results {
   date: string;
   machine: string;
@@ -136,7 +199,7 @@ interface Results {
   revision: RolloutResult;
   independent: RolloutResult;
   bad_revision: BadRevisionResult | null;
-  canary: typeof CANARY;
+  canary: CanaryResult | null;
 }
 
 const live = (s: RunState) => s.jobs.filter((j) => !j.removed);
@@ -145,9 +208,9 @@ const short = (hash: string) => hash.slice(0, 8);
 const secs = (x: number | null) => (x === null || !Number.isFinite(x) ? 'n/a' : `${x.toFixed(1)} s`);
 const failureText = (err: unknown) => (err instanceof Error && err.cause instanceof Error ? err.cause.message : String(err));
 
-/** The stand-in PD service, planned; `decode` is a command before decode's stand-in (a broken one: `exit 1`). */
-function service(name: string, script: string, coherence: 'revision' | 'independent', label: string, decode = ''): Plan {
-  return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script, label, coherence, decode }), `${name}.yml`, { environ: {} }), null);
+/** The stand-in PD service, planned; `more`: a command before decode's stand-in (a broken one: `exit 1`), its flags, `rollout:` lines. */
+function service(name: string, script: string, coherence: 'revision' | 'independent', label: string, more: { decode?: string; decodeFlags?: string; rollout?: string[] } = {}): Plan {
+  return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script, label, coherence, ...more }), `${name}.yml`, { environ: {} }), null);
 }
 
 interface Bench {
@@ -185,7 +248,7 @@ async function underLoad(bench: Bench, name: string, seconds: number, deployAt: 
   const t0 = performance.now();
   const at = () => (performance.now() - t0) / 1000;
   const send = async (signal: AbortSignal) => {
-    const answer: Answer = { sent_s: at(), ok: false, header: null, chain: null, error: null };
+    const answer: Answer = { sent_s: at(), done_s: null, ok: false, header: null, chain: null, error: null };
     answers.push(answer);
     try {
       const res = await pool.request({ path: `/services/${name}/v1/chat/completions`, method: 'POST', headers: { 'content-type': 'application/json' }, body, signal });
@@ -199,6 +262,8 @@ async function underLoad(bench: Bench, name: string, seconds: number, deployAt: 
     } catch (err) {
       answer.error = err instanceof Error ? err.message : String(err);
       throw err;
+    } finally {
+      answer.done_s = at();
     }
   };
   // Settled here, so a failed deployment is reported after the load, not as an unhandled rejection.
@@ -241,17 +306,23 @@ function perSecond(answers: Answer[], seconds: number, labels: Map<string, strin
   return out;
 }
 
+/** The service's run started with `plan`, once every replica is READY and routed. */
+async function startService(bench: Bench, name: string, plan: Plan) {
+  const handle = await bench.temporal.client.workflow.start('RunWorkflow', {
+    taskQueue: bench.taskQueue,
+    workflowId: runWorkflowId(name),
+    args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }],
+  });
+  const first = await waitFor(bench, name, (s) => allReady(s) && (s.service?.table_generation ?? 0) > 0, 'every replica READY and routed');
+  return { handle, first };
+}
+
 /** Start the service, wait for it whole, roll it under load; the run is left running (the bad revision follows on it). */
 async function rollUnderLoad(bench: Bench, name: string, coherence: 'revision' | 'independent'): Promise<RolloutResult> {
   const v1 = service(name, bench.script, coherence, 'v1');
   const v2 = service(name, bench.script, coherence, 'v2');
   const [old, next] = [v1.service?.revision ?? '?', v2.service?.revision ?? '?'];
-  const handle = await bench.temporal.client.workflow.start('RunWorkflow', {
-    taskQueue: bench.taskQueue,
-    workflowId: runWorkflowId(name),
-    args: [{ plan: v1, backend: 'local', options: { stop_grace_s: 1 } }],
-  });
-  const first = await waitFor(bench, name, (s) => allReady(s) && (s.service?.table_generation ?? 0) > 0, 'every replica READY and routed');
+  const { handle, first } = await startService(bench, name, v1);
   const oldIds = live(first).map((j) => j.instance?.instance_id);
   process.stdout.write(`  ${coherence}: ${name} up (5 replicas READY); ${RATE} rps for ${SECONDS} s, the deployment at ${DEPLOY_AT_S} s\n`);
 
@@ -296,7 +367,7 @@ async function badRevision(bench: Bench, name: string, good: string): Promise<Ba
   let rolledBack = false;
   const { answers, figures } = await underLoad(bench, name, BAD_SECONDS, BAD_DEPLOY_AT_S, async () => {
     const t0 = performance.now();
-    updateAnswer = await handle.executeUpdate(applyServiceUpdate, { args: [{ plan: service(name, bench.script, 'revision', 'v3', 'exit 1') }] }).then(
+    updateAnswer = await handle.executeUpdate(applyServiceUpdate, { args: [{ plan: service(name, bench.script, 'revision', 'v3', { decode: 'exit 1' }) }] }).then(
       (r) => `answered: ${JSON.stringify(r)}`,
       (err: unknown) => failureText(err),
     );
@@ -313,6 +384,133 @@ async function badRevision(bench: Bench, name: string, good: string): Promise<Ba
     serving_replaced: serving.filter((s) => !now.includes(s)).length,
     restarts: back.jobs.reduce((n, j) => n + j.restarts, 0) - restartsBefore,
     new_revision_answers: answers.filter((a) => a.ok && a.chain && a.chain.router !== good).length,
+  };
+}
+
+const FINAL_STATUSES: readonly string[] = ['TERMINATED', 'ABORTED', 'FAILED', 'DONE'];
+/** A job's machine: its rank, attempt and instance (a rank a resize reused has a new attempt). */
+const machineOf = (j: RunState['jobs'][number]) => `${j.job_num}:${j.attempt}:${j.instance?.instance_id ?? '-'}`;
+
+/**
+ * The canary's bad revision, applied under load to the coherent run: decode answers 20 % errors,
+ * 20 % of new requests go to it, its gate fails, it is rolled back. Meanwhile the run's state is read
+ * every POLL_MS for the rollout's phase and the canary's replicas.
+ */
+async function canaryRevision(bench: Bench, name: string): Promise<CanaryResult> {
+  const handle = bench.temporal.client.workflow.getHandle(runWorkflowId(name));
+  const load = [loadAverage()];
+  const before = await waitFor(bench, name, allReady, 'every replica READY');
+  const serving = live(before).map((j) => `${j.job_num}:${j.instance?.instance_id}`);
+  const known = new Set(before.jobs.map(machineOf));
+  const restartsBefore = before.jobs.reduce((n, j) => n + j.restarts, 0);
+  const deploymentBefore = before.service?.deployment ?? 0;
+  process.stdout.write(`  canary: decode \`--error-rate 0.2\`, \`canary: {traffic: 20, soak: 10s}\`, applied to ${name} at ${CANARY_DEPLOY_AT_S} s of ${RATE} rps for ${CANARY_SECONDS} s\n`);
+
+  let sentS = Number.NaN;
+  let answeredS = Number.NaN;
+  let updateAnswer = '';
+  let wallAtZero = Number.NaN;
+  let revisions = { old: Number.NaN, new: Number.NaN };
+  let gate: string | null = null;
+  const seen: { canary: Seen | null; gate: Seen | null; stopped: Seen | null } = { canary: null, gate: null, stopped: null };
+  let lastState = before;
+  const { answers, figures } = await underLoad(bench, name, CANARY_SECONDS, CANARY_DEPLOY_AT_S, async (at) => {
+    wallAtZero = Date.now() - at() * 1000;
+    sentS = at();
+    const plan = service(name, bench.script, 'revision', 'v4', { decodeFlags: CANARY_DECODE_FLAGS, rollout: [CANARY_ROLLOUT] });
+    const update = handle.executeUpdate(applyServiceUpdate, { args: [{ plan }] }).then(
+      (r) => `answered: ${JSON.stringify(r)}`,
+      (err: unknown) => failureText(err),
+    );
+    let answered = false;
+    void update.then(() => {
+      answeredS = at();
+      answered = true;
+    });
+    // Each poll: the send time of the last one that did not see a change, the answer time of the first that did.
+    let pollSent = at();
+    const deadline = Date.now() + WAIT_LIMIT_MS;
+    // Until the Update answered and the canary's replicas are seen gone (or 20 s past its answer).
+    while (!(answered && (seen.stopped || at() > answeredS + 20)) && Date.now() < deadline) {
+      const sent = at();
+      const state = await stateOf(bench, name);
+      const got = at();
+      lastState = state;
+      const rollout = state.service?.rollout;
+      if (rollout && rollout.deployment > deploymentBefore) {
+        revisions = { old: rollout.from ?? Number.NaN, new: rollout.revision };
+        gate = rollout.canary?.gate ?? gate;
+        if (!seen.canary && ['canary', 'rolling-back', 'shifting', 'retiring', 'over'].includes(rollout.phase)) seen.canary = { before_s: pollSent, by_s: got };
+        if (!seen.gate && (rollout.phase === 'rolling-back' || (rollout.phase === 'over' && rollout.error !== null))) seen.gate = { before_s: pollSent, by_s: got };
+      }
+      const fresh = state.jobs.filter((j) => !known.has(machineOf(j)));
+      if (seen.gate && !seen.stopped && fresh.length > 0 && fresh.every((j) => FINAL_STATUSES.includes(j.status) || j.finished_at !== null)) seen.stopped = { before_s: pollSent, by_s: got };
+      pollSent = sent;
+      await sleep(POLL_MS);
+    }
+    updateAnswer = await update;
+  });
+  const back = await waitFor(bench, name, (s) => allReady(s) && s.service?.rollout?.phase === 'over', 'every replica READY after the rollback');
+  load.push(loadAverage());
+  const now = live(back).map((j) => `${j.job_num}:${j.instance?.instance_id}`);
+  const fresh = lastState.jobs.filter((j) => !known.has(machineOf(j)));
+  const finished = fresh.flatMap((j) => (j.finished_at ? [(Date.parse(j.finished_at) - wallAtZero) / 1000] : []));
+
+  const header = (a: Answer) => (a.header === null ? null : Number(a.header));
+  const toNew = answers.filter((a) => header(a) === revisions.new);
+  const gateAt = seen.gate?.before_s ?? null;
+  const firstNew = toNew.length > 0 ? Math.min(...toNew.map((a) => a.sent_s)) : null;
+  const lastNew = toNew.length > 0 ? Math.max(...toNew.map((a) => a.sent_s)) : null;
+  const lastNewDone = toNew.length > 0 ? Math.max(...toNew.map((a) => a.done_s ?? Number.POSITIVE_INFINITY)) : null;
+  const inShare = firstNew !== null && gateAt !== null ? answers.filter((a) => a.sent_s >= firstNew && a.sent_s <= gateAt) : [];
+  const failed = answers.filter((a) => !a.ok);
+  const failedNew = failed.filter((a) => header(a) === revisions.new);
+  const after = (x: number | null) => (x === null || gateAt === null ? null : x - gateAt);
+  const labels = new Map<string, string>([
+    [String(revisions.old), `old revision (${revisions.old})`],
+    [String(revisions.new), `canary (${revisions.new})`],
+  ]);
+  const perSecondByHeader: Record<string, number[]> = {};
+  for (const name of [...labels.values(), 'failed']) perSecondByHeader[name] = Array<number>(CANARY_SECONDS).fill(0);
+  for (const a of answers) {
+    const row = perSecondByHeader[a.ok ? (labels.get(a.header ?? '') ?? 'failed') : 'failed'];
+    const second = Math.floor(a.sent_s);
+    if (row && second >= 0 && second < CANARY_SECONDS) row[second] = (row[second] ?? 0) + 1;
+  }
+  return {
+    date: new Date().toISOString(),
+    load_average: load,
+    rate: RATE,
+    seconds: CANARY_SECONDS,
+    deploy_at_s: CANARY_DEPLOY_AT_S,
+    poll_ms: POLL_MS,
+    load: figures,
+    revisions,
+    update_sent_s: sentS,
+    update_answered_s: answeredS,
+    update_answer: updateAnswer,
+    rolled_back_by_gate: /rolled back: the canary's gate failed: /.test(updateAnswer),
+    gate,
+    canary_phase: seen.canary,
+    gate_failed: seen.gate,
+    new_stopped: seen.stopped,
+    new_last_finished_s: finished.length === fresh.length && finished.length > 0 ? Math.max(...finished) : null,
+    new_requests: toNew.length,
+    new_first_sent_s: firstNew,
+    new_last_sent_s: lastNew,
+    new_last_done_s: lastNewDone,
+    new_share_percent: inShare.length > 0 ? (100 * inShare.filter((a) => header(a) === revisions.new).length) / inShare.length : null,
+    traffic_back_s: after(lastNew),
+    traffic_back_answered_s: after(lastNewDone),
+    new_stopped_after_gate_s: after(seen.stopped?.by_s ?? null),
+    update_answered_after_gate_s: after(Number.isFinite(answeredS) ? answeredS : null),
+    failed_by_revision: { new: failedNew.length, old: failed.filter((a) => header(a) === revisions.old).length, none: failed.filter((a) => header(a) === null).length },
+    failed_outside_window: failed.filter((a) => header(a) !== revisions.new || firstNew === null || lastNew === null || a.sent_s < firstNew || a.sent_s > lastNew).length,
+    failed_after_gate: gateAt === null ? failedNew.length : failedNew.filter((a) => a.sent_s > gateAt).length,
+    serving_replaced: serving.filter((s) => !now.includes(s)).length,
+    restarts: back.jobs.reduce((n, j) => n + j.restarts, 0) - restartsBefore,
+    per_second: perSecondByHeader,
+    leftovers: null,
   };
 }
 
@@ -358,7 +556,31 @@ function print(r: Results): void {
     if (b.load.first_errors.length > 0) process.stdout.write(`  first errors: ${b.load.first_errors.join('; ')}\n`);
     process.stdout.write(`  the Update's answer: ${b.update_answer}\n`);
   }
-  process.stdout.write(`\ncanary (decode answering 20 % errors, gated over the gateway's figures): NOT MEASURED: ${r.canary.why}\n`);
+  if (r.canary) printCanary(r.canary);
+}
+
+function printCanary(k: CanaryResult): void {
+  const from = (x: number | null) => (x === null ? 'n/a' : `${x.toFixed(2)} s`);
+  const seenAt = (x: Seen | null) => (x === null ? 'not seen' : `${x.before_s.toFixed(2)}–${x.by_s.toFixed(2)} s`);
+  process.stdout.write(
+    `\ncanary's bad revision: decode \`--error-rate 0.2\`, \`canary: {traffic: 20, soak: 10s}\`, applied at ${k.deploy_at_s} s of ${k.rate} rps for ${k.seconds} s (revision ${k.revisions.new} beside ${k.revisions.old}; run state read every ${k.poll_ms} ms)\n`,
+  );
+  row(['', 'measured', '', 'anchor (issue 28)', '']);
+  row(['requests sent; to the canary', `${fmt(k.load.sent)}; ${fmt(k.new_requests)}`, '', '', '']);
+  row(['  the canary\'s share until the gate', k.new_share_percent === null ? 'n/a' : `${k.new_share_percent.toFixed(1)} %`, '', '20 %', '']);
+  row(['apply → the canary\'s first request', from(k.new_first_sent_s === null ? null : k.new_first_sent_s - k.update_sent_s), '', '', '']);
+  row(['the gate failed (seen, from the load start)', seenAt(k.gate_failed), '', '', k.rolled_back_by_gate ? 'rolled back by the gate' : 'NOT rolled back by the gate']);
+  row(['traffic back: the canary\'s last request sent', from(k.traffic_back_s), '', `≤ ${CANARY_ANCHOR.traffic_back_s} s`, verdict(k.traffic_back_s !== null && k.traffic_back_s <= CANARY_ANCHOR.traffic_back_s)]);
+  row(['  its answer complete', from(k.traffic_back_answered_s), '', '', '']);
+  row(['the canary stopped: no replica left', from(k.new_stopped_after_gate_s), '', `≤ ${CANARY_ANCHOR.new_stopped_s} s`, verdict(k.new_stopped_after_gate_s !== null && k.new_stopped_after_gate_s <= CANARY_ANCHOR.new_stopped_s)]);
+  row(['  its replicas\' last finished_at', from(k.new_last_finished_s === null || k.gate_failed === null ? null : k.new_last_finished_s - k.gate_failed.before_s), '', '', '']);
+  row(['  the Update\'s answer', from(k.update_answered_after_gate_s), '', '', '']);
+  row(['failed: canary / old / no answer', `${k.failed_by_revision.new} / ${k.failed_by_revision.old} / ${k.failed_by_revision.none}`, '', 'canary\'s only', verdict(k.failed_by_revision.old === 0 && k.failed_by_revision.none === 0)]);
+  row(['  outside the canary\'s window; after the gate', `${k.failed_outside_window}; ${k.failed_after_gate}`, '', '0', verdict(k.failed_outside_window === 0)]);
+  row(['mixed-revision chains', fmt(k.load.mixed), '', '0', verdict(k.load.mixed === 0)]);
+  row(['serving replicas replaced, restarted', `${k.serving_replaced}, ${k.restarts}`, '', '0, 0 (never)', verdict(k.serving_replaced === 0 && k.restarts === 0)]);
+  process.stdout.write(`  (times after the gate are from the last poll that did not see it: upper bounds; the canary phase seen ${seenAt(k.canary_phase)})\n`);
+  process.stdout.write(`  the gate's verdict: ${k.gate ?? 'none'}\n  the Update's answer: ${k.update_answer}\n`);
 }
 
 async function plot(r: Results): Promise<void> {
@@ -376,12 +598,23 @@ async function plot(r: Results): Promise<void> {
       height: 420,
     });
   };
+  const canaryChart = (k: CanaryResult) =>
+    lineChart({
+      title: `the canary's bad revision: decode failing 20 %, canary: {traffic: 20, soak: 10s}`,
+      subtitle: `${fmt(k.load.sent)} requests at ${k.rate} rps: ${fmt(k.load.failed)} failed (all the canary's: ${k.failed_by_revision.new}); applied at ${secs(k.update_sent_s)}, the gate failed by ${secs(k.gate_failed?.by_s ?? null)}, the canary's last request at ${secs(k.new_last_sent_s)}`,
+      xLabel: 'seconds into the load (by send time)',
+      yLabel: 'requests per second, by the revision whose pool took them',
+      series: Object.entries(k.per_second).map(([name, counts]) => ({ name, points: counts.map((n, s): [number, number] => [s, n]) })),
+      references: [{ label: `${k.rate} rps offered`, value: k.rate }],
+      height: 420,
+    });
   const path = join(resultsDir(), 'rollout.png');
-  await writePng(path, stackVertically([chart(r.revision), chart(r.independent)]));
+  await writePng(path, stackVertically([chart(r.revision), chart(r.independent), ...(r.canary ? [canaryChart(r.canary)] : [])]));
   process.stdout.write(`rollout: wrote ${path}\n`);
 }
 
-async function measure(): Promise<Results> {
+/** The bench's scenarios, or with `canaryOnly` the canary alone on a coherent run of its own (the others null). */
+async function measure(canaryOnly: boolean): Promise<Omit<Results, 'revision' | 'independent'> & { revision: RolloutResult | null; independent: RolloutResult | null }> {
   const temporal = await startBenchTemporal('rollout');
   const shared = makeSharedDir('troupe-bench-rollout-shared-');
   const fleetDir = mkdtempSync(join(tmpdir(), 'troupe-bench-rollout-fleet-'));
@@ -392,7 +625,7 @@ async function measure(): Promise<Results> {
   const gateway = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: token });
   const taskQueue = `bench-rollout-${randomBytes(3).toString('hex')}`;
   let worker: WorkerProcess | null = null;
-  const names = { revision: `roll-coh-${randomBytes(3).toString('hex')}`, independent: `roll-ind-${randomBytes(3).toString('hex')}` };
+  const names = { revision: `roll-coh-${randomBytes(3).toString('hex')}`, independent: `roll-ind-${randomBytes(3).toString('hex')}`, canary: `roll-can-${randomBytes(3).toString('hex')}` };
   const load = [loadAverage()];
   try {
     worker = await startWorkerProcess({
@@ -405,27 +638,28 @@ async function measure(): Promise<Results> {
     const bench: Bench = { temporal, gateway, taskQueue, script, fleetDir };
     process.stdout.write(`rollout bench: ${new Date().toISOString()}, node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load average ${load[0]}; Temporal: ${temporal.kind}\n`);
 
+    const base = { date: new Date().toISOString(), machine: `${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), node ${process.version}`, rate: RATE, seconds: SECONDS, deploy_at_s: DEPLOY_AT_S };
+    if (canaryOnly) {
+      await startService(bench, names.canary, service(names.canary, script, 'revision', 'v1'));
+      process.stdout.write(`  canary alone: ${names.canary} up (5 replicas READY)\n`);
+      const canary = await canaryRevision(bench, names.canary);
+      canary.leftovers = await stopRun(bench, names.canary, fleetDir);
+      return { ...base, load_average: [...load, loadAverage()], revision: null, independent: null, bad_revision: null, canary };
+    }
+
     const revision = await rollUnderLoad(bench, names.revision, 'revision');
     load.push(loadAverage());
     const bad = await badRevision(bench, names.revision, revision.revisions.new);
     load.push(loadAverage());
+    const canary = await canaryRevision(bench, names.revision);
+    load.push(loadAverage());
     revision.leftovers = await stopRun(bench, names.revision, fleetDir);
+    canary.leftovers = revision.leftovers;
 
     const independent = await rollUnderLoad(bench, names.independent, 'independent');
     load.push(loadAverage());
     independent.leftovers = await stopRun(bench, names.independent, fleetDir);
-    return {
-      date: new Date().toISOString(),
-      machine: `${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), node ${process.version}`,
-      load_average: load,
-      rate: RATE,
-      seconds: SECONDS,
-      deploy_at_s: DEPLOY_AT_S,
-      revision,
-      independent,
-      bad_revision: bad,
-      canary: CANARY,
-    };
+    return { ...base, load_average: load, revision, independent, bad_revision: bad, canary };
   } finally {
     for (const name of Object.values(names)) await abortRunIfRunning(temporal.client, name).catch(() => undefined);
     await worker?.stop();
@@ -444,7 +678,12 @@ if (process.env.BENCH_PLOT_ONLY === '1') {
 } else if (process.getuid?.() !== 0) {
   process.stdout.write('rollout: NOT measured: the local fleet\'s network namespaces need root\n');
 } else {
-  const results = await measure();
+  const only = process.env.BENCH_ROLLOUT_ONLY;
+  if (only !== undefined && only !== 'canary') throw new Error(`BENCH_ROLLOUT_ONLY=${only}: only \`canary\` is a scenario the bench runs alone`);
+  const measured = await measure(only === 'canary');
+  // The canary alone: its figures beside the saved figures of the other scenarios.
+  const results: Results =
+    measured.revision && measured.independent ? { ...measured, revision: measured.revision, independent: measured.independent } : { ...(JSON.parse(readFileSync(jsonPath, 'utf8')) as Results), canary: measured.canary };
   writeFileSync(jsonPath, `${JSON.stringify(results, null, 2)}\n`);
   print(results);
   process.stdout.write(`rollout: wrote ${jsonPath}\n`);
