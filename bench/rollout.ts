@@ -165,6 +165,8 @@ interface CanaryResult {
   new_stopped: Seen | null;
   /** The canary's replicas' finished_at (workflow time), the last of them, in s from the load's start. */
   new_last_finished_s: number | null;
+  /** The same by group, the last of each, in s after the gate (before_s): where the stop's time goes. */
+  new_finished_by_group: Record<string, number>;
   /** Requests the gateway gave the canary (its header): first and last sent, last answered. */
   new_requests: number;
   new_first_sent_s: number | null;
@@ -455,6 +457,12 @@ async function canaryRevision(bench: Bench, name: string): Promise<CanaryResult>
   const now = live(back).map((j) => `${j.job_num}:${j.instance?.instance_id}`);
   const fresh = lastState.jobs.filter((j) => !known.has(machineOf(j)));
   const finished = fresh.flatMap((j) => (j.finished_at ? [(Date.parse(j.finished_at) - wallAtZero) / 1000] : []));
+  const byGroup: Record<string, number> = {};
+  for (const j of fresh) {
+    if (j.finished_at === null || seen.gate === null) continue;
+    const t = (Date.parse(j.finished_at) - wallAtZero) / 1000 - seen.gate.before_s;
+    byGroup[j.group_name] = Math.max(byGroup[j.group_name] ?? Number.NEGATIVE_INFINITY, t);
+  }
 
   const header = (a: Answer) => (a.header === null ? null : Number(a.header));
   const toNew = answers.filter((a) => header(a) === revisions.new);
@@ -495,6 +503,7 @@ async function canaryRevision(bench: Bench, name: string): Promise<CanaryResult>
     gate_failed: seen.gate,
     new_stopped: seen.stopped,
     new_last_finished_s: finished.length === fresh.length && finished.length > 0 ? Math.max(...finished) : null,
+    new_finished_by_group: byGroup,
     new_requests: toNew.length,
     new_first_sent_s: firstNew,
     new_last_sent_s: lastNew,
@@ -574,6 +583,8 @@ function printCanary(k: CanaryResult): void {
   row(['  its answer complete', from(k.traffic_back_answered_s), '', '', '']);
   row(['the canary stopped: no replica left', from(k.new_stopped_after_gate_s), '', `≤ ${CANARY_ANCHOR.new_stopped_s} s`, verdict(k.new_stopped_after_gate_s !== null && k.new_stopped_after_gate_s <= CANARY_ANCHOR.new_stopped_s)]);
   row(['  its replicas\' last finished_at', from(k.new_last_finished_s === null || k.gate_failed === null ? null : k.new_last_finished_s - k.gate_failed.before_s), '', '', '']);
+  const groups = Object.entries(k.new_finished_by_group ?? {}).sort(([, a], [, b]) => a - b);
+  row(['  by group, in the order stopped', groups.map(([g, t]) => `${g} ${t.toFixed(2)}`).join(', ') || 'n/a', '', '', '']);
   row(['  the Update\'s answer', from(k.update_answered_after_gate_s), '', '', '']);
   row(['failed: canary / old / no answer', `${k.failed_by_revision.new} / ${k.failed_by_revision.old} / ${k.failed_by_revision.none}`, '', 'canary\'s only', verdict(k.failed_by_revision.old === 0 && k.failed_by_revision.none === 0)]);
   row(['  outside the canary\'s window; after the gate', `${k.failed_outside_window}; ${k.failed_after_gate}`, '', '0', verdict(k.failed_outside_window === 0)]);
