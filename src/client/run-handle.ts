@@ -270,10 +270,11 @@ export class RunHandle {
   }
 
   private async rolloutControl(action: RolloutAction): Promise<RolloutControlResult> {
+    const verb = action === 'rollback' ? 'roll back' : action;
     return await this.update({
-      ended: `run ${this.name} has ended: there is no rollout to ${action}`,
-      purpose: `${action} the rollout of service ${this.name}`,
-      failed: `service ${this.name} did not ${action} its rollout`,
+      ended: `run ${this.name} has ended: there is no rollout to ${verb}`,
+      purpose: `${verb} the rollout of service ${this.name}`,
+      failed: `service ${this.name} did not ${verb} its rollout`,
       ask: (handle) => handle.executeUpdate(rolloutControlUpdate, { args: [{ action }] }),
     });
   }
