@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import type { RolloutControlResult, RunHandle } from '../../client';
+import type { RolloutControlResult, RolloutStatus, RunHandle } from '../../client';
 import { CliError, runNameArgument, type Command } from '../command';
 import { connectClient, connectionHelp, connectionOptions, connectionSettings, type ConnectionFlags } from '../connection';
 import { onInterrupt, type Interrupt } from '../interrupt';
@@ -25,7 +25,7 @@ const help = renderUsage(
     '            through, deploys the spec it replaced again; waits until it is over (Ctrl-C leaves it going)',
     'A refusal (none under way, paused already, the old revision being stopped…) exits 1 with the run\'s reason.',
   ].join('\n'),
-  [['--json', 'the rollout as JSON (status: the run state\'s service.rollout)'], ...connectionHelp],
+  [['--json', 'the rollout as JSON (the run state\'s service.rollout; after pause, resume or rollback: as it is then)'], ...connectionHelp],
 );
 
 const ACTIONS = ['status', 'pause', 'resume', 'rollback'] as const;
@@ -63,18 +63,22 @@ export const command: Command = async (args) => {
   }
   const troupe = await connectClient(connectionSettings(parsed.connection));
   let interrupt: Interrupt | null = null;
+  // --json: the rollout itself, whatever was asked; otherwise the words for it.
+  const print = (rollout: RolloutStatus | null, words: () => string): void => {
+    process.stdout.write(`${parsed.json ? JSON.stringify(rollout, null, 2) : words()}\n`);
+  };
   try {
     const run = troupe.run(parsed.run);
     if (parsed.action === 'status') {
       const state = await run.state();
       if (!state.service) throw new CliError(`run ${parsed.run} is not a service: it has no rollouts`, 1);
       const rollout = state.service.rollout;
-      process.stdout.write(`${parsed.json ? JSON.stringify(rollout, null, 2) : describeRollout(parsed.run, rollout).join('\n')}\n`);
+      print(rollout, () => describeRollout(parsed.run, rollout).join('\n'));
       return 0;
     }
     if (parsed.action !== 'rollback') {
       const result = await steer(run, parsed.action);
-      process.stdout.write(`${parsed.json ? JSON.stringify(result, null, 2) : describeRollout(parsed.run, result.rollout).join('\n')}\n`);
+      print(result.rollout, () => describeRollout(parsed.run, result.rollout).join('\n'));
       return 0;
     }
     // Only a rollback waits: Ctrl-C lets go of it, and the run goes on.
@@ -87,7 +91,7 @@ export const command: Command = async (args) => {
       process.stderr.write('\nThe run goes on rolling back; `troupe rollout status` shows where it is.\n');
       return await interrupt.letGo();
     }
-    process.stdout.write(`${parsed.json ? JSON.stringify(result, null, 2) : describeRollbackEnd(parsed.run, result.rollout)}\n`);
+    print(result.rollout, () => describeRollbackEnd(parsed.run, result.rollout));
     return 0;
   } catch (err) {
     throw cliErrorOf(err);
