@@ -13,6 +13,7 @@ const commands: Record<string, () => Promise<{ command: Command }>> = {
   metrics: () => import('./commands/metrics'),
   stop: () => import('./commands/stop'),
   scale: () => import('./commands/scale'),
+  rollout: () => import('./commands/rollout'),
   worker: () => import('./commands/worker'),
   setup: () => import('./commands/setup'),
   fleet: () => import('./commands/fleet'),

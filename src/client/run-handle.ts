@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
-  ApplicationFailure,
   isGrpcCancelledError,
   isGrpcDeadlineError,
   ServiceError,
@@ -21,15 +20,17 @@ import { logReaderWorkflowId, runWorkflowId } from '../contract/ids';
 import {
   runJobsQuery,
   runStateQuery,
-  HANDING_OVER,
   scaleGroupUpdate,
   applyServiceUpdate,
+  rolloutControlUpdate,
   stopRunSignal,
   type ApplyServiceResult,
+  type RolloutAction,
+  type RolloutControlResult,
   type RunInputArg,
   type ScaleGroupResult,
 } from '../contract/messages';
-import { isFinished, type JobState, type RunState, type RunStatus } from '../contract/run-state';
+import { isFinished, type JobState, type RolloutStatus, type RunState, type RunStatus } from '../contract/run-state';
 import { RunStateSchema } from '../contract/run-state-schema';
 import {
   isRunUnavailable,
@@ -43,6 +44,7 @@ import {
 } from './errors';
 import { logRefOf, machineOf } from './job-attempts';
 import { sealSecrets } from './seal-plan';
+import { askThroughHandOver } from './update-retry';
 import { readRunMemo } from './run-memo';
 import { withAllJobs } from './run-jobs';
 import { missingPollers } from './worker-presence';
@@ -105,9 +107,6 @@ export interface WatchOptions {
 }
 
 const DEFAULT_LOG_LIMIT_BYTES = 256 * 1024;
-/** How long a resize is asked again while the run continues as new, and how often. */
-const HANDOVER_WAIT_MS = 60_000;
-const HANDOVER_RETRY_MS = 250;
 /** A log read is a short workflow; without a worker it would wait forever. */
 const LOG_READ_TIMEOUT = '1 minute';
 
@@ -216,28 +215,12 @@ export class RunHandle {
     if (!Number.isSafeInteger(nodes) || nodes < 1) {
       throw new TroupeClientError(`a group's size is a whole number of nodes, 1 or more; got ${String(nodes)}`);
     }
-    const info = await this.describe();
-    if (info.status.name !== 'RUNNING') throw new TroupeClientError(`run ${this.name} has ended: there is no group to scale`);
-    // An Update waits for a worker to take it: without one it would wait forever.
-    const missing = await missingPollers(this.ctx.client, this.ctx);
-    if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `scale group "${group}" of run ${this.name}`);
-    try {
-      // Refused only because the run is continuing as new (a moment): asked again of its next execution.
-      for (let waitedMs = 0; ; waitedMs += HANDOVER_RETRY_MS) {
-        try {
-          return await this.handle().executeUpdate(scaleGroupUpdate, { args: [{ group, nodes }] });
-        } catch (err) {
-          const handingOver = err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure && err.cause.type === HANDING_OVER;
-          if (!handingOver || waitedMs >= HANDOVER_WAIT_MS) throw err;
-          await sleep(HANDOVER_RETRY_MS);
-        }
-      }
-    } catch (err) {
-      if (err instanceof WorkflowUpdateFailedError) {
-        throw new TroupeClientError(`run ${this.name} did not scale group "${group}" to ${nodes}: ${rootCauseMessage(err)}`, { cause: err });
-      }
-      throw this.notFound(err);
-    }
+    return await this.update({
+      ended: `run ${this.name} has ended: there is no group to scale`,
+      purpose: `scale group "${group}" of run ${this.name}`,
+      failed: `run ${this.name} did not scale group "${group}" to ${nodes}`,
+      ask: (handle) => handle.executeUpdate(scaleGroupUpdate, { args: [{ group, nodes }] }),
+    });
   }
 
   /**
@@ -248,24 +231,69 @@ export class RunHandle {
    * run's reason.
    */
   async applyService(plan: Plan): Promise<ApplyServiceResult> {
-    const info = await this.describe();
-    if (info.status.name !== 'RUNNING') throw new TroupeClientError(`run ${this.name} has ended: there is no service to deploy to`);
-    const missing = await missingPollers(this.ctx.client, this.ctx);
-    if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, `deploy to service ${this.name}`);
     // Secrets travel sealed, as at submission: the Update's input is in the run's history.
     const sealed = sealSecrets(plan);
+    return await this.update({
+      ended: `run ${this.name} has ended: there is no service to deploy to`,
+      purpose: `deploy to service ${this.name}`,
+      failed: `service ${this.name} was not deployed to`,
+      ask: (handle) => handle.executeUpdate(applyServiceUpdate, { args: [{ plan: sealed }] }),
+    });
+  }
+
+  /** A service's last rollout, under way or over, from the run's state (null: none since the run began, or not a service). */
+  async rolloutStatus(): Promise<RolloutStatus | null> {
+    return (await this.state()).service?.rollout ?? null;
+  }
+
+  /**
+   * Pauses a service's coherent rollout where it is: no next step, its progress deadline and canary
+   * soak stopped. Answers with the rollout once paused; a refusal (none under way, dstack's rolling,
+   * paused already, rolling back) throws a TroupeClientError with the run's reason.
+   */
+  async pauseRollout(): Promise<RolloutControlResult> {
+    return await this.rolloutControl('pause');
+  }
+
+  /** Resumes a paused rollout, its clocks going on from where they stopped. Answers with the rollout once resumed. */
+  async resumeRollout(): Promise<RolloutControlResult> {
+    return await this.rolloutControl('resume');
+  }
+
+  /**
+   * Rolls back the rollout under way (the old revision serving throughout), or, once one went
+   * through, deploys the spec it replaced again as the next deployment. Answers once the rollback is
+   * over; refused once the old revision is being stopped, or with nothing to go back to.
+   */
+  async rollbackRollout(): Promise<RolloutControlResult> {
+    return await this.rolloutControl('rollback');
+  }
+
+  private async rolloutControl(action: RolloutAction): Promise<RolloutControlResult> {
+    const verb = action === 'rollback' ? 'roll back' : action;
+    return await this.update({
+      ended: `run ${this.name} has ended: there is no rollout to ${verb}`,
+      purpose: `${verb} the rollout of service ${this.name}`,
+      failed: `service ${this.name} did not ${verb} its rollout`,
+      ask: (handle) => handle.executeUpdate(rolloutControlUpdate, { args: [{ action }] }),
+    });
+  }
+
+  /**
+   * An Update of the running run: refused at once when the run has ended or no worker would take it,
+   * asked again while the run hands over to its next execution, and a refusal or failure turned into
+   * a TroupeClientError that says `failed` and the run's reason.
+   */
+  private async update<T>(call: { ended: string; purpose: string; failed: string; ask: (handle: WorkflowHandle<RunWorkflowFn>) => Promise<T> }): Promise<T> {
+    const info = await this.describe();
+    if (info.status.name !== 'RUNNING') throw new TroupeClientError(call.ended);
+    // An Update waits for a worker to take it: without one it would wait forever.
+    const missing = await missingPollers(this.ctx.client, this.ctx);
+    if (missing.includes('workflow')) throw new NoWorkerError(this.ctx, missing, call.purpose);
     try {
-      for (let waitedMs = 0; ; waitedMs += HANDOVER_RETRY_MS) {
-        try {
-          return await this.handle().executeUpdate(applyServiceUpdate, { args: [{ plan: sealed }] });
-        } catch (err) {
-          const handingOver = err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure && err.cause.type === HANDING_OVER;
-          if (!handingOver || waitedMs >= HANDOVER_WAIT_MS) throw err;
-          await sleep(HANDOVER_RETRY_MS);
-        }
-      }
+      return await askThroughHandOver(() => call.ask(this.handle()));
     } catch (err) {
-      if (err instanceof WorkflowUpdateFailedError) throw new TroupeClientError(`service ${this.name} was not deployed to: ${rootCauseMessage(err)}`, { cause: err });
+      if (err instanceof WorkflowUpdateFailedError) throw new TroupeClientError(`${call.failed}: ${rootCauseMessage(err)}`, { cause: err });
       throw this.notFound(err);
     }
   }

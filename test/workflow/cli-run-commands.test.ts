@@ -241,6 +241,12 @@ describe('troupe ps, logs, stop', () => {
     expect(scaled.stdout).toBe('');
     expect((await handle.state()).jobs).toHaveLength(3);
 
+    // A task has no rollout: status says it is no service, pause is refused with the run's reason.
+    const rolloutStatus = await troupeCli(['rollout', 'status', name]);
+    expect({ code: rolloutStatus.code, stdout: rolloutStatus.stdout, stderr: rolloutStatus.stderr }).toEqual({ code: 1, stdout: '', stderr: `run ${name} is not a service: it has no rollouts\n` });
+    const paused = await troupeCli(['rollout', 'pause', name]);
+    expect({ code: paused.code, stderr: paused.stderr }).toEqual({ code: 1, stderr: `service ${name} did not pause its rollout: run ${name} is not a service\n` });
+
     const stopped = await troupeCli(['stop', name, '-y']);
     expect(stopped.code, stopped.stderr).toBe(0);
     expect(stopped.stderr).toContain(`Stopping run ${name}`);

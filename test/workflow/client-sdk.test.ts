@@ -4,6 +4,7 @@ import {
   RunNameInUseError,
   RunUnreachableError,
   TroupeClient,
+  TroupeClientError,
   type JobLogChunk,
   type RunState,
 } from '../../src/client';
@@ -119,6 +120,18 @@ describe('client SDK on a real worker', () => {
     });
     expect(ended).toMatchObject({ status: 'TERMINATED', state: { termination_reason: 'STOPPED_BY_USER' } });
     expect((await env.troupe.list()).some((r) => r.name === name)).toBe(false);
+  });
+
+  it('a task has no rollout: its status is null, pause, resume and rollback are refused with the run\'s reason; once ended, said so', async () => {
+    const name = runName('sdk-rollout');
+    const handle = await env.troupe.submit({ yaml: twoGroups(name, 'sleep 300'), options: quick });
+    expect(await handle.rolloutStatus()).toBeNull();
+    await expect(handle.pauseRollout()).rejects.toThrow(new TroupeClientError(`service ${name} did not pause its rollout: run ${name} is not a service`));
+    await expect(handle.resumeRollout()).rejects.toThrow(`service ${name} did not resume its rollout: run ${name} is not a service`);
+    await expect(handle.rollbackRollout()).rejects.toThrow(`service ${name} did not roll back its rollout: run ${name} is not a service`);
+    await handle.abort();
+    await handle.wait();
+    await expect(handle.pauseRollout()).rejects.toThrow(`run ${name} has ended: there is no rollout to pause`);
   });
 
   it('follows a log while the job writes it, until the run ends', async () => {

@@ -16,7 +16,7 @@ const options = {
 
 const help = renderUsage(
   'troupe ps [-a] [--json] [-n N]',
-  'Lists runs, newest first, with a row per job: group, node, status, host, address and why it ended; a service with its deployment, endpoints and replicas READY per group.',
+  'Lists runs, newest first, with a row per job: group, node, status, host, address and why it ended; a service with its deployment, endpoints, the rollout under way and replicas READY per group.',
   [
     ['-a, --all', 'finished runs too, not only the active ones'],
     ['--json', 'the runs as JSON (with each run\'s whole state)'],

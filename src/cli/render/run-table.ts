@@ -2,6 +2,7 @@ import type { ReplicaGroupSummary, RunSummary, ServiceSummary } from '../../clie
 import type { JobState, RunState } from '../../contract/run-state';
 import { formatGroupNodes } from './plan-table';
 import { onceInFull } from './reason-text';
+import { rolloutUnderWay } from './rollout-text';
 import { paint, paintStatus, type Style } from './style';
 import { renderTable } from './table';
 import { formatAge, formatDuration } from './time-text';
@@ -99,7 +100,7 @@ function endpointsText(service: ServiceSummary, state: Pick<RunState, 'finished_
 
 /**
  * `ps`: a row per run, then a row per job under it (indented), so one glance shows where every node is.
- * A service's row says so, with its deployment and endpoints, and each replica group has a row
+ * A service's row says so, with its deployment, endpoints and the rollout under way, and each replica group has a row
  * (`replicas READY/size`) above its replicas.
  */
 export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width?: number): string[] {
@@ -125,7 +126,7 @@ export function renderPsTable(runs: RunSummary[], style: Style, now: Date, width
     const state = run.state;
     const service = run.service ?? null;
     const reason = state
-      ? [service ? endpointsText(service, state, style) : '', peersText(state), runReason(state)].filter((p) => p !== '').join('; ')
+      ? [service ? endpointsText(service, state, style) : '', state.finished_at === null ? rolloutUnderWay(state.service?.rollout ?? null) : '', peersText(state), runReason(state)].filter((p) => p !== '').join('; ')
       : '';
     rows.push([
       paint(style, 'bold', run.name),
