@@ -6,7 +6,7 @@ import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import { loadServicePlan, serviceRunPlan } from '../../src/plan';
 import { projectRoot } from '../../src/devserver/dev-server';
 import { runWorkflowId } from '../../src/contract/ids';
-import { applyServiceUpdate, stopRunSignal } from '../../src/contract/messages';
+import { applyServiceUpdate, rolloutControlUpdate, runStateQuery, stopRunSignal } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
 import type { Plan } from '../../src/plan/plan-schema';
 import { leftovers } from '../helpers/leftovers';
@@ -20,7 +20,8 @@ import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '
  * fails and no answer's chain mixes revisions (router, prefill and decode each say theirs). A
  * revision whose decode cannot start is rolled back: the old one serves throughout, never restarted.
  * A canary whose decode fails a fifth of its answers fails its gate and is rolled back: only requests
- * it took fail. The worker SIGKILLed mid-rollout: the next one carries it on, nothing fails.
+ * it took fail. The worker SIGKILLed mid-rollout: the next one carries it on, nothing fails. Steered
+ * by hand: paused while it starts and resumed, then rolled back to the spec it replaced.
  */
 
 const ADMIN_TOKEN = `admin-${randomBytes(12).toString('hex')}`;
@@ -180,6 +181,28 @@ describe('a coherent rollout of a running service', () => {
     expect(machines.length).toBeGreaterThan(5);
     expect(new Set(machines).size).toBe(machines.length);
     expect(new Set(load.chains.map((c) => c.router))).toEqual(new Set([hash2, v5.service?.revision]));
+
+    // By hand: a rollout paused while it starts (no next step) and resumed; then, once it went through,
+    // rolled back to the spec it replaced as the next deployment — all under load, nothing failed.
+    load = steadyLoad();
+    const v6 = service('v6');
+    const resumable = handle.executeUpdate(applyServiceUpdate, { args: [{ plan: v6 }] });
+    await waitForRunState(handle, (s) => s.service?.rollout?.deployment === 5 && s.service.rollout.phase === 'starting');
+    const paused = await handle.executeUpdate(rolloutControlUpdate, { args: [{ action: 'pause' }] });
+    expect(paused.rollout).toMatchObject({ deployment: 5, paused: true });
+    await new Promise((r) => setTimeout(r, 3000));
+    expect((await handle.query(runStateQuery)).service?.rollout).toMatchObject({ deployment: 5, phase: 'starting', paused: true });
+    const resumed = await handle.executeUpdate(rolloutControlUpdate, { args: [{ action: 'resume' }] });
+    expect(resumed.rollout?.paused).toBe(false);
+    expect(await resumable).toMatchObject({ deployment: 5 });
+    const undone = await handle.executeUpdate(rolloutControlUpdate, { args: [{ action: 'rollback' }] });
+    expect(undone.rollout).toMatchObject({ deployment: 6, phase: 'over', error: null, can_roll_back: true });
+    await new Promise((r) => setTimeout(r, 1000));
+    await load.stop();
+    expect(load.failures.slice(0, 5)).toEqual([]);
+    expect(mixed(load.chains)).toEqual([]);
+    const last = load.chains.slice(-10).map((c) => c.router);
+    expect(new Set(last)).toEqual(new Set([v5.service?.revision]));
 
     await handle.signal(stopRunSignal, { abort: false });
     const final: RunState = await handle.result();
