@@ -5,7 +5,7 @@ import { judgeCanary } from './rollout-gates';
 import { groupMembers } from './jobs';
 import { revisionOf } from './revisions';
 import { routesSettled } from './routing';
-import { beginStep, rolloutOver, serviceOf, withLiveResizes, withService } from './rollout-steps';
+import { beginStep, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec } from './rollout-steps';
 import { abandonGrowth, resizeOf } from './scaling';
 import type { RunCore } from './state';
 import type { CoherentRollout } from '../contract/core-state-schema';
@@ -31,17 +31,15 @@ const CANARY_UNREAD_MS = 60_000;
 export function beginCoherent(core: RunCore, undo: Plan, counts: number[], now: number, effects: Effect[]): RunCore {
   const service = serviceOf(core);
   const rollout = service.rollout;
-  if (!rollout || !undo.service) return core;
+  const spec = specOf(undo);
+  if (!rollout || !spec) return core;
   const coherent: CoherentRollout = {
     revision: rollout.number,
     from: service.current_revision,
     phase: 'starting',
     queue: startOrder(core.plan),
     counts,
-    undo: {
-      service: undo.service,
-      groups: undo.groups.map((g) => ({ commands: [...g.commands], nodes: g.nodes, nodes_range: g.nodes_range ?? null })),
-    },
+    undo: spec,
     deadline_ms: now + (core.plan.service?.rollout.gates.progress_deadline_s ?? 600) * 1000,
     cause: null,
     canary: { traffic_percent: core.plan.service?.rollout.canary?.traffic_percent ?? null, since_ms: null, reading: false, read_at_ms: null, gate: null },
@@ -183,15 +181,7 @@ function removeNext(core: RunCore, coherent: CoherentRollout, leaves: (jobNum: n
 /** The rollout turns back: the old revision serves (it may never have stopped), the old plan is the plan again, the new revision's replicas go. */
 export function rollBack(core: RunCore, coherent: CoherentRollout, cause: string): RunCore {
   const service = serviceOf(core);
-  const plan: Plan = {
-    ...core.plan,
-    service: coherent.undo.service,
-    groups: core.plan.groups.map((group) => {
-      const was = coherent.undo.groups[group.index];
-      return was ? { ...group, commands: was.commands, nodes: was.nodes, nodes_range: was.nodes_range } : group;
-    }),
-  };
-  const back = withService({ ...core, plan }, { ...service, current_revision: coherent.from });
+  const back = withService({ ...core, plan: withSpec(core.plan, coherent.undo) }, { ...service, current_revision: coherent.from });
   return withCoherent(back, { ...coherent, phase: 'rolling-back', queue: retireOrder(core.plan), cause });
 }
 

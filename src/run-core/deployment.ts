@@ -6,7 +6,7 @@ import { resizeOf } from './scaling';
 import { advanceCoherent, beginCoherent, canaryRead } from './coherent-rollout';
 import { keepsRevisionsApart } from './revisions';
 import { rolloutStatusOf, steerRollout } from './rollout-control';
-import { beginStep, deploymentRefusal, rolloutOver, serviceOf, withLiveResizes, withService } from './rollout-steps';
+import { beginStep, deploymentRefusal, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
 
 /**
@@ -84,14 +84,8 @@ function authOf(current: Plan, next: Plan): NonNullable<Plan['service']>['auth']
 
 /** The plan a deployment runs from now on: the new commands, ranges and endpoint; the same ranks. */
 function deployedPlan(current: Plan, next: Plan): Plan {
-  return {
-    ...current,
-    service: next.service ? { ...next.service, auth: authOf(current, next) } : next.service,
-    groups: current.groups.map((group) => {
-      const other = next.groups[group.index] as GroupPlan;
-      return { ...group, commands: other.commands, nodes: other.nodes, nodes_range: other.nodes_range ?? null };
-    }),
-  };
+  const spec = specOf(next);
+  return spec ? withSpec(current, { ...spec, service: { ...spec.service, auth: authOf(current, next) } }) : current;
 }
 
 export function decideDeployment(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {

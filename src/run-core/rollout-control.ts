@@ -1,10 +1,9 @@
 import type { Plan } from '../plan/plan-schema';
 import type { RolloutStatus } from '../contract/run-state';
-import type { Spec } from '../contract/core-state-schema';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { advanceCoherent, rollBack } from './coherent-rollout';
-import { deploymentRefusal, serviceOf, withService } from './rollout-steps';
+import { deploymentRefusal, serviceOf, withService, withSpec } from './rollout-steps';
 import type { RunCore } from './state';
 
 /**
@@ -60,18 +59,6 @@ export function steerRollout(core: RunCore, action: RolloutAction, now: number, 
 export function lastGoodPlan(core: RunCore): Plan | null {
   const spec = core.service?.last_good;
   return spec ? withSpec(core.plan, spec) : null;
-}
-
-/** `plan` with `spec`'s service settings and each group's commands and size. */
-export function withSpec(plan: Plan, spec: Spec): Plan {
-  return {
-    ...plan,
-    service: spec.service,
-    groups: plan.groups.map((group) => {
-      const was = spec.groups[group.index];
-      return was ? { ...group, commands: was.commands, nodes: was.nodes, nodes_range: was.nodes_range } : group;
-    }),
-  };
 }
 
 /** The rollout as `troupe rollout status` shows it (null: none since the run began). */

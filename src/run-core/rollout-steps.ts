@@ -1,3 +1,5 @@
+import type { Plan } from '../plan/plan-schema';
+import type { Spec } from '../contract/core-state-schema';
 import type { Effect } from './effects';
 import { beginResize } from './scaling';
 import type { RunCore, ServiceCore } from './state';
@@ -51,4 +53,22 @@ export function deploymentRefusal(core: RunCore, stopping: boolean): string | nu
   if (rollout && !rollout.over) return `deployment ${rollout.number} of ${run.run_name} is under way; try again when it ends`;
   if (core.live?.resizes.some((r) => r.phase !== 'over')) return `a group of ${run.run_name} is being resized; try again when that ends`;
   return null;
+}
+
+/** What a deployment changes of a service's plan (null: not a service): its service settings, each group's commands and size. */
+export function specOf(plan: Plan): Spec | null {
+  if (!plan.service) return null;
+  return { service: plan.service, groups: plan.groups.map((g) => ({ commands: [...g.commands], nodes: g.nodes, nodes_range: g.nodes_range ?? null })) };
+}
+
+/** `plan` with `spec`'s service settings and each group's commands and size: the one way a deployment, a rollback or a redeploy changes a plan. */
+export function withSpec(plan: Plan, spec: Spec): Plan {
+  return {
+    ...plan,
+    service: spec.service,
+    groups: plan.groups.map((group) => {
+      const was = spec.groups[group.index];
+      return was ? { ...group, commands: was.commands, nodes: was.nodes, nodes_range: was.nodes_range } : group;
+    }),
+  };
 }

@@ -1,8 +1,8 @@
-import { upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
+import { ApplicationFailure, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { RunEvent } from '../../src/run-core/events';
 import type { BackendCapabilities } from '../../src/backends/backend';
 import { newRunCore, type RunCore } from '../../src/run-core/state';
-import type { AddressBook, RunInput } from '../../src/contract/messages';
+import { HANDING_OVER, type AddressBook, type RunInput } from '../../src/contract/messages';
 import type { RunState, RunStatus } from '../../src/contract/run-state';
 import { newLiveRun, type LiveRun } from './run-live';
 import type { Submission } from './submission';
@@ -95,4 +95,15 @@ export function announceStatus(run: Run, status: RunStatus, changed: boolean): v
 /** A stop was asked: the core has it, or it waits in the inbox for the loop. */
 export function stopAsked(run: Run): boolean {
   return run.core.stop_request !== null || run.inbox.some((event) => event.kind === 'stop');
+}
+
+/**
+ * An Update's validator while the run continues as new: refused as retryable (HANDING_OVER), the
+ * request fine, only early — the client asks again and the next execution (or this one, once its
+ * groups are back) takes it.
+ */
+export function refuseWhileHandingOver(run: Run): void {
+  if (run.handingOver && !stopAsked(run)) {
+    throw ApplicationFailure.retryable(`run ${run.state.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
+  }
 }

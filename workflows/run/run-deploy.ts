@@ -5,9 +5,9 @@ import { deploymentRefusal } from '../../src/run-core/rollout-steps';
 import { groupMembers } from '../../src/run-core/jobs';
 import { routesSettled } from '../../src/run-core/routing';
 import type { Plan } from '../../src/plan/plan-schema';
-import { applyServiceUpdate, HANDING_OVER, rolloutControlUpdate, type ApplyServiceResult, type RolloutControlResult } from '../../src/contract/messages';
+import { applyServiceUpdate, rolloutControlUpdate, type ApplyServiceResult, type RolloutControlResult } from '../../src/contract/messages';
 import { lastGoodPlan, rolloutControlRefusal } from '../../src/run-core/rollout-control';
-import { stopAsked, type Run } from './run-context';
+import { refuseWhileHandingOver, stopAsked, type Run } from './run-context';
 
 /**
  * A service's deployments as a Temporal Update (`troupe apply` of a changed service; the Web UI
@@ -71,9 +71,7 @@ export function setRolloutControlHandler(run: Run): void {
     },
     {
       validator: ({ action }) => {
-        if (run.handingOver && !stopAsked(run)) {
-          throw ApplicationFailure.retryable(`run ${run.state.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
-        }
+        refuseWhileHandingOver(run);
         if (action !== 'pause' && action !== 'resume' && action !== 'rollback') throw new Error(`no rollout action "${String(action)}": pause, resume or rollback`);
         const refused = rolloutControlRefusal(run.core, action, stopAsked(run));
         if (refused) throw new Error(refused);
@@ -92,9 +90,7 @@ async function rolloutEnded(run: Run, id: number): Promise<string | null> {
 
 /** Refusals say what to change; nothing of a refused deployment reaches the run's history. */
 function validate(run: Run, plan: Plan): void {
-  if (run.handingOver && !stopAsked(run)) {
-    throw ApplicationFailure.retryable(`run ${run.state.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
-  }
+  refuseWhileHandingOver(run);
   const refused = deploymentRefusal(run.core, stopAsked(run));
   if (refused) throw new Error(refused);
   let change: ReturnType<typeof deploymentChange>;

@@ -7,8 +7,8 @@ import { resizeOf, resizeRefusal } from '../../src/run-core/scaling';
 import { FailureType } from '../../src/run-core/failure-table';
 import { rootMessage } from '../failures';
 import { teardownActivities } from '../node-group/node-group-activities';
-import { HANDING_OVER, scaleGroupUpdate, type ScaleGroupResult } from '../../src/contract/messages';
-import { stopAsked, type Run } from './run-context';
+import { scaleGroupUpdate, type ScaleGroupResult } from '../../src/contract/messages';
+import { refuseWhileHandingOver, stopAsked, type Run } from './run-context';
 import { attemptRefsOf } from './run-job-refs';
 import { peersSettled } from '../../src/run-core/peers';
 import { metricsOfRun } from './run-metrics';
@@ -54,10 +54,7 @@ function validate(run: Run, name: string, nodes: number): void {
   if (!Number.isInteger(nodes) || nodes < range.min || nodes > range.max) {
     throw new Error(`group ${name} takes ${range.min}..${range.max} nodes (its nodes range), not ${nodes}`);
   }
-  if (run.handingOver && !stopAsked(run)) {
-    // The client tries again (RunHandle.scaleGroup): the next execution (or this one, once its groups are back) takes it.
-    throw ApplicationFailure.retryable(`run ${run.core.plan.run_name} is continuing as new (its history is long); try again in a moment`, HANDING_OVER);
-  }
+  refuseWhileHandingOver(run);
   if (run.live?.resizing.has(group.index)) throw new Error(`group ${name} is being resized already; try again when that ends`);
   const refused = runRefusal(run, group);
   if (refused) throw new Error(refused);
