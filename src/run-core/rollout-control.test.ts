@@ -7,6 +7,7 @@ import { activeJobs, groupMembers } from './jobs';
 import { revisionOf } from './revisions';
 import { lastGoodPlan, rolloutControlRefusal } from './rollout-control';
 import { rolloutDeadline } from './coherent-rollout';
+import { rolloutRefusal } from './scaling';
 import type { RunCore } from './state';
 
 /**
@@ -79,6 +80,18 @@ describe('a rollout steered by hand', () => {
     expect(activeJobs(core.run).map((j) => revisionOf(core, j.job_num))).toEqual([2, 2, 2]);
     // And the one it rolled away from is the next rollback's.
     expect(lastGoodPlan(core)?.service?.revision).toBe(service('serve-v2').service?.revision);
+  });
+
+  it('refuses a user\'s resize while a rollout is under way (its steps pick ranks by revision), and takes it once over', () => {
+    const before = servingCore(service('serve-v1'));
+    const deploying = pass(before, [{ kind: 'deploy', id: 1, plan: service('serve-v2') }], T0 + 3000);
+    const starting = play(deploying.core, deploying.effects, T0 + 3000, slow).core;
+    expect(rolloutRefusal(starting)).toBe('deployment 1 of pd is under way; resize a group once it ends');
+    const members = groupMembers(starting.run.jobs, 1).map((j) => j.job_num);
+    const asked = pass(starting, [{ kind: 'resize', id: 7, group: 1, nodes: 3 }], T0 + 4000);
+    expect(asked.core.live?.resizes.find((r) => r.id === 7)).toMatchObject({ phase: 'over', error: 'deployment 1 of pd is under way; resize a group once it ends' });
+    expect(groupMembers(asked.core.run.jobs, 1).map((j) => j.job_num)).toEqual(members);
+    expect(rolloutRefusal(before)).toBeNull();
   });
 
   it('refuses what a rollout cannot be asked, saying why', () => {

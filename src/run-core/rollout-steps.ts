@@ -22,7 +22,7 @@ export function beginStep(core: RunCore, step: { group: number; phase: StepPhase
   if (!rollout) return core;
   const id = DEPLOY_RESIZE_IDS + service.resizes_made;
   const next = withService(core, { ...service, resizes_made: service.resizes_made + 1, rollout: { ...rollout, step: { ...step, resize: id } } });
-  return beginResize(next, { id, group: step.group, ...ask }, now, effects);
+  return beginResize(next, { id, group: step.group, ...ask, by_deployment: true }, now, effects);
 }
 
 /** The rollout is over (`error`: why it stopped or was undone). */

@@ -54,6 +54,12 @@ export function resizeRefusal(core: RunCore, group: GroupPlan, stopping: boolean
   return null;
 }
 
+/** Why a user's resize must wait for a service's deployment under way (its steps pick ranks by revision), or null. */
+export function rolloutRefusal(core: RunCore): string | null {
+  const rollout = core.service?.rollout;
+  return rollout && !rollout.over ? `deployment ${rollout.number} of ${core.run.run_name} is under way; resize a group once it ends` : null;
+}
+
 export function resizeOf(core: RunCore, id: number): Resize | null {
   return core.live?.resizes.find((r) => r.id === id) ?? null;
 }
@@ -64,6 +70,8 @@ export interface ResizeRequest {
   group: number;
   nodes: number;
   victims?: readonly number[];
+  /** A deployment's own step: taken while its rollout is under way (a user's resize waits for it to end). */
+  by_deployment?: boolean;
 }
 
 /** A resize begins (asked by the scaleGroup Update, or by a deployment): the new core; its effects pushed to `effects`. */
@@ -71,7 +79,7 @@ export function beginResize(core: RunCore, event: ResizeRequest, now: number, ef
   const live = core.live;
   if (!live) return core;
   const group = core.plan.groups[event.group];
-  const refused = group ? resizeRefusal(core, group, core.stop_request !== null) : `no group ${event.group}`;
+  const refused = group ? ((event.by_deployment ? null : rolloutRefusal(core)) ?? resizeRefusal(core, group, core.stop_request !== null)) : `no group ${event.group}`;
   const resize: Resize = { id: event.id, group: event.group, phase: 'over', added: [], removed: [], draining: [], drain_asked: false, error: refused };
   if (!group || refused) return { ...core, live: { ...live, resizes: [...live.resizes, resize] } };
   const members = groupMembers(core.run.jobs, group.index);

@@ -3,7 +3,7 @@ import type { TroupeActivities } from '../../activities';
 import type { GroupPlan } from '../../src/plan/plan-schema';
 import type { Effect } from '../../src/run-core/effects';
 import { groupMembers } from '../../src/run-core/jobs';
-import { resizeOf, resizeRefusal } from '../../src/run-core/scaling';
+import { resizeOf, resizeRefusal, rolloutRefusal } from '../../src/run-core/scaling';
 import { FailureType } from '../../src/run-core/failure-table';
 import { rootMessage } from '../failures';
 import { teardownActivities } from '../node-group/node-group-activities';
@@ -62,7 +62,7 @@ function validate(run: Run, name: string, nodes: number): void {
 
 /** Why the run cannot take a resize of the group now, or null (no hand-over starts while a resize is under way). */
 function runRefusal(run: Run, group: GroupPlan): string | null {
-  return resizeRefusal(run.core, group, stopAsked(run));
+  return rolloutRefusal(run.core) ?? resizeRefusal(run.core, group, stopAsked(run));
 }
 
 /**
