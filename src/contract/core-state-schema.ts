@@ -64,7 +64,8 @@ export const SubmissionCoreSchema = z.object({
 export const ResizeSchema = z.object({
   id: z.number().int(),
   group: z.number().int().nonnegative(),
-  phase: z.enum(['growing', 'draining', 'releasing', 'over']),
+  /** `with-rollout`: a user's resize taken as a rollout's target for the group, answered once that rollout is over. */
+  phase: z.enum(['growing', 'draining', 'releasing', 'with-rollout', 'over']),
   added: z.array(z.number().int()),
   removed: z.array(z.number().int()),
   /** A service's ranks to remove, still running while they drain (the routing table lists them no more). */
@@ -72,6 +73,8 @@ export const ResizeSchema = z.object({
   /** The drain was asked of the gateways (once the table without them is on every one). */
   drain_asked: z.boolean(),
   error: z.string().nullable(),
+  /** The deployment whose rollout took it as its target (phase `with-rollout`, then kept for the answer). */
+  with_deployment: z.number().int().optional(),
 });
 
 /** Job numbers as a record's keys (JSON has string keys only). */

@@ -49,6 +49,8 @@ export interface ScaleGroupResult {
   removed: number[];
   /** The version of the address book on the nodes after the change. */
   peers_version: number;
+  /** Asked while a rollout by revision was under way: the deployment that took it as its new revision's target (answered once it went through). */
+  deployment?: number;
 }
 
 /**

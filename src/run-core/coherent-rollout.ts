@@ -78,6 +78,10 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
     // An old replica that could not be taken out: the new revision serves; say what is left.
     return rolloutOver(next, `deployment ${rollout.number}: revision ${coherent.revision} serves, but an old replica was not removed: ${resize.error}`);
   }
+  if (coherent.phase !== 'rolling-back' && !(coherent.phase === 'starting' && now >= coherent.deadline_ms)) {
+    const matched = matchTarget(core, coherent, now, effects);
+    if (matched) return matched;
+  }
   switch (coherent.phase) {
     case 'starting':
       if (now >= coherent.deadline_ms) return advanceCoherent(rollBack(core, coherent, pastDeadline(core)), now, effects);
@@ -110,9 +114,34 @@ function startNext(core: RunCore, coherent: CoherentRollout, now: number, effect
   const popped = withCoherent(core, { ...coherent, queue: rest });
   const count = coherent.counts[group] ?? 0;
   if (count === 0) return startNext(popped, { ...coherent, queue: rest }, now, effects);
-  const members = groupMembers(core.run.jobs, group).length;
-  const begun = beginStep(popped, { group, phase: 'adding' }, { nodes: members + count }, now, effects);
-  // The ranks it added are the new revision's from the start: their book and peers are its own.
+  return addNew(popped, coherent, group, groupMembers(core.run.jobs, group).length + count, now, effects);
+}
+
+/**
+ * A group whose new replicas started already but number other than the rollout's target for it
+ * (a user resized it meanwhile): its new revision grows to the target, or its newest replicas are
+ * drained and stopped down to it — one group at a time, as the rollout's next step; null: none.
+ * The old revision keeps its replicas until it is retired.
+ */
+function matchTarget(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore | null {
+  for (const group of core.plan.groups) {
+    // Groups still queued start at their target anyway.
+    if (coherent.phase === 'starting' && coherent.queue.includes(group.index)) continue;
+    const members = groupMembers(core.run.jobs, group.index);
+    const fresh = members.filter((job) => revisionOf(core, job.job_num) === coherent.revision);
+    const target = coherent.counts[group.index] ?? fresh.length;
+    if (fresh.length < target) return addNew(core, coherent, group.index, members.length + target - fresh.length, now, effects);
+    if (fresh.length > target) {
+      const victims = [...fresh].sort((a, b) => b.job_num - a.job_num).slice(0, fresh.length - target).map((job) => job.job_num);
+      return beginStep(core, { group: group.index, phase: 'removing' }, { nodes: members.length - victims.length, victims }, now, effects);
+    }
+  }
+  return null;
+}
+
+/** The group grows to `nodes` as the rollout's step: the ranks it adds are the new revision's from the start (their book and peers are its own). */
+function addNew(core: RunCore, coherent: CoherentRollout, group: number, nodes: number, now: number, effects: Effect[]): RunCore {
+  const begun = beginStep(core, { group, phase: 'adding' }, { nodes }, now, effects);
   const id = serviceOf(begun).rollout?.step?.resize;
   const added = id === undefined ? [] : (resizeOf(begun, id)?.added ?? []);
   const service = serviceOf(begun);

@@ -2,7 +2,7 @@ import type { GroupPlan, Plan } from '../plan/plan-schema';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { groupMembers, isJobFinished } from './jobs';
-import { resizeOf } from './scaling';
+import { answerWithRollout, resizeOf } from './scaling';
 import { advanceCoherent, beginCoherent, canaryRead } from './coherent-rollout';
 import { keepsRevisionsApart } from './revisions';
 import { rolloutStatusOf, steerRollout } from './rollout-control';
@@ -89,7 +89,9 @@ function deployedPlan(current: Plan, next: Plan): Plan {
 }
 
 export function decideDeployment(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
-  const decision = decide(core, event, now);
+  const decided = decide(core, event, now);
+  // A user's resize taken as the rollout's target is answered once the rollout is over.
+  const decision = { ...decided, state: answerWithRollout(decided.state) };
   // What the run shows of its rollout follows what was decided.
   if (decision.state.run.service) decision.state.run.service = { ...decision.state.run.service, rollout: rolloutStatusOf(decision.state) };
   return decision;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Plan } from '../plan/plan-schema';
-import { answersTo, jobs, openService, pass, play, provisioned, running, servingCore, T0 } from '../../test/helpers/run-core';
+import { answersTo, jobs, openService, pass, play, provisioned, ready, running, servingCore, T0 } from '../../test/helpers/run-core';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, groupMembers } from './jobs';
@@ -28,6 +28,18 @@ const slow = (at: RunCore, e: Effect): RunEvent[] =>
   e.kind === 'new-attempts' ? [jobs(at, e.jobs.map((j) => provisioned(j.job_num, j.attempt))), jobs(at, e.jobs.map((j) => running(j.job_num, j.attempt)))] : answersTo(at, e);
 
 const decodeCommands = (core: RunCore) => groupMembers(core.run.jobs, 1).map((job) => (core.live?.added_plans[job.job_num] ?? core.plan.jobs[job.job_num])?.commands[0]);
+
+/** A service whose decode may be resized (2..4), its rollout to serve-v2 started and still starting; the decodes it had. */
+function startingWithRange() {
+  const plan = (decode: string) => openService(
+    ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2..4, scaling: {metric: rps, target: 10}, commands: [${decode}]}`],
+    ['rollout: {coherence: revision}'],
+  );
+  const before = servingCore(plan('serve-v1'));
+  const oldDecode = groupMembers(before.run.jobs, 1).map((j) => j.job_num);
+  const deploying = pass(before, [{ kind: 'deploy', id: 1, plan: plan('serve-v2') }], T0 + 3000);
+  return { oldDecode, starting: play(deploying.core, deploying.effects, T0 + 3000, slow).core };
+}
 
 describe('a rollout steered by hand', () => {
   it('pauses where it is (no next step, no deadline) and resumes with its deadline moved by the pause', () => {
@@ -82,16 +94,58 @@ describe('a rollout steered by hand', () => {
     expect(lastGoodPlan(core)?.service?.revision).toBe(service('serve-v2').service?.revision);
   });
 
-  it('refuses a user\'s resize while a rollout is under way (its steps pick ranks by revision), and takes it once over', () => {
+  it("takes a user's resize in the middle of a rollout as the new revision's target, and answers it once the rollout went through", () => {
+    const { oldDecode, starting } = startingWithRange();
+    expect(rolloutRefusal(starting)).toBeNull();
+    const asked = pass(starting, [{ kind: 'resize', id: 7, group: 1, nodes: 3 }], T0 + 4000);
+    expect(asked.core.live?.resizes.find((r) => r.id === 7)).toMatchObject({ phase: 'with-rollout', with_deployment: 1, error: null });
+    // Nothing more asked while the new decodes still start; the old ones untouched.
+    expect(asked.effects.some((e) => e.kind === 'new-attempts' || e.kind === 'release')).toBe(false);
+    const newDecode = groupMembers(asked.core.run.jobs, 1).filter((j) => revisionOf(asked.core, j.job_num) === 1).map((j) => j.job_num);
+    expect(newDecode).toHaveLength(2);
+    const up = pass(asked.core, [jobs(asked.core, newDecode.map((n) => ready(n)))], T0 + 5000);
+    const { core, seen } = play(up.core, up.effects, T0 + 5000);
+    // The third new decode was asked before the old revision lost a replica.
+    const third = seen.findIndex(({ effect }) => effect.kind === 'new-attempts' && effect.group === 1);
+    const firstRelease = seen.findIndex(({ effect }) => effect.kind === 'release');
+    expect(third).toBeGreaterThanOrEqual(0);
+    expect(third).toBeLessThan(firstRelease);
+    expect(core.service?.rollout).toMatchObject({ over: true, error: null });
+    const decode = groupMembers(core.run.jobs, 1);
+    expect(decode.map((j) => revisionOf(core, j.job_num))).toEqual([1, 1, 1]);
+    expect(decode.some((j) => oldDecode.includes(j.job_num))).toBe(false);
+    expect(decodeCommands(core)).toEqual(['serve-v2', 'serve-v2', 'serve-v2']);
+    expect(core.live?.resizes.find((r) => r.id === 7)).toMatchObject({ phase: 'over', error: null, with_deployment: 1 });
+    expect(core.run.groups[1]?.nodes).toBe(3);
+  });
+
+  it('shrinks the new revision to a smaller target by draining its newest replicas; the old revision keeps its own until retired', () => {
+    const { oldDecode, starting } = startingWithRange();
+    const asked = pass(starting, [{ kind: 'resize', id: 7, group: 1, nodes: 1 }], T0 + 4000).core;
+    const newDecode = groupMembers(asked.run.jobs, 1).filter((j) => revisionOf(asked, j.job_num) === 1).map((j) => j.job_num);
+    const up = pass(asked, [jobs(asked, newDecode.map((n) => ready(n)))], T0 + 5000);
+    const { core, seen } = play(up.core, up.effects, T0 + 5000);
+    // Drained in turn: the newest new decode (the old revision still serving whole), then the old router, then the old decodes.
+    const drained = seen.flatMap(({ core: at, effect }) => (effect.kind === 'drain' ? [at.live?.resizes.find((r) => r.id === effect.resize)?.draining ?? []] : []));
+    expect(drained).toEqual([[Math.max(...newDecode)], [0], oldDecode]);
+    expect(core.service?.rollout).toMatchObject({ over: true, error: null });
+    expect(groupMembers(core.run.jobs, 1).map((j) => j.job_num)).toEqual([Math.min(...newDecode)]);
+    expect(core.live?.resizes.find((r) => r.id === 7)).toMatchObject({ phase: 'over', error: null });
+  });
+
+  it("answers a resize taken by a rollout that rolled back with why: the old revision keeps its size", () => {
     const before = servingCore(service('serve-v1'));
     const deploying = pass(before, [{ kind: 'deploy', id: 1, plan: service('serve-v2') }], T0 + 3000);
     const starting = play(deploying.core, deploying.effects, T0 + 3000, slow).core;
-    expect(rolloutRefusal(starting)).toBe('deployment 1 of pd is under way; resize a group once it ends');
-    const members = groupMembers(starting.run.jobs, 1).map((j) => j.job_num);
-    const asked = pass(starting, [{ kind: 'resize', id: 7, group: 1, nodes: 3 }], T0 + 4000);
-    expect(asked.core.live?.resizes.find((r) => r.id === 7)).toMatchObject({ phase: 'over', error: 'deployment 1 of pd is under way; resize a group once it ends' });
-    expect(groupMembers(asked.core.run.jobs, 1).map((j) => j.job_num)).toEqual(members);
-    expect(rolloutRefusal(before)).toBeNull();
+    const asked = pass(starting, [{ kind: 'resize', id: 7, group: 1, nodes: 3 }], T0 + 4000).core;
+    const back = pass(asked, [{ kind: 'rollout-control', action: 'rollback' }], T0 + 5000);
+    expect(rolloutRefusal(back.core)).toBe('deployment 1 of pd is rolling back; resize a group once it ends');
+    const { core } = play(back.core, back.effects, T0 + 5000);
+    expect(core.live?.resizes.find((r) => r.id === 7)).toMatchObject({
+      phase: 'over',
+      error: 'deployment 1 rolled back: rolled back by hand; revision 0 serves: decode keeps 2',
+    });
+    expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(activeJobs(before.run).map((j) => j.job_num));
   });
 
   it('refuses what a rollout cannot be asked, saying why', () => {
@@ -99,5 +153,6 @@ describe('a rollout steered by hand', () => {
     const rolling = pass(dstack, [{ kind: 'deploy', id: 1, plan: openService(['{name: web, replicas: 2, commands: [v2]}']) }], T0 + 3000).core;
     expect(rolloutControlRefusal(rolling, 'pause', false)).toBe('deployment 1 of pd rolls as dstack does (rollout.coherence: independent): it cannot be paused or rolled back');
     expect(rolloutControlRefusal(rolling, 'rollback', false)).toBe('deployment 1 of pd rolls as dstack does (rollout.coherence: independent): it cannot be paused or rolled back');
+    expect(rolloutRefusal(rolling)).toBe('deployment 1 of pd rolls as dstack does (rollout.coherence: independent); resize a group once it ends');
   });
 });

@@ -1,7 +1,7 @@
 import type { Plan } from '../plan/plan-schema';
 import type { Spec } from '../contract/core-state-schema';
 import type { Effect } from './effects';
-import { beginResize } from './scaling';
+import { beginResize, DEPLOY_RESIZE_IDS } from './scaling';
 import type { RunCore, ServiceCore } from './state';
 
 /**
@@ -9,9 +9,6 @@ import type { RunCore, ServiceCore } from './state';
  * the same way: a step is a resize of one group, begun here with an id of the deployments' own, read
  * once it is over, and forgotten (no Update answers it). Pure.
  */
-
-/** Resizes a deployment makes have ids from here up (the scaleGroup Update's count from 1). */
-const DEPLOY_RESIZE_IDS = 1_000_000;
 
 export type StepPhase = 'resizing' | 'adding' | 'removing';
 

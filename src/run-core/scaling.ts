@@ -50,14 +50,33 @@ export function resizeRefusal(core: RunCore, group: GroupPlan, stopping: boolean
   }
   // Over once every node is READY again, as the state shows it, even before healing has told its dependents.
   if (core.live.groups[group.index]?.restarting && !restartOver(core, group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
-  if (core.live.resizes.some((r) => r.group === group.index && r.phase !== 'over')) return `group ${group.name} is being resized already; try again when that ends`;
+  // Neither a deployment's own step on the group nor a resize its rollout took as a target holds one up.
+  const under = (r: Resize) => r.phase !== 'over' && r.phase !== 'with-rollout' && r.id < DEPLOY_RESIZE_IDS;
+  if (core.live.resizes.some((r) => r.group === group.index && under(r))) return `group ${group.name} is being resized already; try again when that ends`;
   return null;
 }
 
-/** Why a user's resize must wait for a service's deployment under way (its steps pick ranks by revision), or null. */
+/** Resizes a deployment makes have ids from here up (the scaleGroup Update's count from 1). */
+export const DEPLOY_RESIZE_IDS = 1_000_000;
+
+/**
+ * Why a user's resize must wait for a service's deployment under way, or null. A rollout by revision
+ * takes it as its new revision's target for the group (coherent-rollout.ts), unless it is rolling
+ * back; dstack's rolling (one replica at a time, its steps picking ranks by deployment) does not.
+ */
 export function rolloutRefusal(core: RunCore): string | null {
   const rollout = core.service?.rollout;
-  return rollout && !rollout.over ? `deployment ${rollout.number} of ${core.run.run_name} is under way; resize a group once it ends` : null;
+  if (!rollout || rollout.over) return null;
+  const name = core.run.run_name;
+  if (!rollout.coherent) return `deployment ${rollout.number} of ${name} rolls as dstack does (rollout.coherence: independent); resize a group once it ends`;
+  if (rollout.coherent.phase === 'rolling-back') return `deployment ${rollout.number} of ${name} is rolling back; resize a group once it ends`;
+  return null;
+}
+
+/** How many more nodes a user's resize of `group` to `nodes` needs from the fleet: past a rollout's target for it while one is under way. */
+export function growthOf(core: RunCore, group: number, nodes: number): number {
+  const coherent = core.service?.rollout?.over === false ? core.service.rollout.coherent : null;
+  return nodes - (coherent ? (coherent.counts[group] ?? 0) : groupMembers(core.run.jobs, group).length);
 }
 
 export function resizeOf(core: RunCore, id: number): Resize | null {
@@ -82,6 +101,7 @@ export function beginResize(core: RunCore, event: ResizeRequest, now: number, ef
   const refused = group ? ((event.by_deployment ? null : rolloutRefusal(core)) ?? resizeRefusal(core, group, core.stop_request !== null)) : `no group ${event.group}`;
   const resize: Resize = { id: event.id, group: event.group, phase: 'over', added: [], removed: [], draining: [], drain_asked: false, error: refused };
   if (!group || refused) return { ...core, live: { ...live, resizes: [...live.resizes, resize] } };
+  if (!event.by_deployment && core.service?.rollout?.coherent && !core.service.rollout.over) return retarget(core, live, resize, event.nodes);
   const members = groupMembers(core.run.jobs, group.index);
   if (event.nodes > members.length) return grow(core, live, group, resize, event.nodes - members.length, now, effects);
   if (event.nodes < members.length) {
@@ -92,6 +112,41 @@ export function beginResize(core: RunCore, event: ResizeRequest, now: number, ef
     return takeOut(withNew(core, resize), resize.id, group, victims, `${group.name} resized to ${event.nodes}`, now, effects);
   }
   return withNew(core, resize);
+}
+
+/**
+ * A user's resize while a rollout by revision is under way: the new revision's target for the group
+ * (the rollout starts, adds or drains its replicas to match, coherent-rollout.ts); the old revision
+ * keeps its replicas until it is retired. Answered once the rollout is over (answerWithRollout).
+ */
+function retarget(core: RunCore, live: LiveCore, resize: Resize, nodes: number): RunCore {
+  const service = core.service;
+  const rollout = service?.rollout;
+  const coherent = rollout?.coherent;
+  if (!service || !rollout || !coherent) return core;
+  const counts = coherent.counts.map((count, group) => (group === resize.group ? nodes : count));
+  const withTarget = { ...service, rollout: { ...rollout, coherent: { ...coherent, counts } } };
+  return { ...core, service: withTarget, live: { ...live, resizes: [...live.resizes, { ...resize, phase: 'with-rollout', with_deployment: rollout.number }] } };
+}
+
+/**
+ * Resizes taken as a rollout's targets, answered once it is over: through, with the group's size as
+ * it is then; rolled back, with why (the old revision keeps the size it had).
+ */
+export function answerWithRollout(core: RunCore): RunCore {
+  const live = core.live;
+  const rollout = core.service?.rollout ?? null;
+  if (!live || !live.resizes.some((r) => r.phase === 'with-rollout')) return core;
+  const resizes = live.resizes.map((r) => {
+    if (r.phase !== 'with-rollout' || (rollout && rollout.number === r.with_deployment && !rollout.over)) return r;
+    const group = core.plan.groups[r.group];
+    const stateGroup = core.run.groups[r.group];
+    if (stateGroup) stateGroup.nodes = groupMembers(core.run.jobs, r.group).length;
+    const ended = core.run.status !== 'RUNNING' ? `the run ended (${core.run.status}) before deployment ${r.with_deployment} was over` : null;
+    const why = ended ?? (rollout?.error ? `${rollout.error}: ${group?.name ?? `group ${r.group}`} keeps ${stateGroup?.nodes ?? 0}` : null);
+    return { ...r, phase: 'over' as const, error: why };
+  });
+  return { ...core, live: { ...live, resizes } };
 }
 
 /** `count` new nodes: a rank this group gave up before, else the next rank of the run. */

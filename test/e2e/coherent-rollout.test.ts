@@ -6,7 +6,8 @@ import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import { loadServicePlan, serviceRunPlan } from '../../src/plan';
 import { projectRoot } from '../../src/devserver/dev-server';
 import { runWorkflowId } from '../../src/contract/ids';
-import { applyServiceUpdate, rolloutControlUpdate, runStateQuery, stopRunSignal } from '../../src/contract/messages';
+import { WorkflowUpdateStage } from '@temporalio/client';
+import { applyServiceUpdate, rolloutControlUpdate, runStateQuery, scaleGroupUpdate, stopRunSignal } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
 import type { Plan } from '../../src/plan/plan-schema';
 import { leftovers } from '../helpers/leftovers';
@@ -33,7 +34,7 @@ const standIn = join(env.shared.dir, 'stand-in-model.py');
 let gateway: RunningGateway;
 
 /** The service; `more`: a command before decode's stand-in, its flags, `rollout:` lines. */
-function service(label: string, more: { decode?: string; decodeFlags?: string; rollout?: string[] } = {}): Plan {
+function service(label: string, more: { decode?: string; decodeFlags?: string; rollout?: string[]; decodeReplicas?: string } = {}): Plan {
   return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script: standIn, label, coherence: 'revision', ...more }), 'svc.yml', { environ: {} }), null);
 }
 
@@ -182,21 +183,30 @@ describe('a coherent rollout of a running service', () => {
     expect(new Set(machines).size).toBe(machines.length);
     expect(new Set(load.chains.map((c) => c.router))).toEqual(new Set([hash2, v5.service?.revision]));
 
-    // By hand: a rollout paused while it starts (no next step) and resumed; then, once it went through,
-    // rolled back to the spec it replaced as the next deployment — all under load, nothing failed.
+    // By hand: a rollout paused while it starts (no next step), decode scaled 2 → 3 meanwhile (the new
+    // revision's target), resumed; then, once it went through, rolled back to the spec it replaced as the
+    // next deployment (decode back to its fixed 2) — all under load, nothing failed.
     load = steadyLoad();
-    const v6 = service('v6');
+    const v5Decodes = live(await handle.query(runStateQuery)).flatMap((j) => (j.group_name === 'decode' ? [j.job_num] : []));
+    const v6 = service('v6', { decodeReplicas: '2..3' });
     const resumable = handle.executeUpdate(applyServiceUpdate, { args: [{ plan: v6 }] });
     await waitForRunState(handle, (s) => s.service?.rollout?.deployment === 5 && s.service.rollout.phase === 'starting');
     const paused = await handle.executeUpdate(rolloutControlUpdate, { args: [{ action: 'pause' }] });
     expect(paused.rollout).toMatchObject({ deployment: 5, paused: true });
+    const scaling = await handle.startUpdate(scaleGroupUpdate, { args: [{ group: 'decode', nodes: 3 }], waitForStage: WorkflowUpdateStage.ACCEPTED });
     await new Promise((r) => setTimeout(r, 3000));
     expect((await handle.query(runStateQuery)).service?.rollout).toMatchObject({ deployment: 5, phase: 'starting', paused: true });
     const resumed = await handle.executeUpdate(rolloutControlUpdate, { args: [{ action: 'resume' }] });
     expect(resumed.rollout?.paused).toBe(false);
-    expect(await resumable).toMatchObject({ deployment: 5 });
+    expect(await resumable).toMatchObject({ deployment: 5, groups: [{ name: 'router', replicas: 1 }, { name: 'prefill', replicas: 2 }, { name: 'decode', replicas: 3 }] });
+    expect(await scaling.result()).toMatchObject({ group: 'decode', nodes: 3, deployment: 5 });
+    // Three decodes, none of them one that served before deployment 5.
+    const v6Decodes = live(await handle.query(runStateQuery)).filter((j) => j.group_name === 'decode');
+    expect(v6Decodes.map((j) => j.status)).toEqual(['READY', 'READY', 'READY']);
+    expect(v6Decodes.filter((j) => v5Decodes.includes(j.job_num))).toEqual([]);
     const undone = await handle.executeUpdate(rolloutControlUpdate, { args: [{ action: 'rollback' }] });
     expect(undone.rollout).toMatchObject({ deployment: 6, phase: 'over', error: null, can_roll_back: true });
+    expect(live(await handle.query(runStateQuery)).filter((j) => j.group_name === 'decode')).toHaveLength(2);
     await new Promise((r) => setTimeout(r, 1000));
     await load.stop();
     expect(load.failures.slice(0, 5)).toEqual([]);

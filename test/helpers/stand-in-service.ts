@@ -39,6 +39,8 @@ export function standInPdServiceYaml(o: {
   decodeFlags?: string;
   /** More lines under `rollout:` (`  canary: {traffic: 20, soak: 5s}`). */
   rollout?: string[];
+  /** Decode's replicas (default 2); a range `MIN..MAX` gets a `scaling:` too, so `troupe scale` may resize it. */
+  decodeReplicas?: string;
 }): string {
   const replica = (role: string, extra = '') => `      - DEMO_LABEL=${o.label} exec python3 ${o.script} --role ${role} --port 8000${extra}`;
   return [
@@ -57,7 +59,8 @@ export function standInPdServiceYaml(o: {
     '    commands:',
     replica('prefill', ' --warmup 1'),
     '  - name: decode',
-    '    replicas: 2',
+    `    replicas: ${o.decodeReplicas ?? 2}`,
+    ...(o.decodeReplicas?.includes('..') ? ['    scaling: {metric: rps, target: 100}'] : []),
     '    commands:',
     ...(o.decode ? [`      - ${o.decode}`] : []),
     replica('decode', ` --warmup 1${o.decodeFlags ?? ''}`),

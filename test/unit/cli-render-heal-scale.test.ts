@@ -130,6 +130,7 @@ describe('troupe scale', () => {
       'decode: 2 nodes (removed rank 5), peers version 8',
     );
     expect(describeScaleResult({ group: 'decode', nodes: 1, added: [], removed: [], peers_version: 8 })).toBe('decode: 1 node (unchanged), peers version 8');
+    expect(describeScaleResult({ group: 'decode', nodes: 3, added: [], removed: [], peers_version: 9, deployment: 5 })).toBe('decode: 3 nodes (as deployment 5 rolled out), peers version 9');
   });
 });
 

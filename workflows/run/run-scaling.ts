@@ -3,7 +3,7 @@ import type { TroupeActivities } from '../../activities';
 import type { GroupPlan } from '../../src/plan/plan-schema';
 import type { Effect } from '../../src/run-core/effects';
 import { groupMembers } from '../../src/run-core/jobs';
-import { resizeOf, resizeRefusal, rolloutRefusal } from '../../src/run-core/scaling';
+import { growthOf, resizeOf, resizeRefusal, rolloutRefusal } from '../../src/run-core/scaling';
 import { FailureType } from '../../src/run-core/failure-table';
 import { rootMessage } from '../failures';
 import { teardownActivities } from '../node-group/node-group-activities';
@@ -81,7 +81,7 @@ const roomActivities = proxyActivities<TroupeActivities>({
  * there, and it is undone.
  */
 async function checkRoom(run: Run, group: GroupPlan, nodes: number): Promise<void> {
-  const count = nodes - groupMembers(run.state.jobs, group.index).length;
+  const count = growthOf(run.core, group.index, nodes);
   if (count <= 0) return;
   const s = count === 1 ? '' : 's';
   const room = await roomActivities.fleetRoom.executeWithOptions({ summary: `room for ${count} more ${group.name} node${s}` }, [
@@ -112,7 +112,8 @@ async function resize(run: Run, group: GroupPlan, nodes: number): Promise<ScaleG
   const { added, removed } = answer;
   if (added.length > 0 || removed.length > 0) metricsOfRun.groupResized(group.name, added.length > 0 ? 'up' : 'down');
   await condition(() => peersSettled(run.core) || run.state.status !== 'RUNNING');
-  return { group: group.name, nodes: run.state.groups[group.index]?.nodes ?? nodes, added, removed, peers_version: run.state.peers_version };
+  const result = { group: group.name, nodes: run.state.groups[group.index]?.nodes ?? nodes, added, removed, peers_version: run.state.peers_version };
+  return answer.with_deployment === undefined ? result : { ...result, deployment: answer.with_deployment };
 }
 
 /** The ranks a resize took out, stopped and their machines given back; the run's loop is told when that is done. */

@@ -10,6 +10,6 @@ export function describeScaleResult(result: ScaleGroupResult): string {
     result.added.length > 0 ? ranks('added', result.added) : null,
     result.removed.length > 0 ? ranks('removed', result.removed) : null,
   ].filter((c): c is string => c !== null);
-  const what = changes.length > 0 ? changes.join(', ') : 'unchanged';
+  const what = result.deployment !== undefined ? `as deployment ${result.deployment} rolled out` : changes.length > 0 ? changes.join(', ') : 'unchanged';
   return `${result.group}: ${result.nodes} node${result.nodes === 1 ? '' : 's'} (${what}), peers version ${result.peers_version}`;
 }
