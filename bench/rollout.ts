@@ -7,8 +7,9 @@
  * says which revision its router, prefill and decode replicas ran (their TROUPE_REVISION) and the
  * gateway's `troupe-revision` header says which revision's pool took it. Prints, beside issue 28's
  * anchors, and asserts nothing:
- *   - `rollout: {coherence: revision}`: requests sent, failed, mixed-revision chains, the rollout's
- *     time from the Update sent to its answer, when the new revision answered first and the old last;
+ *   - `rollout: {coherence: revision, steps: 2, canary: {traffic: 20, soak: 5s}}` (issue 28's "2 steps,
+ *     5 s soak"): requests sent, failed, mixed-revision chains, the rollout's time from the Update sent
+ *     to its answer, when the new revision answered first and the old last;
  *   - the same with `coherence: independent` (dstack's rolling, a replica at a time) beside it;
  *   - a bad revision (a decode that cannot start: `exit 1`) applied under load to the coherent run:
  *     failed requests, the time from the apply to the Update's rollback answer, and whether any
@@ -62,6 +63,9 @@ const REQUEST_TIMEOUT_MS = 20_000;
 const WAIT_LIMIT_MS = 180_000;
 /** Issue 28's anchors (its "Done when"). */
 const ANCHOR = { minRequests: 3000, failed: 0, mixed: 0, rolloutS: 30 };
+
+/** The coherent rollout's settings (issue 28's anchor: 2 steps, a 5 s soak): half of each group per round, the first round's share a canary gated over 5 s. */
+const COHERENT_ROLLOUT = ['  steps: 2', '  canary: {traffic: 20, soak: 5s}'];
 /**
  * Issue 28's canary scenario: a new revision whose decode answers 20 % errors (`--error-rate 0.2`),
  * sent 20 % of new requests for a 10 s soak and rolled back by its gate over the gateways' figures
@@ -322,7 +326,7 @@ async function startService(bench: Bench, name: string, plan: Plan) {
 /** Start the service, wait for it whole, roll it under load; the run is left running (the bad revision follows on it). */
 async function rollUnderLoad(bench: Bench, name: string, coherence: 'revision' | 'independent'): Promise<RolloutResult> {
   const v1 = service(name, bench.script, coherence, 'v1');
-  const v2 = service(name, bench.script, coherence, 'v2');
+  const v2 = service(name, bench.script, coherence, 'v2', coherence === 'revision' ? { rollout: COHERENT_ROLLOUT } : {});
   const [old, next] = [v1.service?.revision ?? '?', v2.service?.revision ?? '?'];
   const { handle, first } = await startService(bench, name, v1);
   const oldIds = live(first).map((j) => j.instance?.instance_id);
@@ -550,7 +554,6 @@ function print(r: Results): void {
     if (x.load.first_errors.length > 0) process.stdout.write(`  ${x.coherence}: first errors: ${x.load.first_errors.join('; ')}\n`);
     process.stdout.write(`  ${x.coherence}: the Update's answer: ${x.update_answer}\n`);
   }
-  process.stdout.write('  (this slice rolls coherently in 1 step with no canary; the anchor\'s "2 steps, 5 s soak" waits for steps and canary)\n');
 
   const b = r.bad_revision;
   if (b) {

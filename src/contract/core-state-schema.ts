@@ -139,14 +139,24 @@ export const CoherentRolloutSchema = z.object({
    * `starting`: the new revision's replicas start, group by group in depends_on order, each group READY
    * before the next; `shifting`: the gateways take the table with the new revision current; `retiring`:
    * the old revision's replicas are drained and stopped, entry groups first; `rolling-back`: the new
-   * revision's are stopped, the old one serving as it did. With a canary, `canary` between starting and
-   * shifting: the new revision takes its share of new requests over the soak, its figures gated.
+   * revision's are stopped, the old one serving as it did (its replicas retired by earlier rounds started
+   * again first). `canary` between starting and shifting, in every round but the last (and in a one-round
+   * rollout with a canary): the new revision takes its share of new requests, over the canary's soak with
+   * its figures gated where there is one. A round but the last ends with `retiring` its share of the old
+   * revision (the new one still taking its share), then the next round starts.
    */
   phase: z.enum(['starting', 'canary', 'shifting', 'retiring', 'rolling-back']),
   /** Groups this phase has still to do, in order. */
   queue: z.array(z.number().int()),
-  /** Replicas the new revision wants, by group index. */
+  /** Replicas the new revision wants, by group index (its target once the last round is through). */
   counts: z.array(z.number().int().nonnegative()),
+  /** Replicas the old revision had, by group index: what a rollback gives it again. */
+  from_counts: z.array(z.number().int().nonnegative()),
+  /** The round under way (1-based) of `rounds` (rollout.steps, more where max_surge asks): each starts its share of the new revision and retires as much of the old. */
+  round: z.number().int().positive(),
+  rounds: z.number().int().positive(),
+  /** The new revision's share of new requests (percent) while both serve, or null: the current revision takes them all. */
+  share_percent: z.number().nullable(),
   /** What the deployment changed of the plan, as it was: put back by a rollback. */
   undo: SpecSchema,
   /** Past it, a rollout still starting is rolled back (epoch ms). */
@@ -202,7 +212,7 @@ export const ServiceCoreSchema = z.object({
       /** What is left to do, in order: resizes, then a roll per group whose commands changed. */
       steps: z.array(z.object({ kind: z.enum(['resize', 'roll']), group: z.number().int(), nodes: z.number().int() })),
       /** The resize under way: a resize step, a new replica added, or an old one removed. */
-      step: z.object({ group: z.number().int(), phase: z.enum(['resizing', 'adding', 'removing']), resize: z.number().int() }).nullable(),
+      step: z.object({ group: z.number().int(), phase: z.enum(['resizing', 'adding', 'removing', 'restoring']), resize: z.number().int() }).nullable(),
       /** Groups rolled so far. */
       rolled: z.array(z.number().int()),
       /** A rollout by revision (coherent-rollout.ts), or null: dstack's rolling, group by group. */

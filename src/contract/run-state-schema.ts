@@ -95,6 +95,10 @@ export const RolloutStatusSchema = z.object({
   paused: z.boolean(),
   /** A canary's share of new requests and its gate's last verdict. */
   canary: z.object({ traffic_percent: z.number(), gate: z.string().nullable() }).nullable(),
+  /** The round under way of a rollout in rounds (rollout.steps, max_surge), or null: one round. */
+  round: z.object({ number: z.number().int().positive(), of: z.number().int().positive() }).nullable().default(null),
+  /** The new revision's share of new requests now (percent) while the old one is current, or null. */
+  share_percent: z.number().nullable().default(null),
   /** Why it stopped or was rolled back (null: it went through, or goes on). */
   error: z.string().nullable(),
   /** A revision to go back to with `troupe rollout rollback` once it is over. */

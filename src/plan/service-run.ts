@@ -27,8 +27,9 @@ export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly strin
       `group "${zero.name}" starts with 0 replicas: scaling to zero is not built yet; start it with at least 1 (replicas: 1..${zero.replicas.max})`,
     );
   }
-  const unbuilt = unbuiltRollout(service.rollout);
-  if (unbuilt) throw new ServiceRunError(`rollout: ${unbuilt} is not built yet (issue 28); a coherent rollout runs max_surge: 100%, steps: 1, rollback: auto`);
+  if (service.rollout.coherence === 'revision' && service.rollout.rollback === 'manual') {
+    throw new ServiceRunError('rollout: rollback: manual is not built yet (issue 28); a coherent rollout rolls back on its own (rollback: auto)');
+  }
   const groups = service.groups.map((g) => groupOf(service, g));
   const router = service.router_group;
   return PlanSchema.parse({
@@ -56,16 +57,6 @@ export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly strin
       rollout: service.rollout,
     },
   } satisfies Plan);
-}
-
-/** What a coherent rollout asks for that Troupe does not run yet, or null. */
-function unbuiltRollout(rollout: ServicePlan['rollout']): string | null {
-  if (rollout.coherence !== 'revision') return null;
-  if (rollout.steps > 1) return `steps: ${rollout.steps}`;
-  if (rollout.rollback === 'manual') return 'rollback: manual';
-  const surge = rollout.max_surge;
-  if (surge.kind === 'count' || surge.p !== 100) return `max_surge: ${surge.kind === 'count' ? surge.n : `${surge.p}%`}`;
-  return null;
 }
 
 function groupOf(service: ServicePlan, group: ReplicaGroupPlan): GroupPlan {

@@ -7,6 +7,7 @@ import { activeJobs, groupMembers } from './jobs';
 import { nextDeadline } from './decide';
 import { booksToStartWith } from './peers';
 import { rolloutDeadline } from './coherent-rollout';
+import { rolloutControlRefusal } from './rollout-control';
 import { revisionOf } from './revisions';
 import type { RunCore } from './state';
 
@@ -257,15 +258,115 @@ describe('a coherent rollout with a canary', () => {
   });
 });
 
+describe('a coherent rollout in rounds (rollout.steps, max_surge)', () => {
+  const stepped = (decode: string, rollout: string) =>
+    openService(
+      ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2, commands: [${decode}]}`],
+      [`rollout: {coherence: revision, ${rollout}}`],
+    );
+  const live = (core: RunCore, group: number, revision: number) => groupMembers(core.run.jobs, group).filter((j) => revisionOf(core, j.job_num) === revision).length;
+
+  it.each(['steps: 2', 'max_surge: 50%', 'max_surge: 1'])('%s: half of each group at a time, the new half taking half the traffic before half the old goes', (rollout) => {
+    const before = serving(stepped('serve-v1', rollout));
+    const oldDecodes = groupMembers(before.run.jobs, DECODE).map((j) => j.job_num);
+    const step = pass(before, [{ kind: 'deploy', id: 2, plan: stepped('serve-v2', rollout) }], T0 + 3000);
+    expect(step.core.service?.rollout?.coherent).toMatchObject({ round: 1, rounds: 2 });
+    const { core, seen } = play(step.core, step.effects, T0 + 3000);
+    expect(core.service?.rollout).toMatchObject({ over: true, error: null });
+    expect(groupMembers(core.run.jobs, DECODE).map((j) => revisionOf(core, j.job_num))).toEqual([1, 1]);
+    expect(commandsOf(core, DECODE)).toEqual(['serve-v2', 'serve-v2']);
+
+    // What was asked, in order: a new decode, the new router; the new revision at 50 %; an old decode
+    // drained; the second new decode; the new revision current; the old router, then the last old decode.
+    const moves = seen.flatMap(({ core: at, effect }) => {
+      if (effect.kind === 'new-attempts') return [`start ${at.plan.groups[effect.group]!.name} ×${effect.jobs.length}`];
+      if (effect.kind === 'drain') {
+        const ranks = at.live?.resizes.find((r) => r.id === effect.resize)?.draining ?? [];
+        return [`drain ${ranks.map((n) => (oldDecodes.includes(n) ? 'old decode' : n === 0 ? 'old router' : `rank ${n}`)).join(', ')}`];
+      }
+      if (effect.kind === 'push-routes') {
+        const share = effect.table.revisions.find((r) => r.number === 1)?.traffic;
+        return [`table current ${effect.table.current_revision}${share === undefined ? '' : `, revision 1 at ${share}%`}`];
+      }
+      return [];
+    });
+    const firstOf = (m: string) => moves.indexOf(m);
+    expect(firstOf('start decode ×1')).toBeLessThan(firstOf('start router ×1'));
+    expect(firstOf('start router ×1')).toBeLessThan(firstOf('table current 0, revision 1 at 50%'));
+    expect(firstOf('table current 0, revision 1 at 50%')).toBeLessThan(firstOf('drain old decode'));
+    expect(moves.filter((m) => m === 'start decode ×1')).toHaveLength(2);
+    expect(moves.lastIndexOf('start decode ×1')).toBeGreaterThan(firstOf('drain old decode'));
+    expect(moves.lastIndexOf('start decode ×1')).toBeLessThan(firstOf('table current 1'));
+    expect(moves.filter((m) => m.startsWith('drain'))).toEqual(['drain old decode', 'drain old router', 'drain old decode']);
+    expect(firstOf('table current 1')).toBeLessThan(firstOf('drain old router'));
+    // Never more than one decode over its two (the surge), and never fewer than two READY to serve.
+    for (const { core: at } of seen) expect(groupMembers(at.run.jobs, DECODE).length).toBeLessThanOrEqual(3);
+  });
+
+  it('rolled back in its second round: traffic back on the old revision at once, the old decode it retired started again before a new one goes', () => {
+    const rollout = 'steps: 2';
+    const before = serving(stepped('serve-v1', rollout));
+    const step = pass(before, [{ kind: 'deploy', id: 2, plan: stepped('serve-v2', rollout) }], T0 + 3000);
+    // The second round's new decode exits 1 as it starts.
+    const failSecond = (at: RunCore, e: Effect): RunEvent[] => {
+      const second = e.kind === 'new-attempts' && e.group === DECODE && at.service?.rollout?.coherent?.round === 2 && e.jobs.every((j) => revisionOf(at, j.job_num) === 1);
+      if (e.kind !== 'new-attempts' || !second) return answersTo(at, e);
+      return [jobs(at, e.jobs.map((j) => provisioned(j.job_num, j.attempt))), jobs(at, e.jobs.map((j) => exited(j.job_num, 1, j.attempt)))];
+    };
+    const { core, seen } = play(step.core, step.effects, T0 + 3000, failSecond);
+    expect(core.service?.rollout?.error).toMatch(/^deployment 1 rolled back: decode\/\d+ \(job \d+\) did not start: .*; revision 0 serves$/);
+    expect(live(core, DECODE, 0)).toBe(2);
+    expect(live(core, DECODE, 1)).toBe(0);
+    expect(live(core, ROUTER, 0)).toBe(1);
+    expect(commandsOf(core, DECODE)).toEqual(['serve-v1', 'serve-v1']);
+    // The first table after the failure: revision 0 current, revision 1 given no share.
+    const failedAt = seen.findIndex(({ core: at }) => at.service?.rollout?.coherent?.phase === 'rolling-back');
+    const back = tables(seen.slice(failedAt))[0]!;
+    expect(back.current_revision).toBe(0);
+    expect(back.revisions.find((r) => r.number === 1)?.traffic).toBeUndefined();
+    // The old decode was asked for again before the new router or decode was drained.
+    const restart = seen.findIndex(({ effect }, i) => i >= failedAt && effect.kind === 'new-attempts' && effect.group === DECODE);
+    const firstDrain = seen.findIndex(({ effect }, i) => i >= failedAt && effect.kind === 'drain');
+    expect(restart).toBeGreaterThan(0);
+    expect(restart).toBeLessThan(firstDrain);
+  });
+
+  it('an old replica that cannot start again does not hold the rollback up: the new revision still goes, and the error says so', () => {
+    const rollout = 'steps: 2';
+    const before = serving(stepped('serve-v1', rollout));
+    const step = pass(before, [{ kind: 'deploy', id: 2, plan: stepped('serve-v2', rollout) }], T0 + 3000);
+    // From the second round on, no decode starts: neither the new one nor the old one started again.
+    const broken = (at: RunCore, e: Effect): RunEvent[] => {
+      if (e.kind !== 'new-attempts' || e.group !== DECODE || at.service?.rollout?.coherent?.round !== 2) return answersTo(at, e);
+      return [jobs(at, e.jobs.map((j) => provisioned(j.job_num, j.attempt))), jobs(at, e.jobs.map((j) => exited(j.job_num, 1, j.attempt)))];
+    };
+    const { core } = play(step.core, step.effects, T0 + 3000, broken);
+    expect(core.service?.rollout).toMatchObject({ over: true });
+    expect(core.service?.rollout?.error).toMatch(/; an old replica did not start again: decode\/\d+ \(job \d+\) did not start: .*; revision 0 serves$/);
+    expect(live(core, DECODE, 0)).toBe(1);
+    expect(live(core, DECODE, 1)).toBe(0);
+    expect(live(core, ROUTER, 0)).toBe(1);
+  });
+
+  it('rolled back by hand while its first round retires an old decode: that decode started again, the new revision gone', () => {
+    const rollout = 'steps: 2';
+    const before = serving(stepped('serve-v1', rollout));
+    let at = pass(before, [{ kind: 'deploy', id: 2, plan: stepped('serve-v2', rollout) }], T0 + 3000);
+    let now = T0 + 3000;
+    while (at.core.service?.rollout?.coherent?.phase !== 'retiring') at = pass(at.core, at.effects.flatMap((e) => answersTo(at.core, e)), (now += 1));
+    expect(rolloutControlRefusal(at.core, 'rollback', false)).toBeNull();
+    const back = pass(at.core, [...at.effects.flatMap((e) => answersTo(at.core, e)), { kind: 'rollout-control', action: 'rollback' }], (now += 1));
+    const { core } = play(back.core, back.effects, now + 1);
+    expect(core.service?.rollout?.error).toBe('deployment 1 rolled back: rolled back by hand; revision 0 serves');
+    expect([live(core, ROUTER, 0), live(core, DECODE, 0), live(core, ROUTER, 1), live(core, DECODE, 1)]).toEqual([1, 2, 0, 0]);
+    expect(commandsOf(core, DECODE)).toEqual(['serve-v1', 'serve-v1']);
+  });
+});
+
 describe('what a coherent rollout does not run yet', () => {
   const groups = ['{name: web, replicas: 2, commands: [serve]}'];
-  it.each([
-    ['steps: 2', 'steps: 2'],
-    ['rollback: manual', 'rollback: manual'],
-    ['max_surge: 1', 'max_surge: 1'],
-    ['max_surge: 50%', 'max_surge: 50%'],
-  ])('refuses %s at planning, naming it', (field, named) => {
-    expect(() => openService(groups, [`rollout: {coherence: revision, ${field}}`])).toThrow(`rollout: ${named} is not built yet (issue 28)`);
+  it('refuses rollback: manual at planning, naming it', () => {
+    expect(() => openService(groups, ['rollout: {coherence: revision, rollback: manual}'])).toThrow('rollout: rollback: manual is not built yet (issue 28)');
   });
   it('plans the defaults and dstack rolling', () => {
     expect(openService(groups, ['rollout: {coherence: revision}']).service?.rollout.coherence).toBe('revision');

@@ -3,22 +3,25 @@ import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { judgeCanary } from './rollout-gates';
 import { groupMembers } from './jobs';
-import { revisionOf } from './revisions';
+import { revisionOf, servingRevision } from './revisions';
 import { routesSettled } from './routing';
-import { beginStep, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec } from './rollout-steps';
+import { beginStep, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec, type StepPhase } from './rollout-steps';
+import type { JobState } from '../contract/run-state';
 import { abandonGrowth, resizeOf } from './scaling';
 import type { RunCore } from './state';
 import type { CoherentRollout } from '../contract/core-state-schema';
 
 /**
- * A rollout that keeps revisions apart (`rollout.coherence: revision`, Troupe's extension): the
- * deployment's new revision starts whole beside the old one — its groups in depends_on order, each
- * READY before the next starts, every replica seeing only peers of its own revision — then the
- * gateways move new requests to it in one table, then the old revision is drained (its requests in
- * flight finish) and stopped, entry groups first. A new replica that cannot start, or a rollout
- * still starting at its progress deadline, rolls it back: the old revision never stopped serving,
- * the new one is stopped, the plan is the old one again. A healthy revision is never stopped
- * before its successor serves. Pure: `now` comes in.
+ * A rollout that keeps revisions apart (`rollout.coherence: revision`, Troupe's extension), in
+ * rounds (`rollout.steps`, more where `max_surge` allows fewer new replicas at once): each round
+ * starts its share of the new revision — its groups in depends_on order, each READY before the next
+ * starts, every replica seeing only peers of its own revision —, gives it its share of new requests
+ * (the canary's first, gated over its soak where there is one), then drains and stops as much of the
+ * old revision. The last round moves every new request to the new revision in one table, then the
+ * rest of the old one is drained and stopped, entry groups first. A new replica that cannot start, a
+ * failed gate, or a round still starting at its progress deadline rolls it back: traffic back on the
+ * old revision at once, its retired replicas started again, the new ones stopped, the plan the old
+ * one again. A healthy revision is never stopped before its successor serves. Pure: `now` comes in.
  */
 
 /** How often a canary's figures are read over its soak. */
@@ -27,25 +30,53 @@ export const CANARY_READ_MS = 1000;
 /** How long past its soak a canary whose figures cannot be read is waited on before it is rolled back. */
 const CANARY_UNREAD_MS = 60_000;
 
-/** The rollout's first move: the plan as deployed is the core's, `undo` the plan before it. */
-export function beginCoherent(core: RunCore, undo: Plan, counts: number[], now: number, effects: Effect[]): RunCore {
+/** The rollout's first move: the plan as deployed is the core's, `undo` the plan before it; `counts` the new revision's replicas, `from` the old one's, by group. */
+export function beginCoherent(core: RunCore, undo: Plan, counts: number[], from: number[], now: number, effects: Effect[]): RunCore {
   const service = serviceOf(core);
   const rollout = service.rollout;
   const spec = specOf(undo);
-  if (!rollout || !spec) return core;
+  const settings = core.plan.service?.rollout;
+  if (!rollout || !spec || !settings) return core;
   const coherent: CoherentRollout = {
     revision: rollout.number,
     from: service.current_revision,
     phase: 'starting',
     queue: startOrder(core.plan),
     counts,
+    from_counts: from,
+    round: 1,
+    rounds: roundsOf(settings, counts),
+    share_percent: null,
     undo: spec,
-    deadline_ms: now + (core.plan.service?.rollout.gates.progress_deadline_s ?? 600) * 1000,
+    deadline_ms: now + settings.gates.progress_deadline_s * 1000,
     cause: null,
-    canary: { traffic_percent: core.plan.service?.rollout.canary?.traffic_percent ?? null, since_ms: null, reading: false, read_at_ms: null, gate: null },
+    canary: { traffic_percent: settings.canary?.traffic_percent ?? null, since_ms: null, reading: false, read_at_ms: null, gate: null },
     paused_at_ms: null,
   };
   return advanceCoherent(withService(core, { ...service, rollout: { ...rollout, coherent } }), now, effects);
+}
+
+/**
+ * How many rounds: `steps`, or more where `max_surge` lets fewer new replicas start at once (50%: 2;
+ * a count N: as many as the largest group needs, N at a time); never more than the largest group has
+ * replicas (a round must start one).
+ */
+export function roundsOf(settings: NonNullable<Plan['service']>['rollout'], counts: readonly number[]): number {
+  const largest = Math.max(1, ...counts);
+  const surge = settings.max_surge;
+  const bySurge = surge.kind === 'percent' ? Math.ceil(100 / surge.p) : Math.ceil(largest / surge.n);
+  return Math.max(1, Math.min(largest, Math.max(settings.steps, bySurge)));
+}
+
+/** The new revision's replicas of `group` once round `round` has started (all of them in the last). */
+function newShare(coherent: CoherentRollout, group: number, round = coherent.round): number {
+  return Math.ceil(((coherent.counts[group] ?? 0) * round) / coherent.rounds);
+}
+
+/** The old revision's replicas of `group` a round but the last leaves running. */
+function oldKept(coherent: CoherentRollout, group: number): number {
+  const had = coherent.from_counts[group] ?? 0;
+  return had - Math.floor((had * coherent.round) / coherent.rounds);
 }
 
 /** The rollout's next move: its step under way watched, then the phase's next group, then the next phase. */
@@ -64,7 +95,7 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
     if (resize?.phase === 'growing' && coherent.phase === 'starting' && now >= coherent.deadline_ms) {
       return advanceCoherent(abandonGrowth(core, resize.id, pastDeadline(core), now, effects), now, effects);
     }
-    if (resize?.phase === 'growing' && coherent.phase === 'rolling-back') {
+    if (resize?.phase === 'growing' && coherent.phase === 'rolling-back' && step.phase === 'adding') {
       return advanceCoherent(abandonGrowth(core, resize.id, coherent.cause ?? 'rolled back', now, effects), now, effects);
     }
     if (!resize || resize.phase !== 'over') return core;
@@ -72,8 +103,16 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
     const next = withCoherent({ ...forgotten, service: { ...serviceOf(forgotten), rollout: { ...rollout, step: null } } }, coherent);
     if (resize.error === null) return advanceCoherent(next, now, effects);
     if (coherent.phase === 'starting') return advanceCoherent(rollBack(next, coherent, resize.error), now, effects);
-    // A growth given up by the rollback itself: its new ranks are out already.
+    // A growth given up by the rollback itself: its new ranks are out already. An old replica that
+    // could not start again: the rollback goes on (the new revision still goes), and says so at its end.
     if (coherent.phase === 'rolling-back' && step.phase === 'adding') return advanceCoherent(next, now, effects);
+    if (coherent.phase === 'rolling-back' && step.phase === 'restoring') {
+      // Not asked again: the group keeps the old replicas it has.
+      const has = groupMembers(next.run.jobs, step.group).filter((j) => revisionOf(next, j.job_num) === coherent.from).length;
+      const from_counts = coherent.from_counts.map((n, g) => (g === step.group ? has : n));
+      const cause = `${coherent.cause ?? 'asked'}; an old replica did not start again: ${resize.error}`;
+      return advanceCoherent(withCoherent(next, { ...coherent, from_counts, cause }), now, effects);
+    }
     if (coherent.phase === 'rolling-back') return rolloutOver(next, `${rolledBack(rollout.number, coherent)}; and stopping it: ${resize.error}`);
     // An old replica that could not be taken out: the new revision serves; say what is left.
     return rolloutOver(next, `deployment ${rollout.number}: revision ${coherent.revision} serves, but an old replica was not removed: ${resize.error}`);
@@ -92,29 +131,74 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
       // Every gateway sends new requests to the new revision before an old replica leaves.
       if (!routesSettled(core)) return core;
       return advanceCoherent(withCoherent(core, { ...coherent, phase: 'retiring', queue: retireOrder(core.plan) }), now, effects);
-    case 'retiring': {
-      const next = removeNext(core, coherent, (n) => revisionOf(core, n) !== coherent.revision, null, now, effects);
-      // Through: the spec it replaced is the one a rollback by hand deploys again.
-      const done = serviceOf(next);
-      return done.rollout?.over && done.rollout.error === null ? withService(next, { ...done, last_good: coherent.undo }) : next;
+    case 'retiring':
+      return retire(core, coherent, now, effects);
+    case 'rolling-back': {
+      const restored = restoreOld(core, coherent, now, effects);
+      if (restored) return restored;
+      const isNew = (n: number) => revisionOf(core, n) === coherent.revision;
+      return removeNext(core, coherent, (jobs) => jobs.filter((j) => isNew(j.job_num)), (at) => rolloutOver(at, rolledBack(rollout.number, coherent)), now, effects);
     }
-    case 'rolling-back':
-      return removeNext(core, coherent, (n) => revisionOf(core, n) === coherent.revision, rolledBack(rollout.number, coherent), now, effects);
   }
 }
 
-/** The next group's share of the new revision starts; once every group's runs, the traffic moves. */
+/**
+ * The old revision's share retired: the round's (a round but the last: as much of it as the new
+ * revision took, the new one still taking its share), or all of it once the new one is current.
+ * Then the next round, or the rollout through — the spec it replaced is what a rollback by hand
+ * deploys again.
+ */
+function retire(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore {
+  const last = servingRevision(core) === coherent.revision;
+  const isOld = (n: number) => revisionOf(core, n) !== coherent.revision;
+  const victims = (jobs: JobState[], group: number) => {
+    const old = jobs.filter((j) => isOld(j.job_num)).sort((a, b) => b.job_num - a.job_num);
+    return last ? old : old.slice(0, Math.max(0, old.length - oldKept(coherent, group)));
+  };
+  const then = (at: RunCore): RunCore => {
+    if (!last) {
+      const next = { ...coherent, phase: 'starting' as const, queue: startOrder(at.plan), round: coherent.round + 1, deadline_ms: now + progressDeadlineS(at) * 1000 };
+      return advanceCoherent(withCoherent(at, { ...next, canary: { ...coherent.canary, since_ms: null, reading: false, read_at_ms: null } }), now, effects);
+    }
+    const done = rolloutOver(at, null);
+    return withService(done, { ...serviceOf(done), last_good: coherent.undo });
+  };
+  return removeNext(core, coherent, victims, then, now, effects);
+}
+
+/** A rollback after rounds that retired old replicas: the next group's started again (the old plan's, of the old revision) before any new one goes; null: none missing. */
+function restoreOld(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore | null {
+  for (const group of startOrder(core.plan)) {
+    const members = groupMembers(core.run.jobs, group);
+    const old = members.filter((j) => revisionOf(core, j.job_num) === coherent.from).length;
+    const had = coherent.from_counts[group] ?? old;
+    if (old < had) return addOf(core, coherent.from, { group, phase: 'restoring' }, members.length + had - old, now, effects);
+  }
+  return null;
+}
+
+/** The next group's share of the new revision for this round starts; once every group's runs, the round's traffic moves. */
 function startNext(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore {
   const [group, ...rest] = coherent.queue;
   if (group === undefined) {
-    // All of it READY: a canary's share first where the rollout has one, else all new requests at once.
-    if (coherent.canary.traffic_percent !== null) return advanceCoherent(withCoherent(core, { ...coherent, phase: 'canary', queue: [] }), now, effects);
+    // The round's share READY: it takes its share of new requests (a canary's first) where a round is left
+    // or a canary is asked; else all new requests at once.
+    if (coherent.round < coherent.rounds || coherent.canary.traffic_percent !== null) {
+      return advanceCoherent(withCoherent(core, { ...coherent, phase: 'canary', queue: [], share_percent: shareOf(coherent) }), now, effects);
+    }
     return shift(core, coherent);
   }
   const popped = withCoherent(core, { ...coherent, queue: rest });
-  const count = coherent.counts[group] ?? 0;
-  if (count === 0) return startNext(popped, { ...coherent, queue: rest }, now, effects);
-  return addNew(popped, coherent, group, groupMembers(core.run.jobs, group).length + count, now, effects);
+  const members = groupMembers(core.run.jobs, group);
+  const missing = newShare(coherent, group) - members.filter((j) => revisionOf(core, j.job_num) === coherent.revision).length;
+  if (missing <= 0) return startNext(popped, { ...coherent, queue: rest }, now, effects);
+  return addNew(popped, coherent, group, members.length + missing, now, effects);
+}
+
+/** The new revision's share of new requests once this round's replicas are READY: the canary's in the first round where there is one, else in proportion to the rounds done. */
+function shareOf(coherent: CoherentRollout): number {
+  if (coherent.round === 1 && coherent.canary.traffic_percent !== null) return coherent.canary.traffic_percent;
+  return Math.round((100 * coherent.round) / coherent.rounds);
 }
 
 /**
@@ -129,7 +213,7 @@ function matchTarget(core: RunCore, coherent: CoherentRollout, now: number, effe
     if (coherent.phase === 'starting' && coherent.queue.includes(group.index)) continue;
     const members = groupMembers(core.run.jobs, group.index);
     const fresh = members.filter((job) => revisionOf(core, job.job_num) === coherent.revision);
-    const target = coherent.counts[group.index] ?? fresh.length;
+    const target = newShare(coherent, group.index);
     if (fresh.length < target) return addNew(core, coherent, group.index, members.length + target - fresh.length, now, effects);
     if (fresh.length > target) {
       const victims = [...fresh].sort((a, b) => b.job_num - a.job_num).slice(0, fresh.length - target).map((job) => job.job_num);
@@ -139,19 +223,23 @@ function matchTarget(core: RunCore, coherent: CoherentRollout, now: number, effe
   return null;
 }
 
-/** The group grows to `nodes` as the rollout's step: the ranks it adds are the new revision's from the start (their book and peers are its own). */
+/** The group grows to `nodes` as the rollout's step, its new ranks the new revision's from the start (their book and peers are its own). */
 function addNew(core: RunCore, coherent: CoherentRollout, group: number, nodes: number, now: number, effects: Effect[]): RunCore {
-  const begun = beginStep(core, { group, phase: 'adding' }, { nodes }, now, effects);
+  return addOf(core, coherent.revision, { group, phase: 'adding' }, nodes, now, effects);
+}
+
+function addOf(core: RunCore, revision: number, step: { group: number; phase: StepPhase }, nodes: number, now: number, effects: Effect[]): RunCore {
+  const begun = beginStep(core, step, { nodes }, now, effects);
   const id = serviceOf(begun).rollout?.step?.resize;
   const added = id === undefined ? [] : (resizeOf(begun, id)?.added ?? []);
   const service = serviceOf(begun);
-  return withService(begun, { ...service, revision_of: { ...service.revision_of, ...Object.fromEntries(added.map((n) => [n, coherent.revision])) } });
+  return withService(begun, { ...service, revision_of: { ...service.revision_of, ...Object.fromEntries(added.map((n) => [n, revision])) } });
 }
 
 /** The new revision serves every new request: one table makes it current on every gateway. */
 function shift(core: RunCore, coherent: CoherentRollout): RunCore {
   const service = serviceOf(core);
-  return withCoherent(withService(core, { ...service, current_revision: coherent.revision }), { ...coherent, phase: 'shifting', queue: [] });
+  return withCoherent(withService(core, { ...service, current_revision: coherent.revision }), { ...coherent, phase: 'shifting', queue: [], share_percent: null });
 }
 
 /**
@@ -161,7 +249,10 @@ function shift(core: RunCore, coherent: CoherentRollout): RunCore {
  */
 function watchCanary(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore {
   const { canary } = coherent;
-  if (canary.since_ms === null) return routesSettled(core) ? withCoherent(core, { ...coherent, canary: { ...canary, since_ms: now } }) : core;
+  if (canary.since_ms === null && !routesSettled(core)) return core;
+  // No canary asked: the round's share is on every gateway, so the old revision's share may go.
+  if (canary.traffic_percent === null) return roundThrough(core, coherent, now, effects);
+  if (canary.since_ms === null) return withCoherent(core, { ...coherent, canary: { ...canary, since_ms: now } });
   if (canary.reading) return core;
   const soakEnd = soakEndOf(core, canary.since_ms);
   if (canary.read_at_ms !== null && now < canary.read_at_ms + CANARY_READ_MS && !(now >= soakEnd && canary.read_at_ms < soakEnd)) return core;
@@ -189,33 +280,50 @@ export function canaryRead(core: RunCore, event: Extract<RunEvent, { kind: 'figu
   if (!verdict.ok) return advanceCoherent(rollBack(core, { ...coherent, paused_at_ms: null, canary: { ...canary, gate: verdict.why } }, `the canary's gate failed: ${verdict.why}`), now, effects);
   const passed = withCoherent(core, { ...coherent, canary: { ...canary, gate: verdict.note } });
   const through = readAfterSoak && coherent.paused_at_ms === null;
-  return through ? advanceCoherent(shift(passed, { ...coherent, canary: { ...canary, gate: verdict.note } }), now, effects) : passed;
+  return through ? roundThrough(passed, { ...coherent, canary: { ...canary, gate: verdict.note } }, now, effects) : passed;
+}
+
+/** The round's share took its traffic (and passed its gate): the old revision's share retired, or, in the last round, all new requests moved. */
+function roundThrough(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore {
+  if (coherent.round >= coherent.rounds) return advanceCoherent(shift(core, coherent), now, effects);
+  return advanceCoherent(withCoherent(core, { ...coherent, phase: 'retiring', queue: retireOrder(core.plan) }), now, effects);
 }
 
 function soakEndOf(core: RunCore, since: number): number {
   return since + (core.plan.service?.rollout.canary?.soak_s ?? 0) * 1000;
 }
 
-/** The next group's replicas that `leaves` picks are drained and stopped; none left: the rollout is over (`error`). */
-function removeNext(core: RunCore, coherent: CoherentRollout, leaves: (jobNum: number) => boolean, error: string | null, now: number, effects: Effect[]): RunCore {
+/** The next group's replicas `victims` picks are drained and stopped; none left in the queue: `then`. */
+function removeNext(
+  core: RunCore,
+  coherent: CoherentRollout,
+  victims: (members: JobState[], group: number) => JobState[],
+  then: (core: RunCore) => RunCore,
+  now: number,
+  effects: Effect[],
+): RunCore {
   const [group, ...rest] = coherent.queue;
-  if (group === undefined) return rolloutOver(core, error);
+  if (group === undefined) return then(core);
   const popped = withCoherent(core, { ...coherent, queue: rest });
   const members = groupMembers(core.run.jobs, group);
-  const victims = members.filter((job) => leaves(job.job_num)).map((job) => job.job_num);
-  if (victims.length === 0) return removeNext(popped, { ...coherent, queue: rest }, leaves, error, now, effects);
-  return beginStep(popped, { group, phase: 'removing' }, { nodes: members.length - victims.length, victims }, now, effects);
+  const chosen = victims(members, group).map((job) => job.job_num);
+  if (chosen.length === 0) return removeNext(popped, { ...coherent, queue: rest }, victims, then, now, effects);
+  return beginStep(popped, { group, phase: 'removing' }, { nodes: members.length - chosen.length, victims: chosen }, now, effects);
 }
 
 /** The rollout turns back: the old revision serves (it may never have stopped), the old plan is the plan again, the new revision's replicas go. */
 export function rollBack(core: RunCore, coherent: CoherentRollout, cause: string): RunCore {
   const service = serviceOf(core);
   const back = withService({ ...core, plan: withSpec(core.plan, coherent.undo) }, { ...service, current_revision: coherent.from });
-  return withCoherent(back, { ...coherent, phase: 'rolling-back', queue: retireOrder(core.plan), cause });
+  return withCoherent(back, { ...coherent, phase: 'rolling-back', queue: retireOrder(core.plan), cause, share_percent: null });
+}
+
+function progressDeadlineS(core: RunCore): number {
+  return core.plan.service?.rollout.gates.progress_deadline_s ?? 600;
 }
 
 function pastDeadline(core: RunCore): string {
-  return `the new revision was not READY within the progress deadline (${core.plan.service?.rollout.gates.progress_deadline_s ?? 600} s)`;
+  return `the new revision was not READY within the progress deadline (${progressDeadlineS(core)} s)`;
 }
 
 /** When a rollout still starting must be looked at again without an event: its deadline (epoch ms), or null. */
@@ -224,7 +332,7 @@ export function rolloutDeadline(core: RunCore): number | null {
   if (!coherent || core.service?.rollout?.over || coherent.paused_at_ms !== null) return null;
   if (coherent.phase === 'starting') return coherent.deadline_ms;
   const { since_ms, reading, read_at_ms } = coherent.canary;
-  if (coherent.phase !== 'canary' || since_ms === null || reading) return null;
+  if (coherent.phase !== 'canary' || coherent.canary.traffic_percent === null || since_ms === null || reading) return null;
   const soakEnd = soakEndOf(core, since_ms);
   if (read_at_ms === null) return since_ms;
   return read_at_ms < soakEnd ? Math.min(read_at_ms + CANARY_READ_MS, soakEnd) : read_at_ms + CANARY_READ_MS;

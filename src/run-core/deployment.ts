@@ -130,7 +130,8 @@ function deploy(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { 
     // By revision: every group gets the new revision's replicas, as many as it has (or is resized to) now.
     const counts = core.plan.groups.map((g) => change.resize.find((r) => r.group === g.index)?.nodes ?? sizes[g.index] ?? g.nodes);
     const rollout = { id: event.id, number, steps: [], step: null, rolled: core.plan.groups.map((g) => g.index), coherent: null, error: null, over: false };
-    return beginCoherent(withService(next, { ...service, deployment: number, rollout }), core.plan, counts, now, effects);
+    const from = core.plan.groups.map((g) => sizes[g.index] ?? g.nodes);
+    return beginCoherent(withService(next, { ...service, deployment: number, rollout }), core.plan, counts, from, now, effects);
   }
   const rollout = { id: event.id, number, steps, step: null, rolled: [], coherent: null, error: null, over: false };
   return advance(withService(next, { ...service, deployment: number, rollout }), now, effects);

@@ -52,10 +52,10 @@ export function byView<J extends { job_num: number }>(core: RunCore, jobs: reado
   return [...out.entries()].map(([revision, list]) => ({ revision, jobs: list }));
 }
 
-/** The share of new requests (percent) a canary revision takes now, or null (none under way). */
+/** The share of new requests (percent) a rollout's new revision takes now while the old one is current (its canary, or a round's share), or null (none). */
 export function canaryShare(core: RunCore): { revision: number; percent: number } | null {
   const coherent = core.service?.rollout?.coherent;
-  const percent = coherent?.canary.traffic_percent ?? null;
-  if (!coherent || coherent.phase !== 'canary' || percent === null || core.service?.rollout?.over) return null;
+  const percent = coherent?.share_percent ?? null;
+  if (!coherent || percent === null || core.service?.rollout?.over || servingRevision(core) === coherent.revision) return null;
   return { revision: coherent.revision, percent };
 }

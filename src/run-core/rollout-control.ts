@@ -32,7 +32,8 @@ export function rolloutControlRefusal(core: RunCore, action: RolloutAction, stop
   if (action === 'pause') return coherent.paused_at_ms !== null ? `deployment ${under.number} of ${name} is paused already` : coherent.phase === 'rolling-back' ? `deployment ${under.number} of ${name} is rolling back` : null;
   if (action === 'resume') return coherent.paused_at_ms === null ? `deployment ${under.number} of ${name} is not paused` : null;
   if (coherent.phase === 'rolling-back') return `deployment ${under.number} of ${name} is rolling back already`;
-  if (coherent.phase === 'retiring') {
+  // A round but the last retires some of the old revision while it is still current: it can come back.
+  if (coherent.phase === 'retiring' && core.service.current_revision === coherent.revision) {
     return `deployment ${under.number} of ${name} serves every request and its old revision is being stopped: once it is over, \`troupe rollout rollback\` deploys the old one again`;
   }
   return null;
@@ -80,6 +81,8 @@ export function rolloutStatusOf(core: RunCore): RolloutStatus | null {
     phase: rollout.over ? 'over' : coherent ? coherent.phase : 'rolling',
     paused: coherent?.paused_at_ms != null && !rollout.over,
     canary: coherent && percent !== null ? { traffic_percent: percent, gate: coherent.canary.gate } : null,
+    round: coherent && coherent.rounds > 1 ? { number: coherent.round, of: coherent.rounds } : null,
+    share_percent: rollout.over ? null : (coherent?.share_percent ?? null),
     error: rollout.error,
     can_roll_back,
   };

@@ -10,7 +10,8 @@ import type { RunCore, ServiceCore } from './state';
  * once it is over, and forgotten (no Update answers it). Pure.
  */
 
-export type StepPhase = 'resizing' | 'adding' | 'removing';
+/** `restoring`: a rollback starting the old revision's replicas that earlier rounds retired. */
+export type StepPhase = 'resizing' | 'adding' | 'removing' | 'restoring';
 
 /** A resize of the deployment's begins as its step under way. */
 export function beginStep(core: RunCore, step: { group: number; phase: StepPhase }, ask: { nodes: number; victims?: number[] }, now: number, effects: Effect[]): RunCore {

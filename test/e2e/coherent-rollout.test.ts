@@ -100,28 +100,39 @@ describe('a coherent rollout of a running service', () => {
   it('moves every group to the new revision under load with 0 failed and 0 mixed chains; a revision that cannot start is rolled back', async () => {
     workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: { TROUPE_GATEWAYS: gateway.adminUrl, TROUPE_GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN } }));
     const v1 = service('v1');
-    const v2 = service('v2');
+    // In two rounds (rollout.steps): half of each group's new replicas take half the traffic before half the old go.
+    const v2 = service('v2', { rollout: ['  steps: 2'] });
     const handle = await env.client.workflow.start('RunWorkflow', { taskQueue, workflowId: runWorkflowId(name), args: [{ plan: v1, backend: 'local', options: { stop_grace_s: 1 } }] });
     const first = await waitForRunState(handle, (s) => live(s).length === 5 && live(s).every((j) => j.status === 'READY') && (s.service?.table_generation ?? 0) > 0, 120_000);
-    const oldRanks = live(first).map((j) => j.job_num);
+    // Machines, not ranks: a later round's new replica takes a rank an earlier round gave up.
+    const oldMachines = live(first).map((j) => j.instance?.instance_id);
 
     // The rollout, under load.
     let load = steadyLoad();
     await new Promise((r) => setTimeout(r, 2000));
-    const result = await handle.executeUpdate(applyServiceUpdate, { args: [{ plan: v2 }] });
+    const rounds: unknown[] = [];
+    const watching = setInterval(() => {
+      void handle.query(runStateQuery).then((s) => {
+        const r = s.service?.rollout;
+        if (r && r.phase !== 'over') rounds.push({ round: r.round, phase: r.phase, share_percent: r.share_percent });
+      }, () => undefined);
+    }, 100);
+    const result = await handle.executeUpdate(applyServiceUpdate, { args: [{ plan: v2 }] }).finally(() => clearInterval(watching));
     await new Promise((r) => setTimeout(r, 2000));
     await load.stop();
     expect(result).toEqual({ deployment: 1, rolled: ['router', 'prefill', 'decode'], groups: [{ name: 'router', replicas: 1 }, { name: 'prefill', replicas: 2 }, { name: 'decode', replicas: 2 }] });
     expect(load.failures.slice(0, 5)).toEqual([]);
     expect(load.chains.length).toBeGreaterThan(100);
     expect(mixed(load.chains)).toEqual([]);
+    // Its first round shown as it went: a share of new requests on the new revision while the old one was current.
+    expect(rounds).toContainEqual({ round: { number: 1, of: 2 }, phase: 'canary', share_percent: 50 });
     const hash1 = v1.service?.revision;
     const hash2 = v2.service?.revision;
     expect(new Set(load.chains.map((c) => c.router))).toEqual(new Set([hash1, hash2]));
     // Once answered, only the new revision serves; the old replicas were drained and removed, none restarted.
     const after: RunState = await waitForRunState(handle, (s) => s.service?.deployment === 1);
     expect(live(after).map((j) => j.status)).toEqual(['READY', 'READY', 'READY', 'READY', 'READY']);
-    expect(live(after).some((j) => oldRanks.includes(j.job_num))).toBe(false);
+    expect(live(after).some((j) => oldMachines.includes(j.instance?.instance_id))).toBe(false);
     expect(after.jobs.every((j) => j.restarts === 0)).toBe(true);
 
     // A revision whose decode cannot start: rolled back, the serving one untouched.

@@ -19,6 +19,8 @@ const canary: RolloutStatus = {
   canary: { traffic_percent: 20, gate: 'error rate 0.0% (0 of 40), p95 12 ms' },
   error: null,
   can_roll_back: false,
+  round: null,
+  share_percent: 20,
 };
 
 function usageError(args: string[]): { code: number; message: string } {
@@ -69,6 +71,14 @@ describe('troupe rollout status', () => {
   it('says when a rollback cannot be asked: the old revision being stopped, rolling back already, dstack\'s rolling', () => {
     expect(describeRollout('pd', { ...canary, phase: 'retiring', canary: null }).at(-1)).toBe('  rollback: not now: the old revision is being stopped; once it is over, a rollback deploys it again');
     expect(describeRollout('pd', { ...canary, phase: 'rolling-back' }).at(-1)).toBe('  rollback: rolling back');
+    // In rounds: where it is, and a rollback still possible while a round but the last retires old replicas.
+    const rounds = { ...canary, canary: null, round: { number: 1, of: 2 }, share_percent: 50 };
+    expect(describeRollout('pd', rounds)[2]).toBe('  phase:    round 1 of 2: sharing 50%');
+    expect(describeRollout('pd', { ...rounds, canary: { traffic_percent: 10, gate: null }, share_percent: 10 })[2]).toBe('  phase:    round 1 of 2: canary 10%');
+    expect(describeRollout('pd', { ...rounds, round: { number: 2, of: 2 }, phase: 'starting' })[2]).toBe('  phase:    round 2 of 2: starting');
+    expect(describeRollout('pd', { ...rounds, phase: 'retiring' }).at(-1)).toBe(
+      '  rollback: possible: `troupe rollout rollback pd` (the old revision is still current; its retired replicas start again)',
+    );
     const independent: RolloutStatus = { ...canary, coherence: 'independent', revision: 3, from: null, phase: 'rolling', canary: null };
     expect(describeRollout('pd', independent)).toEqual([
       'pd: deployment 3 (coherence: independent)',

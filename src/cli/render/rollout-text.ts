@@ -12,7 +12,11 @@ const OLD_SERVES: ReadonlySet<Phase> = new Set(['starting', 'canary', 'shifting'
 
 /** `canary 20%`, `shifting`, `…, paused`: where a rollout under way is. */
 function whereItIs(rollout: RolloutStatus): string {
-  const phase = rollout.phase === 'canary' && rollout.canary ? `canary ${rollout.canary.traffic_percent}%` : rollout.phase;
+  const share = rollout.share_percent ?? rollout.canary?.traffic_percent;
+  // The canary takes the first round's share; later rounds' shares are the new revision's part so far.
+  const canary = rollout.canary !== null && (rollout.round?.number ?? 1) === 1;
+  const named = rollout.phase === 'canary' && share !== undefined ? `${canary ? 'canary' : 'sharing'} ${share}%` : rollout.phase;
+  const phase = rollout.round ? `round ${rollout.round.number} of ${rollout.round.of}: ${named}` : named;
   return rollout.paused ? `${phase}, paused` : phase;
 }
 
@@ -32,6 +36,9 @@ function rollbackText(run: string, rollout: RolloutStatus): string {
   }
   if (rollout.coherence === 'independent') return 'not possible: it rolls as dstack does (rollout.coherence: independent)';
   if (rollout.phase === 'rolling-back') return 'rolling back';
+  // A round but the last retires part of the old revision while it is still current: it can come back.
+  const roundLeft = rollout.round !== null && rollout.round.number < rollout.round.of;
+  if (rollout.phase === 'retiring' && roundLeft) return `possible: \`troupe rollout rollback ${run}\` (the old revision is still current; its retired replicas start again)`;
   if (rollout.phase === 'retiring') return 'not now: the old revision is being stopped; once it is over, a rollback deploys it again';
   return OLD_SERVES.has(rollout.phase) ? `possible: \`troupe rollout rollback ${run}\` (the old revision serves throughout)` : 'not possible';
 }
