@@ -210,8 +210,9 @@ async function handle(opts: CodecServerOptions, req: IncomingMessage, res: Serve
     await login(opts, req, res);
     return;
   }
-  admit(opts, req);
+  // First, so that the Web UI can read a refusal's reason too (a 401 tells where to sign in).
   setCors(req, res, opts.corsOrigins);
+  admit(opts, req);
   const target = route(path);
   if (!target) throw new HttpError(404, 'not found: the codec server answers POST /encode and POST /decode');
   if (req.method === 'OPTIONS') {
