@@ -188,7 +188,8 @@ const LOGIN_FORM = `<!doctype html><meta charset="utf-8"><title>Troupe codec ser
  */
 async function login(opts: CodecServerOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
   if (req.method === 'GET') {
-    res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8', 'Cache-Control': 'no-store' });
+    // Never inside another page's frame: a page could overlay the form and catch the token typed in.
+    res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8', 'Cache-Control': 'no-store', 'X-Frame-Options': 'DENY', 'Content-Security-Policy': "frame-ancestors 'none'" });
     res.end(LOGIN_FORM);
     return;
   }

@@ -226,6 +226,7 @@ describe('troupe codec server: who may call (DNS rebinding, pages the operator v
     expect(form.status).toBe(200);
     expect(form.body).toContain('<form method="post" action="/login">');
     expect(form.body).not.toContain(TOKEN);
+    expect(form.headers['x-frame-options']).toBe('DENY');
     const formHeaders = { 'Content-Type': 'application/x-www-form-urlencoded', Origin: url };
     const wrong = await raw(`${url}/login`, { method: 'POST', headers: formHeaders, body: new URLSearchParams({ token: `${TOKEN}x` }).toString() });
     expect(wrong.status).toBe(401);
