@@ -30,6 +30,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
     codec: new EncryptionCodec(loadCodecKeyring({ create: true }), { unencrypted: 'pass' }),
     corsOrigins: [`http://127.0.0.1:${uiPort}`],
     token: loadCodecToken({ create: true }),
+    // As the embedded default's sidecar: the dev server's UI sends no credential.
+    trustOrigin: true,
     namespaces: [],
     host: '127.0.0.1',
     port: 0,

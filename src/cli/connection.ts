@@ -6,7 +6,8 @@ import type { TLSConfig } from '@temporalio/client';
 import type { NativeConnection } from '@temporalio/worker';
 import { TroupeClient } from '../client';
 import { DEFAULT_TASK_QUEUE } from '../contract/ids';
-import { CliError } from './command';
+import { CliError, EXIT_REFUSED } from './command';
+import { cliErrorOf } from './render/client-errors';
 import { escapeControlChars, hasControlChars } from './render/control-chars';
 import { troupeDataConverter } from '../codec/data-converter';
 
@@ -296,6 +297,8 @@ function tlsDiagnosis(settings: ConnectionSettings, tls: TLSConfig | null, timeo
 }
 
 async function connectFailure(settings: ConnectionSettings, tls: TLSConfig | null, err: unknown): Promise<CliError> {
+  const refused = cliErrorOf(err);
+  if (refused instanceof CliError && refused.exitCode === EXIT_REFUSED) return refused;
   const diagnosis = await tlsDiagnosis(settings, tls);
   if (diagnosis !== null) return unreachable(settings, diagnosis, TLS_ADVICE);
   const reason = err instanceof Error ? err.message : String(err);

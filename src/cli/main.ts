@@ -52,7 +52,10 @@ guardStream(process.stdout);
 guardStream(process.stderr);
 try {
   process.exitCode = await main(process.argv.slice(2));
-} catch (err) {
+} catch (thrown) {
+  // Every command's refusals by the service read the same, whether or not the command mapped them;
+  // loaded here, on the error path only, so `troupe plan` still never loads the Temporal SDK.
+  const err = thrown instanceof CliError ? thrown : (await import('./render/client-errors')).cliErrorOf(thrown);
   if (err instanceof CliError) {
     process.stderr.write(`${escapeControlChars(err.message)}\n`);
     process.exitCode = err.exitCode;

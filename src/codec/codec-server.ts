@@ -1,4 +1,4 @@
-import { timingSafeEqual } from 'node:crypto';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Payload, PayloadCodec } from '@temporalio/common';
@@ -10,12 +10,16 @@ import { z } from 'zod';
  * `{"payloads":[{"metadata":{"encoding":"<base64>"},"data":"<base64>"}]}` in and out.
  * The namespace comes from the `X-Namespace` header (or the path).
  *
- * Who may call (DNS rebinding and pages the operator visits): the `Host` must be a loopback name,
- * the bound address or one configured; a request with an `Origin` must come from a configured
- * origin (the Web UI's); bodies must be `application/json`, so a browser has to preflight; and a
- * caller that is not the Web UI's origin (the temporal CLI, a script) sends the token as
- * `Authorization: Bearer <token>`. A local process can forge an `Origin` header: the Origin rule
- * stops browsers, the network isolation of jobs stops local strangers.
+ * Who may call. Every encode and decode carries a credential: the token as `Authorization: Bearer
+ * <token>` (the temporal CLI, scripts), or the session cookie a browser got by signing in once at
+ * `/login` with that token (the Web UI, whose codec settings include credentials:
+ * TEMPORAL_CODEC_INCLUDE_CREDENTIALS). An `Origin` alone admits no one, since any local process can
+ * forge one; the one exception is `trustOrigin`, for the embedded dev server's Web UI, which cannot
+ * be told to send credentials. Besides: the `Host` must be a loopback name, the bound address or
+ * one configured (DNS rebinding); a request with an `Origin` must come from a configured origin
+ * (the Web UI's), and only those get a preflight's answer; bodies must be `application/json`, so a
+ * browser has to preflight. The cookie is HttpOnly and SameSite=Strict: a page of another site
+ * cannot make the browser send it, and no script reads it.
  */
 
 /** Where `troupe codec-server` listens by default, and so where the embedded dev server's Web UI looks for it. */
@@ -31,8 +35,21 @@ export interface CodecServerOptions {
   port: number;
   /** Host names (no port) a request may name besides the loopback names and `host`. */
   allowedHosts?: readonly string[];
-  /** What a caller that is not the Web UI's origin must send as `Authorization: Bearer <token>`. */
+  /** The credential: sent as `Authorization: Bearer <token>`, or given once at `/login` for the session cookie. */
   token: string;
+  /**
+   * Admit the `corsOrigins` without a credential. Only for the embedded dev server's Web UI, which
+   * sends none: any local process that forges the `Origin` header is then admitted too.
+   */
+  trustOrigin?: boolean;
+}
+
+/** The browser's session cookie, set by `POST /login`. */
+export const SESSION_COOKIE = 'troupe_codec_session';
+
+/** The session cookie's value: derived from the token (it opens this codec server, not the token's other uses). */
+export function sessionValue(token: string): string {
+  return createHmac('sha256', token).update('troupe codec session v1').digest('base64url');
 }
 
 const LOOPBACK_HOSTS = ['localhost', '127.0.0.1', '::1'];
@@ -113,35 +130,91 @@ export function hostNameOf(header: string | undefined): string | null {
   return (match[1] ?? match[2] ?? '').toLowerCase();
 }
 
-function tokenMatches(header: string | undefined, token: string): boolean {
-  const given = /^Bearer\s+(\S+)$/i.exec(header ?? '')?.[1];
+/** Constant-time equality of a given secret and the expected one. */
+function secretMatches(given: string | undefined, expected: string): boolean {
   if (!given) return false;
   const a = Buffer.from(given);
-  const b = Buffer.from(token);
+  const b = Buffer.from(expected);
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-/** Refuses a caller the server must not answer: foreign Host, foreign Origin, no token. */
-function admit(opts: CodecServerOptions, req: IncomingMessage): void {
+function cookieOf(req: IncomingMessage, name: string): string | undefined {
+  for (const part of (req.headers.cookie ?? '').split(';')) {
+    const [key, ...value] = part.trim().split('=');
+    if (key === name) return value.join('=');
+  }
+  return undefined;
+}
+
+function hasCredential(opts: CodecServerOptions, req: IncomingMessage): boolean {
+  const bearer = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '')?.[1];
+  return secretMatches(bearer, opts.token) || secretMatches(cookieOf(req, SESSION_COOKIE), sessionValue(opts.token));
+}
+
+/**
+ * Refuses a caller the server must not answer: foreign Host, foreign Origin, a preflight from any
+ * origin but the configured ones, an encode or decode without a credential. `ownOrigin`: the sign-in
+ * page posts from the codec server's own origin.
+ */
+function admit(opts: CodecServerOptions, req: IncomingMessage, ownOrigin = false): void {
   const host = hostNameOf(req.headers.host);
   const hosts = [...LOOPBACK_HOSTS, opts.host.toLowerCase(), ...(opts.allowedHosts ?? []).map((h) => h.toLowerCase())];
   if (host === null || !hosts.includes(host)) {
     throw new HttpError(421, `host ${JSON.stringify(req.headers.host ?? '')} is not served here (allowed: ${hosts.join(', ')}; add it with --allowed-host)`);
   }
   const origin = req.headers.origin;
-  if (origin !== undefined && !opts.corsOrigins.includes(origin)) {
+  const configured = origin !== undefined && opts.corsOrigins.includes(origin);
+  if (origin !== undefined && !configured && !(ownOrigin && origin === `http://${req.headers.host ?? ''}`)) {
     throw new HttpError(403, `origin ${JSON.stringify(origin)} is not allowed (allowed: ${opts.corsOrigins.join(', ')}; add it with --cors-origin)`);
   }
-  if (req.method === 'OPTIONS') return;
-  if (origin === undefined && !tokenMatches(req.headers.authorization, opts.token)) {
-    throw new HttpError(401, 'a token is required: send Authorization: Bearer <token> (the codec token file, TROUPE_CODEC_TOKEN_FILE)');
+  if (req.method === 'OPTIONS') {
+    if (!configured) throw new HttpError(403, `a preflight is answered for the configured origins only (${opts.corsOrigins.join(', ')})`);
+    return;
   }
+  if (ownOrigin || (opts.trustOrigin === true && configured) || hasCredential(opts, req)) return;
+  throw new HttpError(
+    401,
+    'a credential is required: Authorization: Bearer <token> (the codec token file, TROUPE_CODEC_TOKEN_FILE), or a browser signed in at /login with that token',
+  );
+}
+
+const LOGIN_FORM = `<!doctype html><meta charset="utf-8"><title>Troupe codec server</title>
+<form method="post" action="/login"><p>Sign this browser in to the codec server, so the Temporal Web UI shows payloads decoded.</p>
+<label>Codec token (the codec token file) <input name="token" type="password" autocomplete="off" required></label> <button>Sign in</button></form>`;
+
+/**
+ * `GET /login`: the form; `POST /login` with the token: the session cookie (HttpOnly, SameSite=Strict,
+ * 30 days), so the Web UI's requests carry a credential a local process does not have.
+ */
+async function login(opts: CodecServerOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  if (req.method === 'GET') {
+    // Never inside another page's frame: a page could overlay the form and catch the token typed in.
+    res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8', 'Cache-Control': 'no-store', 'X-Frame-Options': 'DENY', 'Content-Security-Policy': "frame-ancestors 'none'" });
+    res.end(LOGIN_FORM);
+    return;
+  }
+  if (req.method !== 'POST') throw new HttpError(405, `${req.method ?? '?'} not allowed: use GET or POST /login`);
+  const token = new URLSearchParams(await readBody(req)).get('token')?.trim();
+  if (!secretMatches(token, opts.token)) throw new HttpError(401, 'not the codec token: nothing was set');
+  res.writeHead(200, {
+    'Content-Type': 'text/html; charset=utf-8',
+    'Cache-Control': 'no-store',
+    'Set-Cookie': `${SESSION_COOKIE}=${sessionValue(opts.token)}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${30 * 24 * 3600}`,
+  });
+  res.end('<!doctype html><meta charset="utf-8"><title>Troupe codec server</title><p>Signed in: the Web UI decodes through this codec server from this browser.</p>');
 }
 
 async function handle(opts: CodecServerOptions, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  admit(opts, req);
+  const path = new URL(req.url ?? '/', 'http://codec').pathname;
+  if (path === '/login') {
+    admit(opts, req, true);
+    await login(opts, req, res);
+    return;
+  }
+  // First, so that the Web UI can read a refusal's reason too (a 401 tells where to sign in).
   setCors(req, res, opts.corsOrigins);
-  const target = route(new URL(req.url ?? '/', 'http://codec').pathname);
+  admit(opts, req);
+  const target = route(path);
   if (!target) throw new HttpError(404, 'not found: the codec server answers POST /encode and POST /decode');
   if (req.method === 'OPTIONS') {
     res.writeHead(204);

@@ -37,7 +37,9 @@ export async function startCodecSidecar(opts: DevServerOptions, timeoutMs = 30_0
   mkdirSync(opts.stateDir, { recursive: true, mode: 0o700 });
   const log = openSync(join(opts.stateDir, 'codec-server.log'), 'a', 0o600);
   const origins = [`http://127.0.0.1:${opts.uiPort}`, `http://localhost:${opts.uiPort}`].flatMap((o) => ['--cors-origin', o]);
-  const child = spawn(process.execPath, [join(projectRoot, 'bin', 'troupe.js'), 'codec-server', '--port', String(port), ...origins], {
+  // The dev server's Web UI has no setting that makes it send credentials: its origins are trusted
+  // (the embedded default trusts this machine's local processes; see the README's Security section).
+  const child = spawn(process.execPath, [join(projectRoot, 'bin', 'troupe.js'), 'codec-server', '--port', String(port), '--trust-origin', ...origins], {
     cwd: projectRoot,
     detached: true,
     stdio: ['ignore', log, log],

@@ -313,6 +313,10 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
         expect(await refusalOf(() => stranger.temporal.workflowService.listWorkflowExecutions({ namespace }))).toMatch(
           /^denied: troupe: the client certificate's subject CN="troupe-client" has no role in this deployment \(troupe-worker for workers, troupe-user or troupe-user-<name> for users\)$/,
         );
+        // troupe ps prints the authorizer's reason, not the SDK's "Failed to list workflows": exit 4.
+        const refused = await ps({ ...tlsEnv, TEMPORAL_TLS_CLIENT_CERT_PATH: join(other, 'cert.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(other, 'key.pem') });
+        expect(refused.code).toBe(4);
+        expect(refused.out).toMatch(/^the Temporal service refused this client \(PERMISSION_DENIED\): troupe: the client certificate's subject CN="troupe-client" has no role in this deployment /);
       } finally {
         await stranger.close();
       }

@@ -1,30 +1,12 @@
-import { spawn } from 'node:child_process';
 import { createServer, type Server, type Socket } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../helpers/free-port';
+import { troupeCli } from '../helpers/troupe-cli';
 
 /**
  * The CLI against a Temporal address where nothing answers: it fails within its deadline, with one
  * line naming the address and what to check, instead of hanging.
  */
-
-const root = fileURLToPath(new URL('../..', import.meta.url));
-
-function troupe(args: string[]): Promise<{ code: number | null; stderr: string; ms: number }> {
-  const started = Date.now();
-  const child = spawn(process.execPath, ['bin/troupe.js', ...args], { cwd: root, env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  // A hang fails the test rather than the suite's timeout.
-  const killer = setTimeout(() => child.kill('SIGKILL'), 45_000);
-  return new Promise((resolve) =>
-    child.once('exit', (code) => {
-      clearTimeout(killer);
-      resolve({ code, stderr, ms: Date.now() - started });
-    }),
-  );
-}
 
 // A port that accepts connections and never says a word (a wrong service, a stuck proxy).
 let silent: Server;
@@ -41,7 +23,7 @@ afterAll(async () => {
 describe('the CLI when the Temporal service does not answer', () => {
   it('a closed port: fails at once, in one line naming the address and what to do', async () => {
     const port = await freePort();
-    const r = await troupe(['ps', '--address', `127.0.0.1:${port}`]);
+    const r = await troupeCli(['ps', '--address', `127.0.0.1:${port}`]);
     expect(r.code).toBe(1);
     const lines = r.stderr.trimEnd().split('\n');
     expect(lines).toHaveLength(1);
@@ -55,7 +37,7 @@ describe('the CLI when the Temporal service does not answer', () => {
     const address = silent.address();
     const port = typeof address === 'object' && address ? address.port : 0;
     for (const command of [['ps'], ['stop', 'some-run', '-y']]) {
-      const r = await troupe([...command, '--address', `127.0.0.1:${port}`]);
+      const r = await troupeCli([...command, '--address', `127.0.0.1:${port}`]);
       expect(r.code).toBe(1);
       const lines = r.stderr.trimEnd().split('\n');
       expect(lines).toHaveLength(1);

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { defaultPayloadConverter, type Payload } from '@temporalio/common';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { codecKeyId, keyringOf, loadCodecKeyring, CodecKeyError } from '../../src/codec/codec-keys';
-import { payloadFromJson, payloadToJson, startCodecServer } from '../../src/codec/codec-server';
+import { payloadFromJson, payloadToJson, SESSION_COOKIE, sessionValue, startCodecServer } from '../../src/codec/codec-server';
 import { ENCRYPTED_ENCODING, EncryptionCodec, KEY_ID_METADATA } from '../../src/codec/payload-codec';
 
 const UI_ORIGIN = 'http://127.0.0.1:18233';
@@ -15,9 +15,9 @@ const newKey = randomBytes(32);
 const servers: Server[] = [];
 const TOKEN = randomBytes(24).toString('hex');
 
-async function serve(keys: Buffer[], namespaces: string[] = []): Promise<string> {
+async function serve(keys: Buffer[], namespaces: string[] = [], trustOrigin = false): Promise<string> {
   const codec = new EncryptionCodec(keyringOf(keys), { unencrypted: 'pass' });
-  const { server, url } = await startCodecServer({ codec, corsOrigins: [UI_ORIGIN], namespaces, host: '127.0.0.1', port: 0, token: TOKEN });
+  const { server, url } = await startCodecServer({ codec, corsOrigins: [UI_ORIGIN], namespaces, host: '127.0.0.1', port: 0, token: TOKEN, trustOrigin });
   servers.push(server);
   return url;
 }
@@ -157,8 +157,12 @@ describe('troupe codec server (HTTP)', () => {
     expect(preflight.headers.get('access-control-allow-origin')).toBe(UI_ORIGIN);
     expect(preflight.headers.get('access-control-allow-methods')).toContain('POST');
     expect(preflight.headers.get('access-control-allow-headers')?.toLowerCase()).toContain('x-namespace');
+    expect(preflight.headers.get('access-control-allow-credentials')).toBe('true');
     const foreign = await fetch(`${after}/decode`, { method: 'OPTIONS', headers: { Origin: 'http://evil.example', 'Access-Control-Request-Method': 'POST' } });
+    expect(foreign.status).toBe(403);
     expect(foreign.headers.get('access-control-allow-origin')).toBeNull();
+    const none = await fetch(`${after}/decode`, { method: 'OPTIONS', headers: { 'Access-Control-Request-Method': 'POST' } });
+    expect(none.status).toBe(403);
   });
 
   it('refuses other methods, paths and bodies with one clear line', async () => {
@@ -194,12 +198,68 @@ describe('troupe codec server: who may call (DNS rebinding, pages the operator v
   });
   const port = () => new URL(url).port;
 
-  it('answers a token holder on a loopback Host, and the Web UI origin without a token', async () => {
+  const DECODED = Buffer.from(JSON.stringify('decoded history')).toString('base64');
+
+  it('answers a token holder on a loopback Host', async () => {
     const withToken = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${TOKEN}` }, body: encrypted });
     expect(withToken.status).toBe(200);
-    expect(withToken.body).toContain(Buffer.from(JSON.stringify('decoded history')).toString('base64'));
-    const fromUi = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Origin: UI_ORIGIN, Host: `localhost:${port()}` }, body: encrypted });
+    expect(withToken.body).toContain(DECODED);
+  });
+
+  it("refuses a local process that forges the Web UI's Origin without a credential: decode and encode (issue 37)", async () => {
+    const headers = { 'Content-Type': 'application/json', Origin: UI_ORIGIN, Host: `localhost:${port()}` };
+    const decode = await raw(`${url}/decode`, { method: 'POST', headers, body: encrypted });
+    expect(decode.status).toBe(401);
+    expect(decode.body).toMatch(/a credential is required/);
+    expect(decode.body).not.toContain(DECODED);
+    const forged = JSON.stringify({ payloads: [payloadToJson(defaultPayloadConverter.toPayload({ forged: true }))] });
+    const encode = await raw(`${url}/encode`, { method: 'POST', headers, body: forged });
+    expect(encode.status).toBe(401);
+    expect(encode.body).not.toContain(ENCRYPTED_ENCODING);
+    // A forged or stale session cookie is no credential either.
+    const cookie = await raw(`${url}/decode`, { method: 'POST', headers: { ...headers, Cookie: `${SESSION_COOKIE}=${sessionValue(`${TOKEN}x`)}` }, body: encrypted });
+    expect(cookie.status).toBe(401);
+  });
+
+  it("the Web UI's real path: the browser signs in once at /login, then its preflighted requests carry the cookie and are answered", async () => {
+    const form = await raw(`${url}/login`, { method: 'GET', headers: {} });
+    expect(form.status).toBe(200);
+    expect(form.body).toContain('<form method="post" action="/login">');
+    expect(form.body).not.toContain(TOKEN);
+    expect(form.headers['x-frame-options']).toBe('DENY');
+    const formHeaders = { 'Content-Type': 'application/x-www-form-urlencoded', Origin: url };
+    const wrong = await raw(`${url}/login`, { method: 'POST', headers: formHeaders, body: new URLSearchParams({ token: `${TOKEN}x` }).toString() });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers['set-cookie']).toBeUndefined();
+    // Another site's page cannot sign the browser in (nor out) either.
+    const elsewhere = await raw(`${url}/login`, { method: 'POST', headers: { ...formHeaders, Origin: 'http://evil.example' }, body: new URLSearchParams({ token: TOKEN }).toString() });
+    expect(elsewhere.status).toBe(403);
+    const signedIn = await raw(`${url}/login`, { method: 'POST', headers: formHeaders, body: new URLSearchParams({ token: TOKEN }).toString() });
+    expect(signedIn.status).toBe(200);
+    const setCookie = String((signedIn.headers['set-cookie'] as string[] | undefined)?.[0]);
+    expect(setCookie).toMatch(new RegExp(`^${SESSION_COOKIE}=[^;]+; HttpOnly; SameSite=Strict; Path=/; Max-Age=\\d+$`));
+    expect(setCookie).not.toContain(TOKEN);
+    const cookie = setCookie.split(';')[0] as string;
+    // What the Web UI's fetch (credentials: include) sends after its preflight.
+    const decode = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Origin: UI_ORIGIN, 'X-Namespace': 'default', Cookie: cookie }, body: encrypted });
+    expect(decode.status).toBe(200);
+    expect(decode.body).toContain(DECODED);
+    expect(decode.headers['access-control-allow-origin']).toBe(UI_ORIGIN);
+    expect(decode.headers['access-control-allow-credentials']).toBe('true');
+    // The cookie is no pass for another origin.
+    const foreign = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Origin: 'http://evil.example', Cookie: cookie }, body: encrypted });
+    expect(foreign.status).toBe(403);
+  });
+
+  it('with --trust-origin (the embedded dev server, whose Web UI sends no credential) admits the configured origin alone, and no other', async () => {
+    const trusting = await serve([newKey], [], true);
+    const fromUi = await raw(`${trusting}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Origin: UI_ORIGIN }, body: encrypted });
     expect(fromUi.status).toBe(200);
+    expect(fromUi.body).toContain(DECODED);
+    const foreign = await raw(`${trusting}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Origin: 'http://evil.example' }, body: encrypted });
+    expect(foreign.status).toBe(403);
+    const none = await raw(`${trusting}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: encrypted });
+    expect(none.status).toBe(401);
   });
 
   it('refuses a foreign Host (a rebound name), even with the token', async () => {
@@ -214,15 +274,16 @@ describe('troupe codec server: who may call (DNS rebinding, pages the operator v
   });
 
   it('refuses a text/plain body (a request a browser sends without preflight)', async () => {
-    const plain = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'text/plain', Origin: UI_ORIGIN }, body: encrypted });
+    // Even from a signed-in browser: the cookie would ride along on a form's simple request.
+    const plain = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'text/plain', Origin: UI_ORIGIN, Cookie: `${SESSION_COOKIE}=${sessionValue(TOKEN)}` }, body: encrypted });
     expect(plain.status).toBe(415);
     expect(plain.body).toMatch(/must be application\/json/);
   });
 
-  it('refuses a caller with no token and no allowed origin, a wrong token, and a foreign origin', async () => {
+  it('refuses a caller with no credential, a wrong token, and a foreign origin', async () => {
     const none = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: encrypted });
     expect(none.status).toBe(401);
-    expect(none.body).toMatch(/a token is required/);
+    expect(none.body).toMatch(/a credential is required: Authorization: Bearer <token>/);
     const wrong = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${TOKEN.slice(1)}x` }, body: encrypted });
     expect(wrong.status).toBe(401);
     const foreign = await raw(`${url}/decode`, { method: 'POST', headers: { 'Content-Type': 'application/json', Origin: 'http://evil.example' }, body: encrypted });

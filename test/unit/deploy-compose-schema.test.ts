@@ -366,10 +366,28 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean, re
   problems.push(...metricsProblems(compose, worker, fileExists));
   problems.push(...gatewayProblems(compose, worker, readText));
   problems.push(...tlsProblems(compose, fileExists));
+  problems.push(...codecProblems(compose));
   return problems;
 }
 
 /** The CLI's and Troupe's TLS variables, and the Web UI server's own names for the same files. */
+/**
+ * The codec server decrypts for whoever it admits: the Web UI reaches it with the browser's session
+ * cookie (its fetches include credentials), never by its Origin alone, which a local process forges.
+ */
+function codecProblems(compose: ComposeFile): string[] {
+  const problems: string[] = [];
+  const ui = compose.services['temporal-ui'];
+  const codec = compose.services['codec-server'];
+  if (ui?.environment?.TEMPORAL_CODEC_ENDPOINT && String(ui.environment.TEMPORAL_CODEC_INCLUDE_CREDENTIALS) !== 'true') {
+    problems.push('temporal-ui.environment: TEMPORAL_CODEC_INCLUDE_CREDENTIALS must be "true", so the browser sends the codec server its session cookie');
+  }
+  if (codec && /--trust-origin/.test(words(codec.command))) {
+    problems.push('codec-server.command: --trust-origin admits any local process that forges the Web UI\'s Origin; the UI signs in instead');
+  }
+  return problems;
+}
+
 const clientTlsVariables = {
   cli: { ca: 'TEMPORAL_TLS_SERVER_CA_CERT_PATH', cert: 'TEMPORAL_TLS_CLIENT_CERT_PATH', key: 'TEMPORAL_TLS_CLIENT_KEY_PATH', name: 'TEMPORAL_TLS_SERVER_NAME' },
   ui: { ca: 'TEMPORAL_TLS_CA', cert: 'TEMPORAL_TLS_CERT', key: 'TEMPORAL_TLS_KEY', name: 'TEMPORAL_TLS_SERVER_NAME' },
@@ -653,6 +671,8 @@ describe('docker-compose.yml', () => {
       ['a Web UI as a user who cannot read the client key', (d) => { svc(d, 'temporal-ui').user = '10001:10001'; }, /temporal-ui\.user: must be 5000:5000/],
       ['a key copy nobody made', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '/etc/troupe/tls/worker-web.key'; }, /must chown \/etc\/troupe\/tls\/worker-web\.key/],
       ['a key copy readable by all', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace('install -m 600', 'install -m 644')); }, /must chown \/etc\/troupe\/tls\/worker-ui\.key/],
+      ['a Web UI whose codec requests carry no credential', (d) => { delete envOf(d, 'temporal-ui').TEMPORAL_CODEC_INCLUDE_CREDENTIALS; }, /TEMPORAL_CODEC_INCLUDE_CREDENTIALS must be "true"/],
+      ['a codec server that trusts an Origin', (d) => { (svc(d, 'codec-server').command as string[]).push('--trust-origin'); }, /codec-server\.command: --trust-origin admits any local process/],
       ['a key pasted into the environment', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '-----BEGIN PRIVATE KEY-----'; }, /TEMPORAL_TLS_KEY puts a secret in this file/],
       ['a new service that reaches the frontend without TLS', (d) => { d.services.poller = { image: 'temporalio/admin-tools:1.29.1-tctl-1.18.4-cli-1.5.0', environment: { TEMPORAL_ADDRESS: 'temporal:7233' }, restart: 'no' }; }, /poller\.depends_on: must wait for temporal-certs[\s\S]*poller\.volumes: must mount troupe-tls[\s\S]*poller\.environment: TEMPORAL_TLS_SERVER_CA_CERT_PATH/],
       ['a Grafana without the dashboard', (d) => { svc(d, 'grafana').volumes = ['./deploy/grafana/provisioning:/etc/grafana/provisioning:ro', 'grafana-data:/var/lib/grafana']; }, /must mount the dashboard/],

@@ -15,6 +15,7 @@ const options = {
   'cors-origin': { type: 'string', multiple: true },
   'allowed-host': { type: 'string', multiple: true },
   namespace: { type: 'string', multiple: true },
+  'trust-origin': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -23,14 +24,17 @@ const help = renderUsage(
   [
     "Serves Temporal's remote codec endpoint (POST /encode, POST /decode) with this machine's codec",
     'keys, so the Web UI (and `temporal workflow show --codec-endpoint URL`) show decoded payloads',
-    'to the Web UI. It answers only loopback Host names (and --allowed-host), only the --cors-origin',
-    'origins, only JSON bodies; any other caller sends Authorization: Bearer <token> from the token file.',
+    'to the Web UI. Every encode and decode needs a credential: Authorization: Bearer <token> from the',
+    'token file, or the cookie a browser gets by signing in once at /login with that token (the Web UI',
+    'with TEMPORAL_CODEC_INCLUDE_CREDENTIALS=true sends it). It answers only loopback Host names (and',
+    '--allowed-host), only the --cors-origin origins, only JSON bodies.',
   ].join('\n'),
   [
     ['--port N', `port (default ${DEFAULT_CODEC_PORT})`],
     ['--host ADDR', 'address to bind (default 127.0.0.1)'],
     ['--cors-origin URL', `Web UI origin allowed to call it (repeatable; default ${DEFAULT_CORS_ORIGINS.join(' and ')})`],
     ['--allowed-host NAME', 'a Host name it answers besides localhost, 127.0.0.1 and ::1 (repeatable)'],
+    ['--trust-origin', 'admit the --cors-origin origins without a credential: only for a Web UI that cannot send one (the embedded dev server\'s); any local process can forge an Origin'],
     ['--namespace NAME', 'serve only these namespaces (repeatable; default all), by the X-Namespace header'],
     ['', `keys: TROUPE_CODEC_KEY_FILE (default ${codecKeyFile()})`],
     ['', `token: TROUPE_CODEC_TOKEN or TROUPE_CODEC_TOKEN_FILE (default ${codecTokenFile()}, made on first use)`],
@@ -62,11 +66,16 @@ export const command: Command = async (args) => {
     corsOrigins,
     allowedHosts,
     token,
+    trustOrigin: values['trust-origin'] === true,
     namespaces: values.namespace ?? [],
     host: values.host ?? '127.0.0.1',
     port,
   });
-  process.stderr.write(`Codec server on ${url} (codec key ${keyring.current.id}, ${keyring.byId.size} key(s)); CORS for ${corsOrigins.join(', ')}; other callers send the token in ${process.env.TROUPE_CODEC_TOKEN ? 'TROUPE_CODEC_TOKEN' : codecTokenFile()}. Ctrl-C stops it.\n`);
+  const tokenSource = process.env.TROUPE_CODEC_TOKEN ? 'TROUPE_CODEC_TOKEN' : codecTokenFile();
+  const browsers = values['trust-origin']
+    ? `${corsOrigins.join(', ')} admitted by Origin alone (--trust-origin)`
+    : `CORS for ${corsOrigins.join(', ')}, whose browser signs in once at ${url}/login with the token`;
+  process.stderr.write(`Codec server on ${url} (codec key ${keyring.current.id}, ${keyring.byId.size} key(s)); ${browsers}; callers send the token in ${tokenSource}. Ctrl-C stops it.\n`);
   await new Promise<void>((resolve) => {
     const stop = () => server.close(() => resolve());
     process.once('SIGINT', stop);
