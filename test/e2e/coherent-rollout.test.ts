@@ -21,7 +21,8 @@ import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '
  * fails and no answer's chain mixes revisions (router, prefill and decode each say theirs). A
  * revision whose decode cannot start is rolled back: the old one serves throughout, never restarted.
  * A canary whose decode fails a fifth of its answers fails its gate and is rolled back: only requests
- * it took fail. The worker SIGKILLed mid-rollout: the next one carries it on, nothing fails. Steered
+ * it took fail — the worker SIGKILLed while it rolls back, the next one finishing the rollback. The
+ * worker SIGKILLed mid-rollout: the next one carries it on, nothing fails. Steered
  * by hand: paused while it starts and resumed, then rolled back to the spec it replaced.
  */
 
@@ -157,12 +158,17 @@ describe('a coherent rollout of a running service', () => {
     // only requests the canary took failed.
     load = steadyLoad();
     await new Promise((r) => setTimeout(r, 1000));
-    const gated = await handle
+    const gating = handle
       .executeUpdate(applyServiceUpdate, { args: [{ plan: service('v4', { decodeFlags: ' --error-rate 0.2', rollout: ['  canary: {traffic: 20, soak: 10s}'] }) }] })
       .then(
         () => 'answered',
         (err: unknown) => (err instanceof Error && err.cause instanceof Error ? err.cause.message : String(err)),
       );
+    // The worker SIGKILLed while the canary rolls back: the next one finishes the rollback.
+    await waitForRunState(handle, (s) => s.service?.rollout?.phase === 'rolling-back');
+    await kill9(workers.at(-1)!);
+    workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: { TROUPE_GATEWAYS: gateway.adminUrl, TROUPE_GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN } }));
+    const gated = await gating;
     expect(gated).toMatch(/^deployment 3 rolled back: the canary's gate failed: error rate \d+(\.\d)?% \(\d+ of \d+\) above 5% and the old revision's 0%; revision 1 serves$/);
     await new Promise((r) => setTimeout(r, 2000));
     await load.stop();
@@ -179,7 +185,7 @@ describe('a coherent rollout of a running service', () => {
     const v5 = service('v5');
     const rolling = handle.executeUpdate(applyServiceUpdate, { args: [{ plan: v5 }] });
     await waitForRunState(handle, (s) => s.jobs.filter((j) => !j.removed && j.status === 'READY').length >= 6);
-    await kill9(workers[0]!);
+    await kill9(workers.at(-1)!);
     workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: { TROUPE_GATEWAYS: gateway.adminUrl, TROUPE_GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN } }));
     expect(await rolling).toMatchObject({ deployment: 4 });
     await new Promise((r) => setTimeout(r, 1000));
