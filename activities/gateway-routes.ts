@@ -96,12 +96,13 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
       });
     },
 
-    /** The service's figures per revision over the window, from every gateway that answers; none answering fails (retried). */
+    /** The service's figures per revision and entry group over the window, from every gateway that answers; none answering fails (retried). */
     async readServiceFigures({ run, window_s }: ReadServiceFiguresInput): Promise<ReadServiceFiguresResult> {
       const answers = await Promise.allSettled(gateways.map((gateway) => serviceFigures(gateway, run, window_s, DRAIN_POLL_TIMEOUT_MS)));
       const failed = rejections(answers);
       if (gateways.length === 0 || failed.length === gateways.length) throw gatewaysFailed(`the figures of service ${run}`, gateways.length, failed);
       const byRevision = new Map<number, ReadServiceFiguresResult['revisions'][number]>();
+      const byGroup = new Map<string, ReadServiceFiguresResult['groups'][number]>();
       for (const answer of answers) {
         if (answer.status !== 'fulfilled' || answer.value === null) continue;
         for (const r of answer.value.revisions) {
@@ -109,9 +110,15 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
           const p95 = r.latency_p95_ms === null ? seen.p95_ms : Math.max(seen.p95_ms ?? 0, r.latency_p95_ms);
           byRevision.set(r.revision, { revision: r.revision, requests: seen.requests + r.requests, errors: seen.errors + r.errors, p95_ms: p95 });
         }
+        // Each gateway sees its own requests: a group's figures are the sum over the gateways.
+        for (const g of answer.value.groups) {
+          const key = `${g.revision}/${g.group}`;
+          const seen = byGroup.get(key) ?? { revision: g.revision, group: g.group, requests: 0, inflight: 0 };
+          byGroup.set(key, { ...seen, requests: seen.requests + g.requests, inflight: seen.inflight + g.inflight });
+        }
       }
       const silent = answers.flatMap((a, i) => (a.status === 'rejected' ? [gateways[i]?.url ?? '?'] : []));
-      return { revisions: [...byRevision.values()].sort((a, b) => a.revision - b.revision), silent_gateways: silent };
+      return { revisions: [...byRevision.values()].sort((a, b) => a.revision - b.revision), groups: [...byGroup.values()], silent_gateways: silent };
     },
 
     /** DELETE the run's table on every gateway. */

@@ -117,7 +117,7 @@ export interface DrainReplicasResult {
   silent_gateways: string[];
 }
 
-/** A service's figures over the last `window_s` seconds, asked of every gateway (a rollout's gates read them). */
+/** A service's figures over the last `window_s` seconds, asked of every gateway (a rollout's gates and the autoscaler read them). */
 export interface ReadServiceFiguresInput {
   run: string;
   window_s: number;
@@ -129,5 +129,7 @@ export interface ReadServiceFiguresInput {
  */
 export interface ReadServiceFiguresResult {
   revisions: Array<{ revision: number; requests: number; errors: number; p95_ms: number | null }>;
+  /** Per revision and entry group, summed over the gateways: requests that arrived in the window, requests in flight now. */
+  groups: Array<{ revision: number; group: string; requests: number; inflight: number }>;
   silent_gateways: string[];
 }

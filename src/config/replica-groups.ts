@@ -47,8 +47,8 @@ function scalingWindow(value: unknown): number {
   return seconds;
 }
 
-/** dstack's `rps`, and Troupe's extension `concurrency`: requests in flight per replica. */
-export const ScalingMetricSchema = z.enum(['rps', 'concurrency']);
+export { ScalingMetricSchema } from '../plan/plan-schema';
+import { ScalingMetricSchema } from '../plan/plan-schema';
 
 export const ScalingInputSchema = closedObject(
   {

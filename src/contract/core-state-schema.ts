@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema, ServiceRunSchema } from '../plan/plan-schema';
+import { JobPlanSchema, PlanSchema, RetryEventSchema, RetryPolicySchema, ScalingPlanSchema, ServiceRunSchema } from '../plan/plan-schema';
 import { RunStateSchema } from './run-state-schema';
 
 /**
@@ -126,7 +126,14 @@ export const LiveCoreSchema = z.object({
 /** What a deployment changes of a service's plan: its service settings and each group's commands and size. */
 export const SpecSchema = z.object({
   service: ServiceRunSchema,
-  groups: z.array(z.object({ commands: z.array(z.string()), nodes: z.number().int(), nodes_range: z.object({ min: z.number().int(), max: z.number().int() }).nullable() })),
+  groups: z.array(
+    z.object({
+      commands: z.array(z.string()),
+      nodes: z.number().int(),
+      nodes_range: z.object({ min: z.number().int(), max: z.number().int() }).nullable(),
+      scaling: ScalingPlanSchema.nullable().optional(),
+    }),
+  ),
 });
 export type Spec = z.infer<typeof SpecSchema>;
 
@@ -221,6 +228,23 @@ export const ServiceCoreSchema = z.object({
       over: z.boolean(),
     })
     .nullable(),
+  /** The autoscaler (autoscaling.ts): groups with `scaling` resized from the gateways' figures. */
+  autoscale: z
+    .object({
+      /** Windows (s) whose reading is asked and not answered yet. */
+      reading: z.array(z.number().int()),
+      /** When the last readings were asked (epoch ms), or null: none yet. */
+      read_at_ms: z.number().nullable(),
+      /** By group index: its size as the autoscaler last saw it and since when (epoch ms): a delay counts from a size's start. */
+      sizes: z.array(z.object({ nodes: z.number().int(), since_ms: z.number() }).nullable()),
+      /** By group index: the last verdict (the metric's value, the replicas it asks for), or null. */
+      last: z.array(z.object({ value: z.number(), wanted: z.number().int(), at_ms: z.number() }).nullable()),
+      /** Resizes it began so far: the next one's id. */
+      resizes_made: z.number().int().nonnegative(),
+      /** Why the last reading failed, or null. */
+      problem: z.string().nullable(),
+    })
+    .default({ reading: [], read_at_ms: null, sizes: [], last: [], resizes_made: 0, problem: null }),
 });
 
 export const RunCoreSchema = z.object({

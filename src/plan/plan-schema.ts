@@ -70,6 +70,21 @@ export const ReadyQuorumSchema = z.discriminatedUnion('kind', [
 ]);
 export type ReadyQuorum = z.infer<typeof ReadyQuorumSchema>;
 
+/** dstack's `rps`, and Troupe's extension `concurrency`: requests in flight per replica. */
+export const ScalingMetricSchema = z.enum(['rps', 'concurrency']);
+
+/** A service group's autoscaling (dstack's `scaling`, planned with its defaults). */
+export const ScalingPlanSchema = z.object({
+  /** dstack's `rps`, or Troupe's `concurrency` (requests in flight per replica). */
+  metric: ScalingMetricSchema,
+  /** Per replica, in the metric's unit: requests per second, or requests in flight. */
+  target: z.number().positive(),
+  window_s: z.number().int().positive(),
+  scale_up_delay_s: z.number().int().nonnegative(),
+  scale_down_delay_s: z.number().int().nonnegative(),
+});
+export type ScalingPlan = z.infer<typeof ScalingPlanSchema>;
+
 export const GroupPlanSchema = z.object({
   index: z.number().int().nonnegative(),
   name: z.string(),
@@ -91,6 +106,8 @@ export const GroupPlanSchema = z.object({
   on_dependency_restart: z.enum(['keep', 'restart']).optional(),
   /** Troupe's extension: a command run on each node of this group when the addresses of the groups it depends on change. */
   on_peers_change: z.string().nullable().optional(),
+  /** A service group with a range of replicas: how the run resizes it from its traffic (autoscaling.ts). */
+  scaling: ScalingPlanSchema.nullable().optional(),
 });
 export type GroupPlan = z.infer<typeof GroupPlanSchema>;
 

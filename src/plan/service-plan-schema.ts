@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { ResourcesSchema } from '../config/resources-schema';
 import { RouterTypeSchema, ScalingMetricSchema } from '../config/replica-groups';
 import { ProbeMethodSchema } from '../config/service-schema';
-import { GroupPlanSchema, RateLimitPlanSchema, RevisionSchema, RolloutPlanSchema, StartupOrderSchema } from './plan-schema';
+import { GroupPlanSchema, RateLimitPlanSchema, RevisionSchema, RolloutPlanSchema, ScalingPlanSchema, StartupOrderSchema } from './plan-schema';
 
 /**
  * The plan of a service: its endpoint's settings and its replica groups after dstack's defaults.
@@ -22,16 +22,7 @@ export const ServiceProbeSchema = z.object({
 });
 export type ServiceProbe = z.infer<typeof ServiceProbeSchema>;
 
-export const ScalingPlanSchema = z.object({
-  /** dstack's `rps`, or Troupe's `concurrency` (requests in flight per replica). */
-  metric: ScalingMetricSchema,
-  /** Per replica, in the metric's unit: requests per second, or requests in flight. */
-  target: z.number().positive(),
-  window_s: z.number().int().positive(),
-  scale_up_delay_s: z.number().int().nonnegative(),
-  scale_down_delay_s: z.number().int().nonnegative(),
-});
-export type ScalingPlan = z.infer<typeof ScalingPlanSchema>;
+export { ScalingPlanSchema, type ScalingPlan } from './plan-schema';
 
 export const ReplicaGroupPlanSchema = GroupPlanSchema.pick({
   index: true,

@@ -75,6 +75,7 @@ function groupOf(service: ServicePlan, group: ReplicaGroupPlan): GroupPlan {
     on_failure: group.on_failure ?? null,
     on_dependency_restart: group.on_dependency_restart ?? 'keep',
     on_peers_change: group.on_peers_change ?? null,
+    scaling: max > min ? group.scaling : null,
   };
 }
 

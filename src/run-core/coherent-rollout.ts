@@ -257,7 +257,7 @@ function watchCanary(core: RunCore, coherent: CoherentRollout, now: number, effe
   const soakEnd = soakEndOf(core, canary.since_ms);
   if (canary.read_at_ms !== null && now < canary.read_at_ms + CANARY_READ_MS && !(now >= soakEnd && canary.read_at_ms < soakEnd)) return core;
   const window_s = Math.min(300, Math.max(1, Math.ceil((now - canary.since_ms) / 1000)));
-  effects.push({ kind: 'read-figures', window_s });
+  effects.push({ kind: 'read-figures', window_s, purpose: 'canary' });
   return withCoherent(core, { ...coherent, canary: { ...canary, reading: true, read_at_ms: now } });
 }
 
@@ -265,7 +265,7 @@ function watchCanary(core: RunCore, coherent: CoherentRollout, now: number, effe
 export function canaryRead(core: RunCore, event: Extract<RunEvent, { kind: 'figures' }>, now: number, effects: Effect[]): RunCore {
   const coherent = core.service?.rollout?.coherent;
   const rollout = core.plan.service?.rollout;
-  if (!coherent || coherent.phase !== 'canary' || !coherent.canary.reading || coherent.canary.since_ms === null || !rollout) return core;
+  if (event.purpose !== 'canary' || !coherent || coherent.phase !== 'canary' || !coherent.canary.reading || coherent.canary.since_ms === null || !rollout) return core;
   const canary = { ...coherent.canary, reading: false };
   const soakEnd = soakEndOf(core, coherent.canary.since_ms);
   const readAfterSoak = (canary.read_at_ms ?? 0) >= soakEnd;

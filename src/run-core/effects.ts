@@ -1,3 +1,4 @@
+import type { FiguresPurpose } from './events';
 import type { Instance } from '../backends/backend';
 import type { RunStatus, RunTerminationReason } from '../contract/run-state';
 import type { Ending } from './ending';
@@ -45,8 +46,8 @@ export type Effect =
   | { kind: 'push-routes'; generation: number; table: ServiceTableInput }
   /** Wait until no gateway has a request in flight to these replicas (at most `timeout_s`); report `drained` for resize `resize`. */
   | { kind: 'drain'; resize: number; urls: string[]; timeout_s: number }
-  /** Read the service's figures per revision over the last `window_s` seconds on every gateway; report `figures`. */
-  | { kind: 'read-figures'; window_s: number }
+  /** Read the service's figures per revision and entry group over the last `window_s` seconds on every gateway; report `figures` with the same purpose. */
+  | { kind: 'read-figures'; window_s: number; purpose: FiguresPurpose }
   /** After teardown: submit the whole run again, after this back-off. */
   | { kind: 'resubmit'; after_s: number }
   /** After teardown: the run's final status, reason and message. */

@@ -35,11 +35,25 @@ export type RunEvent =
   | { kind: 'drained'; id: number; left: number; error: string | null }
   /** Deploy this plan of the service (the applyService Update; `id` names its answer). */
   | { kind: 'deploy'; id: number; plan: Plan }
-  /** A reading of the service's figures on the gateways (a canary's gate), or why it could not be read. */
-  | { kind: 'figures'; revisions: Array<{ revision: number; requests: number; errors: number; p95_ms: number | null }>; error: string | null }
+  /**
+   * A reading of the service's figures on the gateways over the last `window_s` seconds, for a canary's
+   * gate or the autoscaler, or why it could not be read: per revision, and per revision and entry group
+   * (requests answered in the window, requests in flight now).
+   */
+  | {
+      kind: 'figures';
+      purpose: FiguresPurpose;
+      window_s: number;
+      revisions: Array<{ revision: number; requests: number; errors: number; p95_ms: number | null }>;
+      groups: Array<{ revision: number; group: string; requests: number; inflight: number }>;
+      error: string | null;
+    }
   /** The rollout under way paused, resumed or rolled back by hand (the rolloutControl Update, once accepted). */
   | { kind: 'rollout-control'; action: 'pause' | 'resume' | 'rollback' }
   /** The deployment's Update has its answer: it is forgotten. */
   | { kind: 'deploy-answered'; id: number }
   /** Look again: time passed, or a step outside the core changed the jobs. */
   | { kind: 'tick' };
+
+/** Who asked for a reading of a service's figures: a canary's gate, or the autoscaler. */
+export type FiguresPurpose = 'canary' | 'autoscale';

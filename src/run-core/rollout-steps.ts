@@ -53,10 +53,10 @@ export function deploymentRefusal(core: RunCore, stopping: boolean): string | nu
   return null;
 }
 
-/** What a deployment changes of a service's plan (null: not a service): its service settings, each group's commands and size. */
+/** What a deployment changes of a service's plan (null: not a service): its service settings, each group's commands, size and scaling. */
 export function specOf(plan: Plan): Spec | null {
   if (!plan.service) return null;
-  return { service: plan.service, groups: plan.groups.map((g) => ({ commands: [...g.commands], nodes: g.nodes, nodes_range: g.nodes_range ?? null })) };
+  return { service: plan.service, groups: plan.groups.map((g) => ({ commands: [...g.commands], nodes: g.nodes, nodes_range: g.nodes_range ?? null, scaling: g.scaling ?? null })) };
 }
 
 /** `plan` with `spec`'s service settings and each group's commands and size: the one way a deployment, a rollback or a redeploy changes a plan. */
@@ -66,7 +66,7 @@ export function withSpec(plan: Plan, spec: Spec): Plan {
     service: spec.service,
     groups: plan.groups.map((group) => {
       const was = spec.groups[group.index];
-      return was ? { ...group, commands: was.commands, nodes: was.nodes, nodes_range: was.nodes_range } : group;
+      return was ? { ...group, commands: was.commands, nodes: was.nodes, nodes_range: was.nodes_range, scaling: was.scaling ?? null } : group;
     }),
   };
 }

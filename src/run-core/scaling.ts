@@ -51,13 +51,20 @@ export function resizeRefusal(core: RunCore, group: GroupPlan, stopping: boolean
   // Over once every node is READY again, as the state shows it, even before healing has told its dependents.
   if (core.live.groups[group.index]?.restarting && !restartOver(core, group.index)) return `group ${group.name} is restarting; try again once its nodes are READY`;
   // Neither a deployment's own step on the group nor a resize its rollout took as a target holds one up.
-  const under = (r: Resize) => r.phase !== 'over' && r.phase !== 'with-rollout' && r.id < DEPLOY_RESIZE_IDS;
+  const under = (r: Resize) => r.phase !== 'over' && r.phase !== 'with-rollout' && !isDeploymentStep(r);
   if (core.live.resizes.some((r) => r.group === group.index && under(r))) return `group ${group.name} is being resized already; try again when that ends`;
   return null;
 }
 
-/** Resizes a deployment makes have ids from here up (the scaleGroup Update's count from 1). */
+/** Resizes a deployment makes have ids from here up (the scaleGroup Update's count from 1)… */
 export const DEPLOY_RESIZE_IDS = 1_000_000;
+/** …and the autoscaler's from here (autoscaling.ts). */
+export const AUTOSCALE_RESIZE_IDS = 2_000_000;
+
+/** A deployment's own step: it holds no user's resize of its group up (the rollout takes that as a target). */
+export function isDeploymentStep(resize: Resize): boolean {
+  return resize.id >= DEPLOY_RESIZE_IDS && resize.id < AUTOSCALE_RESIZE_IDS;
+}
 
 /**
  * Why a user's resize must wait for a service's deployment under way, or null. A rollout by revision

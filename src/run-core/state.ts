@@ -23,9 +23,14 @@ export function newSubmissionCore(): SubmissionCore {
   return { phase: 'unlocking', addresses_due_ms: null, running_since_ms: null, group_failure: null, ending: null };
 }
 
+/** The autoscaler before its first reading. */
+export function newAutoscale(): ServiceCore['autoscale'] {
+  return { reading: [], read_at_ms: null, sizes: [], last: [], resizes_made: 0, problem: null };
+}
+
 /** A service before its first routing table. */
 export function newServiceCore(): ServiceCore {
-  return { generation: 0, key: '', pushing: null, delivered_key: null, retry_at_ms: null, pushed_at_ms: null, problem: null, deployment: 0, revision_of: {}, current_revision: 0, last_good: null, resizes_made: 0, rollout: null };
+  return { generation: 0, key: '', pushing: null, delivered_key: null, retry_at_ms: null, pushed_at_ms: null, problem: null, deployment: 0, revision_of: {}, current_revision: 0, last_good: null, resizes_made: 0, rollout: null, autoscale: newAutoscale() };
 }
 
 /** Who the run is (from Temporal, never from its input) and where it runs. */

@@ -1,17 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import { chmodSync, copyFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
+import { describe, expect, it } from 'vitest';
 import { loadServicePlan, serviceRunPlan } from '../../src/plan';
-import { projectRoot } from '../../src/devserver/dev-server';
 import { runWorkflowId } from '../../src/contract/ids';
 import { WorkflowUpdateStage } from '@temporalio/client';
 import { applyServiceUpdate, rolloutControlUpdate, runStateQuery, scaleGroupUpdate, stopRunSignal } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
 import type { Plan } from '../../src/plan/plan-schema';
 import { leftovers } from '../helpers/leftovers';
-import { abortRunIfRunning, standInPdServiceYaml } from '../helpers/stand-in-service';
+import { chatThrough, standInPdServiceYaml, useStandInGateway } from '../helpers/stand-in-service';
 import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
 /**
@@ -26,33 +22,20 @@ import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '
  * by hand: paused while it starts and resumed, then rolled back to the spec it replaced.
  */
 
-const ADMIN_TOKEN = `admin-${randomBytes(12).toString('hex')}`;
 const RATE = 25;
 const env = useWorkerProcesses('coherent-rollout');
 const { fleet, taskQueue, workers } = env;
 const name = `coh-${randomBytes(3).toString('hex')}`;
-const standIn = join(env.shared.dir, 'stand-in-model.py');
-let gateway: RunningGateway;
+const standInGateway = useStandInGateway(env, name);
+const standIn = standInGateway.script;
+const gatewayUrl = () => standInGateway.gateway().url;
 
 /** The service; `more`: a command before decode's stand-in, its flags, `rollout:` lines. */
 function service(label: string, more: { decode?: string; decodeFlags?: string; rollout?: string[]; decodeReplicas?: string } = {}): Plan {
   return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script: standIn, label, coherence: 'revision', ...more }), 'svc.yml', { environ: {} }), null);
 }
 
-beforeAll(async () => {
-  copyFileSync(join(projectRoot, 'examples', 'services', 'stand-in-model.py'), standIn);
-  chmodSync(standIn, 0o644);
-  gateway = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: ADMIN_TOKEN });
-});
-afterAll(async () => {
-  await abortRunIfRunning(env.client, name);
-  await gateway?.close(1000);
-}, 120_000);
 
-interface Mark {
-  group: string;
-  revision: string;
-}
 interface Chain {
   router: string;
   prefill: string;
@@ -66,15 +49,7 @@ function steadyLoad() {
   const inFlight = new Set<Promise<void>>();
   const one = async () => {
     try {
-      const res = await fetch(`${gateway.url}/services/${name}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }] }),
-        signal: AbortSignal.timeout(20_000),
-      });
-      const text = await res.text();
-      if (res.status !== 200) throw new Error(`${res.status} revision ${res.headers.get('troupe-revision') ?? '-'}: ${text.trim()}`);
-      const mark = (JSON.parse(text) as { troupe: Mark & { prefill: Mark; decode: Mark } }).troupe;
+      const mark = await chatThrough(`${gatewayUrl()}/services/${name}/`);
       chains.push({ router: mark.revision, prefill: mark.prefill.revision, decode: mark.decode.revision });
     } catch (err) {
       failures.push(String(err));
@@ -99,7 +74,7 @@ const mixed = (chains: Chain[]) => chains.filter((c) => c.router !== c.prefill |
 
 describe('a coherent rollout of a running service', () => {
   it('moves every group to the new revision under load with 0 failed and 0 mixed chains; a revision that cannot start is rolled back', async () => {
-    workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: { TROUPE_GATEWAYS: gateway.adminUrl, TROUPE_GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN } }));
+    workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: standInGateway.workerEnv() }));
     const v1 = service('v1');
     // In two rounds (rollout.steps): half of each group's new replicas take half the traffic before half the old go.
     const v2 = service('v2', { rollout: ['  steps: 2'] });
@@ -167,7 +142,7 @@ describe('a coherent rollout of a running service', () => {
     // The worker SIGKILLed while the canary rolls back: the next one finishes the rollback.
     await waitForRunState(handle, (s) => s.service?.rollout?.phase === 'rolling-back');
     await kill9(workers.at(-1)!);
-    workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: { TROUPE_GATEWAYS: gateway.adminUrl, TROUPE_GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN } }));
+    workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: standInGateway.workerEnv() }));
     const gated = await gating;
     expect(gated).toMatch(/^deployment 3 rolled back: the canary's gate failed: error rate \d+(\.\d)?% \(\d+ of \d+\) above 5% and the old revision's 0%; revision 1 serves$/);
     await new Promise((r) => setTimeout(r, 2000));
@@ -186,7 +161,7 @@ describe('a coherent rollout of a running service', () => {
     const rolling = handle.executeUpdate(applyServiceUpdate, { args: [{ plan: v5 }] });
     await waitForRunState(handle, (s) => s.jobs.filter((j) => !j.removed && j.status === 'READY').length >= 6);
     await kill9(workers.at(-1)!);
-    workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: { TROUPE_GATEWAYS: gateway.adminUrl, TROUPE_GATEWAY_ADMIN_TOKEN: ADMIN_TOKEN } }));
+    workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: standInGateway.workerEnv() }));
     expect(await rolling).toMatchObject({ deployment: 4 });
     await new Promise((r) => setTimeout(r, 1000));
     await load.stop();

@@ -1,4 +1,10 @@
+import { randomBytes } from 'node:crypto';
+import { chmodSync, copyFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
+import { afterAll, beforeAll } from 'vitest';
+import { projectRoot } from '../../src/devserver/dev-server';
+import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import { runWorkflowId } from '../../src/contract/ids';
 import { stopRunSignal } from '../../src/contract/messages';
 
@@ -41,6 +47,8 @@ export function standInPdServiceYaml(o: {
   rollout?: string[];
   /** Decode's replicas (default 2); a range `MIN..MAX` gets a `scaling:` too, so `troupe scale` may resize it. */
   decodeReplicas?: string;
+  /** Decode's `scaling` with a range (default `{metric: rps, target: 100}`). */
+  decodeScaling?: string;
 }): string {
   const replica = (role: string, extra = '') => `      - DEMO_LABEL=${o.label} exec python3 ${o.script} --role ${role} --port 8000${extra}`;
   return [
@@ -60,7 +68,7 @@ export function standInPdServiceYaml(o: {
     replica('prefill', ' --warmup 1'),
     '  - name: decode',
     `    replicas: ${o.decodeReplicas ?? 2}`,
-    ...(o.decodeReplicas?.includes('..') ? ['    scaling: {metric: rps, target: 100}'] : []),
+    ...(o.decodeReplicas?.includes('..') ? [`    scaling: ${o.decodeScaling ?? '{metric: rps, target: 100}'}`] : []),
     '    commands:',
     ...(o.decode ? [`      - ${o.decode}`] : []),
     replica('decode', ` --warmup 1${o.decodeFlags ?? ''}`),
@@ -73,4 +81,53 @@ export async function abortRunIfRunning(client: Client, name: string): Promise<v
   if ((await handle.describe().catch(() => null))?.status.name !== 'RUNNING') return;
   await handle.signal(stopRunSignal, { abort: true }).catch(() => undefined);
   await handle.result().catch(() => undefined);
+}
+
+/**
+ * A test file's stand-in service behind a real gateway in the test's process: the stand-in copied
+ * where the fleet's nodes read it (`shared`), a gateway on loopback; after the file, the run `name`
+ * aborted if a failed test left it going, and the gateway closed. `workerEnv`: what a worker needs to
+ * push its tables to that gateway.
+ */
+export function useStandInGateway(env: { client: Client; shared: { dir: string } }, name: string) {
+  const adminToken = `admin-${randomBytes(12).toString('hex')}`;
+  const script = join(env.shared.dir, 'stand-in-model.py');
+  let gateway: RunningGateway | null = null;
+  beforeAll(async () => {
+    copyFileSync(join(projectRoot, 'examples', 'services', 'stand-in-model.py'), script);
+    chmodSync(script, 0o644);
+    gateway = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken });
+  });
+  afterAll(async () => {
+    await abortRunIfRunning(env.client, name);
+    await gateway?.close(1000);
+  }, 120_000);
+  const running = (): RunningGateway => {
+    if (!gateway) throw new Error('the gateway is not started yet');
+    return gateway;
+  };
+  return { script, gateway: running, workerEnv: () => ({ TROUPE_GATEWAYS: running().adminUrl, TROUPE_GATEWAY_ADMIN_TOKEN: adminToken }) };
+}
+
+/** What a stand-in replica says of itself in each answer (`troupe`): its group, rank in the group and revision. */
+export interface StandInMark {
+  group: string;
+  replica: number;
+  revision: string;
+}
+
+/**
+ * One chat completion through the gateway at `url` (…/services/<run>/), 20 s at most: the router's
+ * mark with its prefill's and decode's, or an error naming the status and the revision whose pool took it.
+ */
+export async function chatThrough(url: string): Promise<StandInMark & { prefill: StandInMark; decode: StandInMark }> {
+  const res = await fetch(`${url}v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }] }),
+    signal: AbortSignal.timeout(20_000),
+  });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`${res.status} revision ${res.headers.get('troupe-revision') ?? '-'}: ${text.trim()}`);
+  return (JSON.parse(text) as { troupe: StandInMark & { prefill: StandInMark; decode: StandInMark } }).troupe;
 }

@@ -58,6 +58,7 @@ function isQuiet(run: Run, submission: Submission): boolean {
     peersSettled(run.core) &&
     routesSettled(run.core) &&
     !run.core.service?.rollout &&
+    (run.core.service?.autoscale.reading.length ?? 0) === 0 &&
     allHandlersFinished()
   );
 }

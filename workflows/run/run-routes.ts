@@ -57,13 +57,14 @@ export function drainReplicas(run: Run, effect: Extract<Effect, { kind: 'drain' 
     );
 }
 
-/** A canary's figures read on the gateways; the loop hears back with `figures` (one that cannot be read, with its error). */
+/** A service's figures read on the gateways (a canary's gate, the autoscaler); the loop hears back with `figures` (one that cannot be read, with its error). */
 export function readFigures(run: Run, effect: Extract<Effect, { kind: 'read-figures' }>): void {
+  const { purpose, window_s } = effect;
   void figuresActivities.readServiceFigures
-    .executeWithOptions({ summary: `figures of the last ${effect.window_s} s` }, [{ run: run.state.run_name, window_s: effect.window_s }])
+    .executeWithOptions({ summary: `${purpose === 'canary' ? "the canary's" : 'autoscaling'} figures of the last ${window_s} s` }, [{ run: run.state.run_name, window_s }])
     .then(
-      ({ revisions }) => run.inbox.push({ kind: 'figures', revisions, error: null }),
-      (err: unknown) => run.inbox.push({ kind: 'figures', revisions: [], error: rootMessage(err) }),
+      ({ revisions, groups }) => run.inbox.push({ kind: 'figures', purpose, window_s, revisions, groups, error: null }),
+      (err: unknown) => run.inbox.push({ kind: 'figures', purpose, window_s, revisions: [], groups: [], error: rootMessage(err) }),
     );
 }
 

@@ -1,0 +1,131 @@
+import type { GroupPlan } from '../plan/plan-schema';
+import type { Decision, Effect } from './effects';
+import type { RunEvent } from './events';
+import { groupMembers } from './jobs';
+import { AUTOSCALE_RESIZE_IDS, beginResize, isDeploymentStep, resizeRefusal, rolloutRefusal } from './scaling';
+import type { RunCore, ServiceCore } from './state';
+
+/**
+ * A service's autoscaler: each group with `scaling` (dstack's `scaling: {metric: rps, target, window,
+ * scale_up_delay, scale_down_delay}`, or Troupe's `metric: concurrency`) resized within its replicas
+ * range from the gateways' own figures, read every AUTOSCALE_READ_MS. An entry group (the router
+ * group, or every group of a service without one) is sized on its own traffic: the requests the
+ * gateways sent it over the window (rps), or those in flight to it now (concurrency); a group behind
+ * the entry is sized on the service's traffic through its entry groups, as dstack sizes every group.
+ * It wants ⌈value ÷ target⌉ replicas within its range; it grows once its size is `scale_up_delay`
+ * old, shrinks once it is `scale_down_delay` old. While a rollout by revision is under way its
+ * resizes are the new revision's target (scaling.ts: retarget), so a load spike mid-rollout is
+ * honoured. Pure: `now` comes in.
+ */
+
+/** How often the figures are read while any group autoscales. */
+export const AUTOSCALE_READ_MS = 2000;
+
+/** Groups the autoscaler sizes: a range of replicas and `scaling`. */
+function scaled(core: RunCore): GroupPlan[] {
+  return core.plan.groups.filter((g) => g.scaling && g.nodes_range);
+}
+
+/** The autoscaler reads now: a live service RUNNING with groups to size, no end asked or decided. */
+function active(core: RunCore): boolean {
+  return core.service !== null && core.live !== null && core.run.status === 'RUNNING' && core.submission.ending === null && core.stop_request === null && scaled(core).length > 0;
+}
+
+export function decideAutoscaling(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
+  const effects: Effect[] = [];
+  const service = core.service;
+  if (!service || !core.live) return { state: core, effects };
+  if (event.kind === 'figures' && event.purpose === 'autoscale') return { state: figuresRead(core, service, event, now, effects), effects };
+  if (event.kind !== 'tick') return { state: core, effects };
+  // Its resizes are answered to no one: forgotten once over.
+  const forgotten = forgetOwnResizes(core);
+  if (!active(forgotten)) return { state: forgotten, effects };
+  const auto = serviceOf(forgotten).autoscale;
+  if (auto.reading.length > 0 || (auto.read_at_ms !== null && now < auto.read_at_ms + AUTOSCALE_READ_MS)) return { state: forgotten, effects };
+  const windows = [...new Set(scaled(forgotten).map((g) => g.scaling?.window_s ?? 30))].sort((a, b) => a - b);
+  for (const window_s of windows) effects.push({ kind: 'read-figures', window_s, purpose: 'autoscale' });
+  return { state: withAutoscale(forgotten, { ...auto, reading: windows, read_at_ms: now }), effects };
+}
+
+/** When the loop must look again for the next reading (epoch ms), or null. */
+export function autoscaleDeadline(core: RunCore): number | null {
+  if (!active(core)) return null;
+  const auto = serviceOf(core).autoscale;
+  if (auto.reading.length > 0) return null;
+  return auto.read_at_ms === null ? 0 : auto.read_at_ms + AUTOSCALE_READ_MS;
+}
+
+/** A reading is in: each group read over its window gets a verdict, and a resize where one is due. */
+function figuresRead(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { kind: 'figures' }>, now: number, effects: Effect[]): RunCore {
+  const auto = service.autoscale;
+  const reading = auto.reading.filter((w) => w !== event.window_s);
+  if (event.error !== null) return withAutoscale(core, { ...auto, reading, problem: `the gateways' figures could not be read: ${event.error}` });
+  let next = withAutoscale(core, { ...auto, reading, problem: null });
+  if (!active(next)) return next;
+  for (const group of scaled(next)) {
+    if (group.scaling?.window_s === event.window_s) next = sizeGroup(next, group, event, now, effects);
+  }
+  return next;
+}
+
+/** The metric's value for `group` over the reading: its own traffic where the gateways send it requests, else the service's through its entry groups. */
+export function metricOf(core: RunCore, group: GroupPlan, event: Extract<RunEvent, { kind: 'figures' }>): number {
+  const scaling = group.scaling;
+  const entry = core.plan.service?.entry ?? [];
+  const names = entry.includes(group.index) ? [group.name] : entry.flatMap((i) => core.plan.groups[i]?.name ?? []);
+  const rows = event.groups.filter((g) => names.includes(g.group));
+  if (scaling?.metric === 'concurrency') return rows.reduce((n, g) => n + g.inflight, 0);
+  return rows.reduce((n, g) => n + g.requests, 0) / event.window_s;
+}
+
+/** The group's size now as the autoscaler counts it: a rollout's target for it while one is under way, else its replicas. */
+function sizeOf(core: RunCore, group: number): number {
+  const rollout = core.service?.rollout;
+  const coherent = rollout && !rollout.over ? rollout.coherent : null;
+  return coherent ? (coherent.counts[group] ?? 0) : groupMembers(core.run.jobs, group).length;
+}
+
+function sizeGroup(core: RunCore, group: GroupPlan, event: Extract<RunEvent, { kind: 'figures' }>, now: number, effects: Effect[]): RunCore {
+  const scaling = group.scaling;
+  const range = group.nodes_range;
+  if (!scaling || !range) return core;
+  const auto = serviceOf(core).autoscale;
+  const nodes = sizeOf(core, group.index);
+  const seen = auto.sizes[group.index];
+  const size = seen && seen.nodes === nodes ? seen : { nodes, since_ms: now };
+  const value = metricOf(core, group, event);
+  const wanted = Math.min(range.max, Math.max(range.min, Math.ceil(value / scaling.target - 1e-9)));
+  const sizes = withIndex(auto.sizes, group.index, size);
+  const last = withIndex(auto.last, group.index, { value, wanted, at_ms: now });
+  const noted = withAutoscale(core, { ...auto, sizes, last });
+  const delay = wanted > nodes ? scaling.scale_up_delay_s : scaling.scale_down_delay_s;
+  if (wanted === nodes || now < size.since_ms + delay * 1000) return noted;
+  // A resize of it under way (a rollout's own steps aside), a restart, dstack's rolling: the next reading judges again.
+  const busy = core.live?.resizes.some((r) => r.group === group.index && r.phase !== 'over' && !isDeploymentStep(r));
+  if (busy || rolloutRefusal(noted) || resizeRefusal(noted, group, false)) return noted;
+  const id = AUTOSCALE_RESIZE_IDS + auto.resizes_made;
+  const counted = withAutoscale(noted, { ...serviceOf(noted).autoscale, resizes_made: auto.resizes_made + 1 });
+  return beginResize(counted, { id, group: group.index, nodes: wanted }, now, effects);
+}
+
+function forgetOwnResizes(core: RunCore): RunCore {
+  const live = core.live;
+  if (!live || !live.resizes.some((r) => r.id >= AUTOSCALE_RESIZE_IDS && r.phase === 'over')) return core;
+  return { ...core, live: { ...live, resizes: live.resizes.filter((r) => r.id < AUTOSCALE_RESIZE_IDS || r.phase !== 'over') } };
+}
+
+function withIndex<T>(list: ReadonlyArray<T | null>, index: number, value: T): Array<T | null> {
+  const out = [...list];
+  while (out.length <= index) out.push(null);
+  out[index] = value;
+  return out;
+}
+
+function serviceOf(core: RunCore): ServiceCore {
+  if (!core.service) throw new Error(`run ${core.plan.run_name} is not a service`);
+  return core.service;
+}
+
+function withAutoscale(core: RunCore, autoscale: ServiceCore['autoscale']): RunCore {
+  return core.service ? { ...core, service: { ...core.service, autoscale } } : core;
+}
