@@ -102,6 +102,9 @@ describe('a coherent rollout of a running service', () => {
     expect(mixed(load.chains)).toEqual([]);
     // Its first round shown as it went: a share of new requests on the new revision while the old one was current.
     expect(rounds).toContainEqual({ round: { number: 1, of: 2 }, phase: 'canary', share_percent: 50 });
+    // The Web UI's current details list the rollout's steps as they went.
+    const details = (await handle.query<{ currentDetails?: string }>('__temporal_workflow_metadata')).currentDetails ?? '';
+    expect(details).toMatch(/- \d\d:\d\d:\d\d deployment 1 round 1 of 2: canary, new revision at 50%\n(.|\n)*- \d\d:\d\d:\d\d deployment 1 round 2 of 2: starting/);
     const hash1 = v1.service?.revision;
     const hash2 = v2.service?.revision;
     expect(new Set(load.chains.map((c) => c.router))).toEqual(new Set([hash1, hash2]));

@@ -86,6 +86,9 @@ describe('a service that sizes itself', () => {
     const grownAt = Date.now();
     expect(grownAt - stepAt).toBeLessThan(30_000 + 2_000 + 10_000);
     const added = decodes(grown).map((j) => j.group_job_index);
+    // The Web UI's current details say why: the autoscaler's last verdict for decode.
+    const meta = (await handle.query<{ currentDetails?: string }>('__temporal_workflow_metadata')).currentDetails ?? '';
+    expect(meta).toMatch(/\*\*Autoscaling\*\*\n- decode: [\d.]+ rps \(target 20 per replica\) → 3 wanted/);
     await new Promise((r) => setTimeout(r, 3000));
     // The new decodes answer.
     expect(new Set(load.decodes.filter((d) => d.at > grownAt).map((d) => d.replica))).toEqual(new Set(added));

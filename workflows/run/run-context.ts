@@ -46,6 +46,8 @@ export interface Run {
   deploysAsked: number;
   /** Settles once every routing-table push started so far has been answered (run-routes.ts). */
   routesPushed: Promise<void>;
+  /** What the Web UI shows as current details, and the rollout's steps so far (run-details.ts). */
+  details: { shown: string; steps: string[]; lastLine: string | null; deployment: number | null };
 }
 
 export function newRun(input: RunInput): Run {
@@ -77,6 +79,7 @@ export function newRun(input: RunInput): Run {
     tooLargeToHandOver: false,
     routesPushed: Promise.resolve(),
     deploysAsked: 0,
+    details: { shown: '', steps: [], lastLine: null, deployment: null },
   };
 }
 

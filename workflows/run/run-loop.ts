@@ -6,6 +6,7 @@ import type { Outcome, Run } from './run-context';
 import { feed, takeEvents } from './run-events';
 import type { Submission } from './run-groups';
 import { handoverDue } from './run-handover';
+import { showDetails } from './run-details';
 import { releaseUnwanted, startNewAttempts } from './run-attempts';
 import { recordLaunch } from './run-metrics';
 import { announceAddresses, letAllowedJobsStart, unlockOtherGroups } from './run-startup';
@@ -24,6 +25,7 @@ export async function driveSubmission(run: Run, submission: Submission): Promise
     takeEvents(run);
     // The core looks again: healing replaces failed nodes, then the outcome judges the submission.
     feed(run, { kind: 'tick' });
+    showDetails(run);
     releaseUnwanted(run);
     const { ending, phase } = run.core.submission;
     if (ending) return ending;
