@@ -1,6 +1,6 @@
 import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { cgroupDirs, cgroupParents, cgroupPlan, detectCgroups, parseCpuSeconds, parseOomKills, workingSetBytes, type CgroupHierarchy, type JobLimits } from './cgroup';
+import { cgroupDirs, cgroupParents, cgroupPlan, detectCgroups, parseCpuSeconds, parseOomKills, workingSetBytes, type CgroupHierarchy, type JobLimits } from '../cgroup-limits';
 import { isErrno } from './state-files';
 import { BASH } from '../../runner/job-wrapper';
 

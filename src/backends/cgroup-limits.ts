@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import type { Range, Resources } from '../../config/resources-schema';
+import type { Range, Resources } from '../config/resources-schema';
 
 /**
- * A local job's limits, in a cgroup of its own (the pure half: which hierarchy, what to write where;
- * job-cgroup.ts does it). Memory (and swap where the hierarchy accounts it) and CPU come from the
+ * A job's limits, in a cgroup of its own (the pure half, shared by the local fleet and SSH hosts:
+ * which hierarchy, what to write where; local/job-cgroup.ts does it on this machine). Memory (and swap where the hierarchy accounts it) and CPU come from the
  * group's `resources` as a Kubernetes request = limit: a range's upper bound where it has one, else
  * its lower bound, so dstack's default `memory: 8GB..` is a limit of 8 GiB and `cpu: 2..` one of 2
  * CPUs. The pids limit is Troupe's own (dstack has no such field).

@@ -9,7 +9,7 @@ import {
   parseOomKills,
   pidsMaxFrom,
   workingSetBytes,
-} from '../../src/backends/local/cgroup';
+} from '../../src/backends/cgroup-limits';
 import { defaultResources } from '../../src/config/resources';
 
 /** /proc/self/mounts of this kind of machine: v1 controllers, an empty cgroup2 at unified/. */
