@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { Range, Resources } from '../config/resources-schema';
+import { BASH } from '../runner/job-wrapper';
 
 /**
  * A job's limits, in a cgroup of its own (the pure half, shared by the local fleet and SSH hosts:
@@ -192,4 +193,21 @@ export function outOfMemoryReason(limitBytes: number | null): string {
 /** The line a job's log starts with when it runs without limits. */
 export function noLimitsLine(why: string): string {
   return `troupe: resource limits (memory, cpu, pids) are not applied to this job: ${why}\n`;
+}
+
+/**
+ * A process that moves itself into each cgroup named by `$1` files after it, then becomes the
+ * command after them (exec: the same pid), so the command and all it starts are born in the job's
+ * cgroup. It must come before `ip netns exec`, which mounts a /sys of its own without the cgroup mounts.
+ */
+const JOIN_CGROUP = [
+  'n=$1; shift',
+  'for f in "${@:1:n}"; do printf \'%s\\n\' "$$" > "$f" || { echo "troupe: cannot enter the job\'s cgroup ($f)" >&2; exit 1; }; done',
+  'shift "$n"',
+  'exec "$@"',
+].join('\n');
+
+/** `argv` run inside the job's cgroup (`procs`: its cgroup.procs files; none: `argv` as it is). */
+export function inJobCgroup(procs: readonly string[], argv: readonly string[]): string[] {
+  return procs.length > 0 ? [BASH, '--noprofile', '--norc', '-c', JOIN_CGROUP, 'troupe-cgroup', String(procs.length), ...procs, ...argv] : [...argv];
 }
