@@ -353,8 +353,9 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       'ip',
       [
         'netns', 'exec', host.namespace, 'unshare', '-m', '--propagation', 'private', 'sh', '-c',
-        // A /dev/shm of its own, as a machine has (Open MPI names its shared-memory segments by host name).
-        `mount --bind "$0" /usr/local/sbin && mount -t tmpfs -o mode=1777,nosuid,nodev test-shm /dev/shm && exec /usr/sbin/sshd -D -f "$1" -E "$2"`,
+        // A /dev/shm of its own, as a machine has (Open MPI names its shared-memory segments by host name);
+        // the machine's cgroup hierarchies, as a machine has them (ip netns exec mounts a /sys without them).
+        `mount --bind "$0" /usr/local/sbin && mount -t tmpfs -o mode=1777,nosuid,nodev test-shm /dev/shm && ${cgroupMountsScript()}exec /usr/sbin/sshd -D -f "$1" -E "$2"`,
         join(host.dir, 'sbin'), host.sshdConfig, join(host.dir, 'sshd.log'),
       ],
       { stdio: 'ignore' },
@@ -558,6 +559,19 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
     },
   };
   return api;
+}
+
+/**
+ * Shell that mounts this machine's cgroup hierarchies at their usual places in a host's mount
+ * namespace (the same hierarchies: jobs' limits on a host hold on this kernel). Best effort: a host
+ * without them runs its jobs without limits, and their logs say so.
+ */
+function cgroupMountsScript(): string {
+  const mounts = readFileSync('/proc/self/mounts', 'utf8').split('\n').map((l) => l.split(' ')).filter(([, mp, type]) => (type === 'cgroup' || type === 'cgroup2') && mp?.startsWith('/sys/fs/cgroup'));
+  if (mounts.length === 0) return '';
+  const q = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+  const root = mounts.some(([, mp]) => mp === '/sys/fs/cgroup') ? '' : 'mount -t tmpfs -o mode=755 test-cgroup /sys/fs/cgroup 2>/dev/null; ';
+  return `${root}${mounts.map(([, mp = '', type = '', opts = '']) => `{ mkdir -p ${q(mp)} && mount -t ${type} -o ${q(opts)} ${type} ${q(mp)}; } 2>/dev/null; `).join('')}`;
 }
 
 /**
