@@ -10,7 +10,7 @@ import { BASH } from '../runner/job-wrapper';
  * CPUs. The pids limit is Troupe's own (dstack has no such field).
  */
 
-/** Processes (and threads) a local job may have at once unless the worker says otherwise (TROUPE_LOCAL_PIDS_MAX). */
+/** Processes (and threads) a job may have at once unless the worker says otherwise (TROUPE_LOCAL_PIDS_MAX, TROUPE_SSH_PIDS_MAX). */
 export const DEFAULT_PIDS_MAX = 4096;
 /** Every job's cgroup lives under this one, in each hierarchy: the worker's own cgroups are never touched. */
 export const CGROUP_PARENT = 'troupe';
@@ -72,12 +72,15 @@ export function jobLimits(resources: Pick<Resources, 'cpu' | 'memory'>, pids: nu
   return { memory_bytes: gb === null ? null : Math.round(gb * 1024 ** 3), cpus: limitOf(resources.cpu.count), pids };
 }
 
-/** The pids limit a worker's environment asks for (TROUPE_LOCAL_PIDS_MAX), else the default; refuses anything but a whole number ≥ 1. */
-export function pidsMaxFrom(env: Record<string, string | undefined>): number {
-  const text = env.TROUPE_LOCAL_PIDS_MAX;
+/** Where a worker's environment sets the pids limit of its jobs, per kind of node. */
+export type PidsMaxVariable = 'TROUPE_LOCAL_PIDS_MAX' | 'TROUPE_SSH_PIDS_MAX';
+
+/** The pids limit a worker's environment asks for (`variable`), else the default; refuses anything but a whole number ≥ 1. */
+export function pidsMaxFrom(env: Record<string, string | undefined>, variable: PidsMaxVariable = 'TROUPE_LOCAL_PIDS_MAX'): number {
+  const text = env[variable];
   if (text === undefined || text === '') return DEFAULT_PIDS_MAX;
   const n = Number(text);
-  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`local fleet: TROUPE_LOCAL_PIDS_MAX must be a whole number ≥ 1, not "${text}"`);
+  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`${variable === 'TROUPE_SSH_PIDS_MAX' ? 'ssh fleets' : 'local fleet'}: ${variable} must be a whole number ≥ 1, not "${text}"`);
   return n;
 }
 

@@ -51,7 +51,7 @@ export interface SshBackendOptions {
   unreachableLimitMs?: number;
   /** SIGTERM → SIGKILL grace when releaseRun finds a job still running. Default 5 s. */
   releaseGraceSeconds?: number;
-  /** Most processes (and threads) of one job at once on a host that takes limits (Troupe's own; cgroup-limits.ts). Default DEFAULT_PIDS_MAX. */
+  /** Most processes (and threads) of one job at once on a host that takes limits (Troupe's own; cgroup-limits.ts): the worker's TROUPE_SSH_PIDS_MAX. Default DEFAULT_PIDS_MAX. */
   pidsMax?: number;
 }
 

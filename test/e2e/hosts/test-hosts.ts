@@ -1,11 +1,14 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { SshTarget } from '../../../src/backends/ssh/target';
+import { CGROUP_PARENT } from '../../../src/backends/cgroup-limits';
+import { sshRunCgroupPrefix } from '../../../src/backends/ssh/job-cgroup-script';
+import { runDirectory } from '../../../src/backends/ssh/job-paths';
 import { CONTROL_SHELL_COMMAND } from '../../../src/backends/ssh/control-shell';
 import { WATCHER_READY_MARK } from '../../../src/backends/ssh/job-watch';
 import { listNow, readFileNow } from '../../helpers/live-dir';
@@ -300,6 +303,7 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       live.delete(instance);
       for (const link of rootLinks) runSync('ip', ['link', 'del', link]);
       for (const ns of namespaces) killNamespaceSync(ns);
+      for (const host of hosts.values()) removeJobCgroupsSync(host.jobBaseDir);
       releaseNetworkSync(net);
       rmSync(root, { recursive: true, force: true });
     },
@@ -559,6 +563,42 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
     },
   };
   return api;
+}
+
+/**
+ * The cgroups of the jobs of runs under `jobBaseDir` (job-cgroup-script.ts), left on this kernel by
+ * tests that stop a job without releasing it: empty once the host's processes are killed.
+ */
+function removeJobCgroupsSync(jobBaseDir: string): void {
+  let runs: string[];
+  try {
+    runs = readdirSync(jobBaseDir);
+  } catch {
+    return;
+  }
+  const prefixes = runs.map((run) => sshRunCgroupPrefix(runDirectory(jobBaseDir, run)));
+  let mounts: string[];
+  try {
+    mounts = [join('/sys/fs/cgroup', CGROUP_PARENT), ...readdirSync('/sys/fs/cgroup').map((m) => join('/sys/fs/cgroup', m, CGROUP_PARENT))];
+  } catch {
+    return;
+  }
+  for (const parent of mounts) {
+    let names: string[];
+    try {
+      names = readdirSync(parent);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      if (!prefixes.some((p) => name.startsWith(p))) continue;
+      try {
+        rmdirSync(join(parent, name));
+      } catch {
+        // not empty, or gone: a test's own check says what is left
+      }
+    }
+  }
 }
 
 /**
