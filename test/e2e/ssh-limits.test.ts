@@ -5,7 +5,8 @@ import { CGROUP_PARENT } from '../../src/backends/cgroup-limits';
 import { sshRunCgroupPrefix } from '../../src/backends/ssh/job-cgroup-script';
 import { runDirectory } from '../../src/backends/ssh/job-paths';
 import type { RunState } from '../../src/client';
-import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, type SshFleetEnv } from './ssh-fleet-fixtures';
+import { RunReaper } from '../../src/worker/run-reaper';
+import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, waitForRun, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
  * Issue 37, part 1, on SSH hosts (real sshd hosts in network namespaces, SSH user root): a job runs
@@ -38,13 +39,19 @@ afterAll(async () => {
   await env?.close();
 });
 
-async function runOnFleet(prefix: string, lines: string[]): Promise<{ state: RunState; log: string }> {
+/** Submits a one-node task to a fresh fleet of host `a`. */
+async function submitOnFleet(prefix: string, lines: string[]) {
   counter += 1;
   const suffix = `${counter}-${env.taskQueue.slice(-6)}`;
   fleet = `${prefix}-${suffix}`;
   const name = `${prefix}-run-${suffix}`;
   await applyFleetYaml(env, fleetYaml(env, fleet, ['a']));
   const handle = await env.troupe.submit({ yaml: ['type: task', `name: ${name}`, ...lines, ''].join('\n'), fleets: [fleet], checkWorkers: false });
+  return { name, handle };
+}
+
+async function runOnFleet(prefix: string, lines: string[]): Promise<{ state: RunState; log: string }> {
+  const { name, handle } = await submitOnFleet(prefix, lines);
   const state = await handle.wait();
   const log = (await env.troupe.run(name).readLog(0)).data;
   return { state, log };
@@ -99,5 +106,15 @@ describe.skipIf(!isRoot)('limits from resources on an SSH host (SSH user root)',
       'pids=4096',
     ]);
     expect(cgroupsLeft(state)).toEqual([]);
+  });
+
+  it("a run terminated in Temporal: the reaper's release kills what runs in the job's cgroup and removes it", async () => {
+    const { name, handle } = await submitOnFleet('reaped', ['commands: [\'while true; do sleep 0.2; done\']', 'resources: {memory: 256MB.., disk: 1GB..}']);
+    const running = await waitForRun(env, name, (s) => s.status === 'RUNNING' && s.jobs[0]?.status === 'RUNNING');
+    expect(cgroupsLeft(running)).not.toEqual([]);
+    await env.client.workflow.getHandle(handle.workflowId).terminate('test: terminated from outside Troupe');
+    const reaped = await new RunReaper({ client: env.client, backends: { ssh: env.backend }, log: () => undefined }).reapOnce();
+    expect(reaped.map((r) => r.run.run_workflow_id)).toEqual([handle.workflowId]);
+    expect(cgroupsLeft(running)).toEqual([]);
   });
 });
