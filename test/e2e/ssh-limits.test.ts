@@ -6,6 +6,7 @@ import { sshRunCgroupPrefix } from '../../src/backends/ssh/job-cgroup-script';
 import { runDirectory } from '../../src/backends/ssh/job-paths';
 import type { RunState } from '../../src/client';
 import { RunReaper } from '../../src/worker/run-reaper';
+import { logRefOf } from '../../src/client/job-attempts';
 import { applyFleetYaml, expectAllClean, fleetYaml, startSshFleetEnv, waitForRun, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
@@ -112,6 +113,9 @@ describe.skipIf(!isRoot)('limits from resources on an SSH host (SSH user root)',
     const { name, handle } = await submitOnFleet('reaped', ['commands: [\'while true; do sleep 0.2; done\']', 'resources: {memory: 256MB.., disk: 1GB..}']);
     const running = await waitForRun(env, name, (s) => s.status === 'RUNNING' && s.jobs[0]?.status === 'RUNNING');
     expect(cgroupsLeft(running)).not.toEqual([]);
+    // What `troupe metrics` and troupe_job_memory_limit_bytes show: the job's limit.
+    const ref = logRefOf(running, running.jobs[0]!, undefined);
+    expect(ref && (await env.backend.usage(ref))).toMatchObject({ memory_limit_bytes: 256 * 1024 ** 2 });
     await env.client.workflow.getHandle(handle.workflowId).terminate('test: terminated from outside Troupe');
     const reaped = await new RunReaper({ client: env.client, backends: { ssh: env.backend }, log: () => undefined }).reapOnce();
     expect(reaped.map((r) => r.run.run_workflow_id)).toEqual([handle.workflowId]);

@@ -368,7 +368,11 @@ export class SshRunner {
     return this.reachable(async (session) => {
       const result = await session.exec(jobUsageScript(this.jobDirectory(job)));
       if (result.exitCode !== 0) throw new SshCommandError(this.host, 'read the job\'s usage', result.exitCode, `${result.stderr}${result.stdout}`);
-      return parseJobUsage(result.stdout);
+      const usage = parseJobUsage(result.stdout);
+      // Where the host takes limits, the job's memory limit is its cgroup's (the script sees only a v2 one of its own).
+      const limit = limitsOfDetails(job.instance.details).memory_bytes;
+      if (usage === null || limit === null || (await this.cgroups(session)).version === null) return usage;
+      return { ...usage, memory_limit_bytes: usage.memory_limit_bytes === null ? limit : Math.min(limit, usage.memory_limit_bytes) };
     });
   }
 
