@@ -29,6 +29,7 @@ import { NoContainerRuntimeError, SshRunner } from '../backends/ssh/ssh-runner';
 import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from '../backends/ssh/target';
 import type { SshTimeouts } from '../backends/ssh/timeouts';
 import type { JobUsage } from '../backends/job-usage';
+import { DEFAULT_PIDS_MAX, jobLimits } from '../backends/cgroup-limits';
 
 /** Clean-ups of a run on a host that answers, before the failure is reported (the host is never taken for lost for it). */
 const CLEANUP_TRIES = 3;
@@ -50,6 +51,8 @@ export interface SshBackendOptions {
   unreachableLimitMs?: number;
   /** SIGTERM → SIGKILL grace when releaseRun finds a job still running. Default 5 s. */
   releaseGraceSeconds?: number;
+  /** Most processes (and threads) of one job at once on a host that takes limits (Troupe's own; cgroup-limits.ts): the worker's TROUPE_SSH_PIDS_MAX. Default DEFAULT_PIDS_MAX. */
+  pidsMax?: number;
 }
 
 /** What a job's Instance carries (all strings) so that any worker can reach its host later. */
@@ -60,6 +63,8 @@ interface SshInstanceDetails {
   target: string;
   host_key: string;
   base_dir: string;
+  /** JSON of the job's cgroup limits from its group's `resources` (cgroup-limits.ts), set where the job is placed. */
+  limits?: string;
 }
 
 const GIVEN_UP_MEMORY_MS = 10 * 60_000;
@@ -110,7 +115,8 @@ export class SshBackend implements Backend {
       resources: req.group.resources,
       jobs: req.jobs.map((job) => ({ job_num: job.job_num, job_name: job.job_name, ...(job.attempt ? { attempt: job.attempt } : {}) })),
     });
-    return hosts.map((host) => this.instanceOf(fleet, req.run_id, req.submission, host));
+    const limits = JSON.stringify(jobLimits(req.group.resources, this.options.pidsMax ?? DEFAULT_PIDS_MAX));
+    return hosts.map((host) => this.instanceOf(fleet, req.run_id, req.submission, host, limits));
   }
 
   /** Each node takes a whole free host that fits, as the fleet's allocation decides (pickHosts). */
@@ -125,13 +131,14 @@ export class SshBackend implements Backend {
     return { fleet, fits: free, reason: `hosts for ${describeResources(group.resources)}: ${hostsFor(state, group.resources, new Set())}` };
   }
 
-  private instanceOf(fleet: string, runId: string, submission: number, host: HeldHost): Instance {
+  private instanceOf(fleet: string, runId: string, submission: number, host: HeldHost, limits?: string): Instance {
     const details: SshInstanceDetails = {
       fleet,
       host_index: String(host.host_index),
       target: JSON.stringify(host.target),
       host_key: host.target.host_key_fingerprints?.[0] ?? '',
       base_dir: this.baseDirOf(fleet, host),
+      ...(limits ? { limits } : {}),
     };
     const { hostname, port } = host.target;
     return {

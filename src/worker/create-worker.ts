@@ -10,6 +10,7 @@ import { LOCAL_BACKEND, SSH_BACKEND, workerIdentity } from '../backends/backend-
 import type { Backend } from '../backends/backend';
 import { LocalBackend } from '../backends/local/local-backend';
 import { SshBackend } from '../fleet/ssh-backend';
+import { pidsMaxFrom } from '../backends/cgroup-limits';
 import { FleetClient } from '../fleet/fleet-client';
 import { failureConverterPath, troupeDataConverter } from '../codec/data-converter';
 import { RunReaper } from './run-reaper';
@@ -137,7 +138,7 @@ export function defaultBackends(opts: DefaultBackendsOptions): BackendRegistry {
   };
   if (opts.temporal) {
     const client = new Client({ connection: opts.temporal.connection, namespace: opts.temporal.namespace, dataConverter: opts.temporal.dataConverter ?? troupeDataConverter() });
-    backends[SSH_BACKEND] = new SshBackend({ fleets: new FleetClient(client, { taskQueue: opts.temporal.taskQueue }) });
+    backends[SSH_BACKEND] = new SshBackend({ fleets: new FleetClient(client, { taskQueue: opts.temporal.taskQueue }), pidsMax: pidsMaxFrom(process.env, 'TROUPE_SSH_PIDS_MAX') });
   }
   return backends;
 }

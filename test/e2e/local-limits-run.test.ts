@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cgroupDirs } from '../../src/backends/local/cgroup';
+import { cgroupDirs } from '../../src/backends/cgroup-limits';
 import { cgroupHierarchy } from '../../src/backends/local/job-cgroup';
 import { LocalBackend } from '../../src/backends/local/local-backend';
 import { jobCgroupName } from '../../src/backends/local/local-names';

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Instance } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
-import { CGROUP_PARENT, cgroupDirs, DEFAULT_PIDS_MAX, jobLimits, noLimitsLine, type CgroupHierarchy } from '../../src/backends/local/cgroup';
+import { CGROUP_PARENT, cgroupDirs, DEFAULT_PIDS_MAX, jobLimits, noLimitsLine, type CgroupHierarchy } from '../../src/backends/cgroup-limits';
 import { cgroupHierarchy, jobCpuSeconds } from '../../src/backends/local/job-cgroup';
 import { fleetWallPrefix, jobCgroupName } from '../../src/backends/local/local-names';
 import { jobRef, LocalFleetHarness, makeRun, resources, waitFor, type TestRun } from './local-fixtures';

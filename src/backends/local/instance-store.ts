@@ -5,7 +5,7 @@ import { createFileExclusive, isErrno, pathExists, readJsonFile, removeFile, rem
 import { attemptDirectoryName } from '../../runner/job-layout';
 import { pathSegment } from './local-names';
 import { mapLimit } from '../../concurrency/map-limit';
-import { JobLimitsSchema } from './cgroup';
+import { JobLimitsSchema } from '../cgroup-limits';
 
 /** State files read at once when a whole directory is read (every record, every lease): a few dozen descriptors, not thousands. */
 const READS_IN_FLIGHT = 32;
@@ -42,7 +42,7 @@ export const LocalInstanceRecordSchema = z.object({
   job_dir: z.string(),
   /** The group's `resources.shm_size` in GB, the size of the node's /dev/shm when isolated (absent or null: the tmpfs default). */
   shm_size_gb: z.number().nullable().optional(),
-  /** The job's cgroup limits, from the group's `resources` (cgroup.ts; absent: records from before limits, none). */
+  /** The job's cgroup limits, from the group's `resources` (cgroup-limits.ts; absent: records from before limits, none). */
   limits: JobLimitsSchema.optional(),
 });
 export type LocalInstanceRecord = z.infer<typeof LocalInstanceRecordSchema>;

@@ -1,8 +1,7 @@
 import { mkdir, readdir, readFile, rmdir, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { cgroupDirs, cgroupParents, cgroupPlan, detectCgroups, parseCpuSeconds, parseOomKills, workingSetBytes, type CgroupHierarchy, type JobLimits } from './cgroup';
+import { cgroupDirs, cgroupParents, cgroupPlan, detectCgroups, parseCpuSeconds, parseOomKills, workingSetBytes, type CgroupHierarchy, type JobLimits } from '../cgroup-limits';
 import { isErrno } from './state-files';
-import { BASH } from '../../runner/job-wrapper';
 
 /**
  * A local job's cgroup on this machine (cgroup.ts decides where and what): made before its wrapper
@@ -39,23 +38,6 @@ export function cgroupHierarchy(): Promise<CgroupHierarchy> {
 }
 
 export type UsableHierarchy = Exclude<CgroupHierarchy, { version: null }>;
-
-/**
- * A process that moves itself into each cgroup named by `$1` files after it, then becomes the
- * command after them (exec: the same pid), so the command and all it starts are born in the job's
- * cgroup. It must come before `ip netns exec`, which mounts a /sys of its own without the cgroup mounts.
- */
-const JOIN_CGROUP = [
-  'n=$1; shift',
-  'for f in "${@:1:n}"; do printf \'%s\\n\' "$$" > "$f" || { echo "troupe: cannot enter the job\'s cgroup ($f)" >&2; exit 1; }; done',
-  'shift "$n"',
-  'exec "$@"',
-].join('\n');
-
-/** `argv` run inside the job's cgroup (`procs`: its cgroup.procs files; none: `argv` as it is). */
-export function inJobCgroup(procs: readonly string[], argv: readonly string[]): string[] {
-  return procs.length > 0 ? [BASH, '--noprofile', '--norc', '-c', JOIN_CGROUP, 'troupe-cgroup', String(procs.length), ...procs, ...argv] : [...argv];
-}
 
 /** Makes the job's cgroup with its limits (again, if it exists); returns the files its processes join by. */
 export async function createJobCgroup(h: UsableHierarchy, name: string, limits: JobLimits): Promise<string[]> {

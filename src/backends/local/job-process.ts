@@ -5,7 +5,7 @@ import { JobLayout as L } from '../../runner/job-layout';
 import { BASH } from '../../runner/job-wrapper';
 import { scanProcesses, type ProcessIdentity, type ProcStat, type ScannedProcess } from './proc';
 import { spawner, type Detached } from './spawner';
-import { inJobCgroup } from './job-cgroup';
+import { inJobCgroup } from '../cgroup-limits';
 import { isErrno, pathExists, writeFileAtomic } from './state-files';
 
 /**

@@ -44,7 +44,7 @@ import {
   type JobProcessTarget,
 } from './job-process';
 import { fleetWallPrefix, jobCgroupName, localInstanceId, nodeLinkNames, runWallKey, type NodeLinkNames } from './local-names';
-import { cgroupPlan, jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, type CgroupHierarchy, type JobLimits } from './cgroup';
+import { cgroupPlan, jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, type CgroupHierarchy, type JobLimits } from '../cgroup-limits';
 import { cgroupHierarchy, createJobCgroup, jobCgroupsNamed, jobCgroupUsage, jobOomKills, removeJobCgroup } from './job-cgroup';
 import { addToRunWall, firewallUnavailable, removeFromRunWall, removeWalls } from './firewall';
 import { chooseNetworkMode } from './network-mode';
@@ -102,7 +102,7 @@ export interface LocalBackendOptions {
   secretKeyFile?: string | null;
   /** Hidden the same way; default: the codec key file of this process (TROUPE_CODEC_KEY_FILE). */
   codecKeyFile?: string | null;
-  /** Most processes (and threads) of one job at once, Troupe's own limit (cgroup.ts); default TROUPE_LOCAL_PIDS_MAX, else DEFAULT_PIDS_MAX. */
+  /** Most processes (and threads) of one job at once, Troupe's own limit (cgroup-limits.ts); default TROUPE_LOCAL_PIDS_MAX, else DEFAULT_PIDS_MAX. */
   pidsMax?: number;
   /** The cgroup hierarchy jobs' limits go in; default: this machine's (cgroupHierarchy). `{ version: null, why }`: none, and each job's log says why. */
   cgroups?: CgroupHierarchy;

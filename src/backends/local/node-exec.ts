@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { ExecResult } from '../backend';
 import { BASH } from '../../runner/job-wrapper';
-import { inJobCgroup } from './job-cgroup';
+import { inJobCgroup } from '../cgroup-limits';
 
 const MAX_OUTPUT = 64 * 1024;
 /** What `timeout` reports, so a probe that hangs reads like one that timed out in a shell. */

@@ -1,6 +1,7 @@
 import { SshLayout } from '../../runner/inter-node-ssh';
 import { JobLayout as L } from '../../runner/job-layout';
 import { quoteShellWord } from '../../runner/shell-quote';
+import { cgroupStartLines, oomKillsLines, REMOVE_CGROUPS, type SshCgroup } from './job-cgroup-script';
 
 /**
  * The bash scripts the SSH runner runs on a host, one round trip each. They follow the job
@@ -138,12 +139,14 @@ export function prepareStartScript(jobDir: string, needsRuntime: boolean): strin
  * than `&`, because a background command of a non-interactive bash ignores SIGINT for good; a
  * setsid too old for `-f` (util-linux before 2.32) fails at once and the wrapper starts with `&`.
  */
-export function spawnWrapperScript(jobDir: string, instanceId: string): string {
+export function spawnWrapperScript(jobDir: string, instanceId: string, cgroup: SshCgroup | null = null): string {
   const launch = `${MARKER_NAME}=${quoteShellWord(instanceId)} setsid`;
-  const wrapper = `bash --noprofile --norc ${L.wrapper} </dev/null >>${L.wrapperLog} 2>&1`;
+  // In the job's cgroup (job-cgroup-script.ts) before the wrapper runs: all it starts is born there.
+  const wrapper = `${cgroup ? '"${cg_join[@]}" ' : ''}bash --noprofile --norc ${L.wrapper} </dev/null >>${L.wrapperLog} 2>&1`;
   return [
     `cd ${quoteShellWord(jobDir)} || exit 97`,
     `if [ ! -d ${L.started} ]; then`,
+    ...(cgroup ? cgroupStartLines(cgroup, L.log).map((line) => `  ${line}`) : []),
     `  ${launch} -f ${wrapper} || { ${launch} ${wrapper} & }`,
     'fi',
     wait_for_claim(CLAIM_WAIT_SECONDS),
@@ -186,7 +189,7 @@ export const STAGE_PREFIX = '.stage.';
  * already running keeps what it started with. A NUL byte cannot pass through a bash string: a
  * file holding one fails the start as a short upload.
  */
-export function startJobScript(jobDir: string, instanceId: string, nonce: string): string {
+export function startJobScript(jobDir: string, instanceId: string, nonce: string, cgroup: SshCgroup | null = null): string {
   return [
     `d=${quoteShellWord(jobDir)}`,
     `stage="\${d%/*}/${STAGE_PREFIX}\${d##*/}.${nonce}"`,
@@ -224,21 +227,24 @@ export function startJobScript(jobDir: string, instanceId: string, nonce: string
     '    rm -rf -- "$stage"',
     '  fi',
     'fi',
-    spawnWrapperScript(jobDir, instanceId),
+    spawnWrapperScript(jobDir, instanceId, cgroup),
   ].join('\n');
 }
 
-export function jobStateScript(jobDir: string): string {
+/** `cgroup`: the job's cgroup name, whose OOM kills an exited job's answer adds (`result exited PID CODE [OOM_KILLS]`). */
+export function jobStateScript(jobDir: string, cgroup: string | null = null): string {
+  const oom = cgroup ? ' $oom' : '';
   return [
     procHelpers,
     `cd ${quoteShellWord(jobDir)} 2>/dev/null && [ -d ${L.started} ] || { echo "result absent"; exit 0; }`,
     wait_for_claim(2),
     `[ -s ${L.started}/${L.pid} ] || { echo "result absent"; exit 0; }`,
     `read -r leader leader_t0 < ${L.started}/${L.pid}`,
-    `if [ -s ${L.exitCode} ]; then echo "result exited $leader $(< ${L.exitCode})"; exit 0; fi`,
+    ...(cgroup ? [oomKillsLines(cgroup)] : []),
+    `if [ -s ${L.exitCode} ]; then echo "result exited $leader $(< ${L.exitCode})${oom}"; exit 0; fi`,
     'if alive "$leader" "$leader_t0"; then echo "result running $leader"; exit 0; fi',
     // It may have written its code just after the first look.
-    `if [ -s ${L.exitCode} ]; then echo "result exited $leader $(< ${L.exitCode})"; else echo "result exited $leader ${KILLED_EXIT_CODE}"; fi`,
+    `if [ -s ${L.exitCode} ]; then echo "result exited $leader $(< ${L.exitCode})${oom}"; else echo "result exited $leader ${KILLED_EXIT_CODE}${oom}"; fi`,
   ].join('\n');
 }
 
@@ -275,11 +281,12 @@ export const LOG_RETENTION_DAYS = 7;
  * home) share the run's directory too: each then touches its own jobs alone, and a path that
  * another host removed meanwhile counts as removed (no error), so no host fails for another's work.
  */
-export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_DAYS, jobDirs: readonly string[] | null = null): string {
+export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_DAYS, jobDirs: readonly string[] | null = null, cgroups: readonly string[] = []): string {
   const base = runDir.replace(/\/[^/]+$/, '') || '/';
   const kept = `! -name ${L.log} ! -name ${L.exitCode}`;
   return [
     procHelpers,
+    REMOVE_CGROUPS,
     `r=${quoteShellWord(runDir)}`,
     `base=${quoteShellWord(base)}`,
     'if [ -d "$r" ]; then',
@@ -287,6 +294,7 @@ export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_D
     `  for job in "\${jobs[@]}"; do`,
     killLeftovers('"$job"'),
     '  done | grep "^result survivors" && exit 0',
+    ...removeCgroupLines(cgroups),
     `  for job in "\${jobs[@]}"; do`,
     '    j=${job%/}',
     '    [ -d "$j" ] || continue',
@@ -306,6 +314,11 @@ export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_D
     'done',
     'echo "result clean"',
   ].join('\n');
+}
+
+/** Removes the jobs' cgroups (names, or patterns whose `*` the host matches: REMOVE_CGROUPS), what is left in them killed; survivors end the script. */
+function removeCgroupLines(cgroups: readonly string[]): string[] {
+  return cgroups.map((pattern) => `  remove_cgroups ${quoteShellWord(pattern)} || exit 0`);
 }
 
 /**
@@ -328,12 +341,14 @@ function killLeftovers(dir: string): string {
  * a late start still finds the job claimed), so its inter-node SSH server and keys, env file and
  * scripts go. Idempotent.
  */
-export function cleanupJobScript(jobDir: string): string {
+export function cleanupJobScript(jobDir: string, cgroup: string | null = null): string {
   return [
     procHelpers,
+    REMOVE_CGROUPS,
     `j=${quoteShellWord(jobDir)}`,
     'if [ -d "$j" ]; then',
     killLeftovers('"$j"') + ' | grep "^result survivors" && exit 0',
+    ...removeCgroupLines(cgroup ? [cgroup] : []),
     `  find "$j" -mindepth 1 -maxdepth 1 ! -name ${L.log} ! -name ${L.exitCode} ! -name ${L.started} -exec rm -rf -- {} + || exit 1`,
     'fi',
     'echo "result clean"',

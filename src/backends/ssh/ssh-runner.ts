@@ -48,6 +48,8 @@ import { quoteShellWord } from '../../runner/shell-quote';
 import { jobUsageScript, parseJobUsage } from './usage-script';
 import type { JobUsage } from '../job-usage';
 import { describeTarget, type SshTarget } from './target';
+import { outOfMemoryReason, type CgroupHierarchy } from '../cgroup-limits';
+import { CGROUP_PROBE_SCRIPT, limitsOfDetails, parseCgroupProbe, sshCgroupName, sshJobCgroup, sshRunCgroupPrefix } from './job-cgroup-script';
 import { resolveTimeouts, type SshTimeouts } from './timeouts';
 
 export interface SshRunnerOptions {
@@ -89,6 +91,8 @@ export class SshRunner {
   private readonly watch: JobWatch;
   /** The connection on which runnerReady() last found the job base directory writable. */
   private readyOn: SshSession | null = null;
+  /** The host's cgroup hierarchy for job limits, as probed on this connection. */
+  private cgroupsOn: { session: SshSession; hierarchy: CgroupHierarchy } | null = null;
 
   constructor(
     readonly target: SshTarget,
@@ -140,7 +144,8 @@ export class SshRunner {
       const image = options.image ?? null;
       if (image === null) {
         const uploads = this.jobUploads(job, files, null).map(([name, content, mode]) => ({ name, mode, content: Buffer.from(content, 'utf8') }));
-        const script = startJobScript(dir, job.instance.instance_id, randomBytes(6).toString('hex'));
+        const cgroup = sshJobCgroup(await this.cgroups(session), this.cgroupName(job), limitsOfDetails(job.instance.details));
+        const script = startJobScript(dir, job.instance.instance_id, randomBytes(6).toString('hex'), cgroup);
         const words = await this.script(session, 'start the job', script, (CLAIM_WAIT_SECONDS + 30) * 1000, frameUploads(uploads));
         return this.startOutcome(job, dir, words);
       }
@@ -162,7 +167,9 @@ export class SshRunner {
         }
         await this.upload(session, dir, uploads);
       }
-      const words = await this.script(session, 'start the job', spawnWrapperScript(dir, job.instance.instance_id), (CLAIM_WAIT_SECONDS + 20) * 1000);
+      const why = `it runs in image ${image}, whose container ${runtime || 'docker or podman'} makes outside the job's own cgroup`;
+      const script = spawnWrapperScript(dir, job.instance.instance_id, { kind: 'none', why });
+      const words = await this.script(session, 'start the job', script, (CLAIM_WAIT_SECONDS + 20) * 1000);
       return this.startOutcome(job, dir, words);
     });
   }
@@ -226,6 +233,20 @@ export class SshRunner {
     return Object.entries(rendered.files).map(([name, content]) => [`${SshLayout.dir}/${name}`, content, rendered.scripts.includes(name) ? 0o700 : 0o600]);
   }
 
+  /** The job attempt's cgroup on its host (job-cgroup-script.ts). */
+  private cgroupName(job: JobRef): string {
+    return sshCgroupName(runDirectory(this.baseDir, job.run_id), this.jobDirectory(job));
+  }
+
+  /** The host's hierarchy for job limits: probed once per connection (one command). */
+  private async cgroups(session: SshSession): Promise<CgroupHierarchy> {
+    if (this.cgroupsOn?.session === session && !session.closed) return this.cgroupsOn.hierarchy;
+    const result = await session.exec(CGROUP_PROBE_SCRIPT);
+    const hierarchy = parseCgroupProbe(result.exitCode === 0 ? result.stdout : '', this.host);
+    this.cgroupsOn = { session, hierarchy };
+    return hierarchy;
+  }
+
   /** What the spawn step answered: the pid of whichever start won, or why there is none. */
   private startOutcome(job: JobRef, dir: string, [outcome, pid, ...rest]: string[]): { pid: number } {
     if (outcome === 'started' && Number(pid) > 0) return { pid: Number(pid) };
@@ -246,9 +267,13 @@ export class SshRunner {
     const since = this.watch.begin(dir);
     try {
       const state = await this.reachable(async (session): Promise<JobProcessState> => {
-        const [found, pid, code] = await this.script(session, 'read the job state', jobStateScript(dir));
+        const [found, pid, code, oomKills] = await this.script(session, 'read the job state', jobStateScript(dir, this.cgroupName(job)));
         if (found === 'running') return { state: 'running', pid: Number(pid) };
-        if (found === 'exited') return { state: 'exited', pid: Number(pid), exit_code: Number(code) };
+        if (found === 'exited') {
+          // Killed by the kernel for its cgroup's memory limit: the reason names the limit, as on the local fleet.
+          const oom = Number(code) !== 0 && Number(oomKills) > 0;
+          return { state: 'exited', pid: Number(pid), exit_code: Number(code), ...(oom ? { reason: outOfMemoryReason(limitsOfDetails(job.instance.details).memory_bytes) } : {}) };
+        }
         return { state: 'absent' };
       });
       if (state.state === 'running') await this.watch.watchRunning(dir, state.pid, since);
@@ -313,7 +338,7 @@ export class SshRunner {
     const dir = this.jobDirectory(job);
     this.watch.forget(dir);
     await this.reachable(async (session) => {
-      const result = await this.script(session, 'clean up the job', cleanupJobScript(dir), 60_000);
+      const result = await this.script(session, 'clean up the job', cleanupJobScript(dir, this.cgroupName(job)), 60_000);
       if (result[0] === 'survivors') {
         throw new JobStopFailedError(this.host, `${job.job_name}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);
       }
@@ -343,7 +368,11 @@ export class SshRunner {
     return this.reachable(async (session) => {
       const result = await session.exec(jobUsageScript(this.jobDirectory(job)));
       if (result.exitCode !== 0) throw new SshCommandError(this.host, 'read the job\'s usage', result.exitCode, `${result.stderr}${result.stdout}`);
-      return parseJobUsage(result.stdout);
+      const usage = parseJobUsage(result.stdout);
+      // Where the host takes limits, the job's memory limit is its cgroup's (the script sees only a v2 one of its own).
+      const limit = limitsOfDetails(job.instance.details).memory_bytes;
+      if (usage === null || limit === null || (await this.cgroups(session)).version === null) return usage;
+      return { ...usage, memory_limit_bytes: usage.memory_limit_bytes === null ? limit : Math.min(limit, usage.memory_limit_bytes) };
     });
   }
 
@@ -373,7 +402,10 @@ export class SshRunner {
   async cleanupRun(runId: string, retentionDays = LOG_RETENTION_DAYS, jobDirs: readonly string[] | null = null): Promise<void> {
     this.watch.forget(runDirectory(this.baseDir, runId));
     await this.reachable(async (session) => {
-      const script = cleanupRunScript(runDirectory(this.baseDir, runId), retentionDays, jobDirs);
+      const runDir = runDirectory(this.baseDir, runId);
+      // Each job's cgroup, or every job's of the run (by the prefix their names share).
+      const cgroups = jobDirs === null ? [`${sshRunCgroupPrefix(runDir)}*`] : jobDirs.map((jobDir) => sshCgroupName(runDir, jobDir));
+      const script = cleanupRunScript(runDir, retentionDays, jobDirs, cgroups);
       const result = await this.script(session, 'clean up the run', script, 60_000);
       if (result[0] === 'survivors') {
         throw new JobStopFailedError(this.host, `run ${runId}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);

@@ -1,11 +1,14 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { SshTarget } from '../../../src/backends/ssh/target';
+import { CGROUP_PARENT } from '../../../src/backends/cgroup-limits';
+import { sshRunCgroupPrefix } from '../../../src/backends/ssh/job-cgroup-script';
+import { runDirectory } from '../../../src/backends/ssh/job-paths';
 import { CONTROL_SHELL_COMMAND } from '../../../src/backends/ssh/control-shell';
 import { WATCHER_READY_MARK } from '../../../src/backends/ssh/job-watch';
 import { listNow, readFileNow } from '../../helpers/live-dir';
@@ -300,6 +303,7 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       live.delete(instance);
       for (const link of rootLinks) runSync('ip', ['link', 'del', link]);
       for (const ns of namespaces) killNamespaceSync(ns);
+      for (const host of hosts.values()) removeJobCgroupsSync(host.jobBaseDir);
       releaseNetworkSync(net);
       rmSync(root, { recursive: true, force: true });
     },
@@ -353,8 +357,9 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       'ip',
       [
         'netns', 'exec', host.namespace, 'unshare', '-m', '--propagation', 'private', 'sh', '-c',
-        // A /dev/shm of its own, as a machine has (Open MPI names its shared-memory segments by host name).
-        `mount --bind "$0" /usr/local/sbin && mount -t tmpfs -o mode=1777,nosuid,nodev test-shm /dev/shm && exec /usr/sbin/sshd -D -f "$1" -E "$2"`,
+        // A /dev/shm of its own, as a machine has (Open MPI names its shared-memory segments by host name);
+        // the machine's cgroup hierarchies, as a machine has them (ip netns exec mounts a /sys without them).
+        `mount --bind "$0" /usr/local/sbin && mount -t tmpfs -o mode=1777,nosuid,nodev test-shm /dev/shm && ${cgroupMountsScript()}exec /usr/sbin/sshd -D -f "$1" -E "$2"`,
         join(host.dir, 'sbin'), host.sshdConfig, join(host.dir, 'sshd.log'),
       ],
       { stdio: 'ignore' },
@@ -558,6 +563,55 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
     },
   };
   return api;
+}
+
+/**
+ * The cgroups of the jobs of runs under `jobBaseDir` (job-cgroup-script.ts), left on this kernel by
+ * tests that stop a job without releasing it: empty once the host's processes are killed.
+ */
+function removeJobCgroupsSync(jobBaseDir: string): void {
+  let runs: string[];
+  try {
+    runs = readdirSync(jobBaseDir);
+  } catch {
+    return;
+  }
+  const prefixes = runs.map((run) => sshRunCgroupPrefix(runDirectory(jobBaseDir, run)));
+  let mounts: string[];
+  try {
+    mounts = [join('/sys/fs/cgroup', CGROUP_PARENT), ...readdirSync('/sys/fs/cgroup').map((m) => join('/sys/fs/cgroup', m, CGROUP_PARENT))];
+  } catch {
+    return;
+  }
+  for (const parent of mounts) {
+    let names: string[];
+    try {
+      names = readdirSync(parent);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      if (!prefixes.some((p) => name.startsWith(p))) continue;
+      try {
+        rmdirSync(join(parent, name));
+      } catch {
+        // not empty, or gone: a test's own check says what is left
+      }
+    }
+  }
+}
+
+/**
+ * Shell that mounts this machine's cgroup hierarchies at their usual places in a host's mount
+ * namespace (the same hierarchies: jobs' limits on a host hold on this kernel). Best effort: a host
+ * without them runs its jobs without limits, and their logs say so.
+ */
+function cgroupMountsScript(): string {
+  const mounts = readFileSync('/proc/self/mounts', 'utf8').split('\n').map((l) => l.split(' ')).filter(([, mp, type]) => (type === 'cgroup' || type === 'cgroup2') && mp?.startsWith('/sys/fs/cgroup'));
+  if (mounts.length === 0) return '';
+  const q = (word: string) => `'${word.replace(/'/g, `'\\''`)}'`;
+  const root = mounts.some(([, mp]) => mp === '/sys/fs/cgroup') ? '' : 'mount -t tmpfs -o mode=755 test-cgroup /sys/fs/cgroup 2>/dev/null; ';
+  return `${root}${mounts.map(([, mp = '', type = '', opts = '']) => `{ mkdir -p ${q(mp)} && mount -t ${type} -o ${q(opts)} ${type} ${q(mp)}; } 2>/dev/null; `).join('')}`;
 }
 
 /**

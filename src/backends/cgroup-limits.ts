@@ -1,15 +1,16 @@
 import { z } from 'zod';
-import type { Range, Resources } from '../../config/resources-schema';
+import type { Range, Resources } from '../config/resources-schema';
+import { BASH } from '../runner/job-wrapper';
 
 /**
- * A local job's limits, in a cgroup of its own (the pure half: which hierarchy, what to write where;
- * job-cgroup.ts does it). Memory (and swap where the hierarchy accounts it) and CPU come from the
+ * A job's limits, in a cgroup of its own (the pure half, shared by the local fleet and SSH hosts:
+ * which hierarchy, what to write where; local/job-cgroup.ts does it on this machine). Memory (and swap where the hierarchy accounts it) and CPU come from the
  * group's `resources` as a Kubernetes request = limit: a range's upper bound where it has one, else
  * its lower bound, so dstack's default `memory: 8GB..` is a limit of 8 GiB and `cpu: 2..` one of 2
  * CPUs. The pids limit is Troupe's own (dstack has no such field).
  */
 
-/** Processes (and threads) a local job may have at once unless the worker says otherwise (TROUPE_LOCAL_PIDS_MAX). */
+/** Processes (and threads) a job may have at once unless the worker says otherwise (TROUPE_LOCAL_PIDS_MAX, TROUPE_SSH_PIDS_MAX). */
 export const DEFAULT_PIDS_MAX = 4096;
 /** Every job's cgroup lives under this one, in each hierarchy: the worker's own cgroups are never touched. */
 export const CGROUP_PARENT = 'troupe';
@@ -71,12 +72,15 @@ export function jobLimits(resources: Pick<Resources, 'cpu' | 'memory'>, pids: nu
   return { memory_bytes: gb === null ? null : Math.round(gb * 1024 ** 3), cpus: limitOf(resources.cpu.count), pids };
 }
 
-/** The pids limit a worker's environment asks for (TROUPE_LOCAL_PIDS_MAX), else the default; refuses anything but a whole number ≥ 1. */
-export function pidsMaxFrom(env: Record<string, string | undefined>): number {
-  const text = env.TROUPE_LOCAL_PIDS_MAX;
+/** Where a worker's environment sets the pids limit of its jobs, per kind of node. */
+export type PidsMaxVariable = 'TROUPE_LOCAL_PIDS_MAX' | 'TROUPE_SSH_PIDS_MAX';
+
+/** The pids limit a worker's environment asks for (`variable`), else the default; refuses anything but a whole number ≥ 1. */
+export function pidsMaxFrom(env: Record<string, string | undefined>, variable: PidsMaxVariable = 'TROUPE_LOCAL_PIDS_MAX'): number {
+  const text = env[variable];
   if (text === undefined || text === '') return DEFAULT_PIDS_MAX;
   const n = Number(text);
-  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`local fleet: TROUPE_LOCAL_PIDS_MAX must be a whole number ≥ 1, not "${text}"`);
+  if (!Number.isSafeInteger(n) || n < 1) throw new Error(`${variable === 'TROUPE_SSH_PIDS_MAX' ? 'ssh fleets' : 'local fleet'}: ${variable} must be a whole number ≥ 1, not "${text}"`);
   return n;
 }
 
@@ -192,4 +196,21 @@ export function outOfMemoryReason(limitBytes: number | null): string {
 /** The line a job's log starts with when it runs without limits. */
 export function noLimitsLine(why: string): string {
   return `troupe: resource limits (memory, cpu, pids) are not applied to this job: ${why}\n`;
+}
+
+/**
+ * A process that moves itself into each cgroup named by `$1` files after it, then becomes the
+ * command after them (exec: the same pid), so the command and all it starts are born in the job's
+ * cgroup. It must come before `ip netns exec`, which mounts a /sys of its own without the cgroup mounts.
+ */
+const JOIN_CGROUP = [
+  'n=$1; shift',
+  'for f in "${@:1:n}"; do printf \'%s\\n\' "$$" > "$f" || { echo "troupe: cannot enter the job\'s cgroup ($f)" >&2; exit 1; }; done',
+  'shift "$n"',
+  'exec "$@"',
+].join('\n');
+
+/** `argv` run inside the job's cgroup (`procs`: its cgroup.procs files; none: `argv` as it is). */
+export function inJobCgroup(procs: readonly string[], argv: readonly string[]): string[] {
+  return procs.length > 0 ? [BASH, '--noprofile', '--norc', '-c', JOIN_CGROUP, 'troupe-cgroup', String(procs.length), ...procs, ...argv] : [...argv];
 }

@@ -9,7 +9,7 @@ import {
   parseOomKills,
   pidsMaxFrom,
   workingSetBytes,
-} from '../../src/backends/local/cgroup';
+} from '../../src/backends/cgroup-limits';
 import { defaultResources } from '../../src/config/resources';
 
 /** /proc/self/mounts of this kind of machine: v1 controllers, an empty cgroup2 at unified/. */
@@ -115,6 +115,10 @@ describe('a local job\'s limits from its group\'s resources', () => {
     expect(pidsMaxFrom({})).toBe(DEFAULT_PIDS_MAX);
     expect(pidsMaxFrom({ TROUPE_LOCAL_PIDS_MAX: '512' })).toBe(512);
     expect(() => pidsMaxFrom({ TROUPE_LOCAL_PIDS_MAX: '0' })).toThrow('TROUPE_LOCAL_PIDS_MAX must be a whole number ≥ 1, not "0"');
+    // SSH hosts' jobs take theirs from a variable of their own, checked the same way.
+    expect(pidsMaxFrom({ TROUPE_LOCAL_PIDS_MAX: '512' }, 'TROUPE_SSH_PIDS_MAX')).toBe(DEFAULT_PIDS_MAX);
+    expect(pidsMaxFrom({ TROUPE_SSH_PIDS_MAX: '256' }, 'TROUPE_SSH_PIDS_MAX')).toBe(256);
+    expect(() => pidsMaxFrom({ TROUPE_SSH_PIDS_MAX: '1.5' }, 'TROUPE_SSH_PIDS_MAX')).toThrow('ssh fleets: TROUPE_SSH_PIDS_MAX must be a whole number ≥ 1, not "1.5"');
   });
 });
 
