@@ -5,7 +5,7 @@ import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { groupMembers } from './jobs';
 import { revisionOf } from './revisions';
-import { AUTOSCALE_READ_MS, autoscaleDeadline } from './autoscaling';
+import { AUTOSCALE_READ_MS, AUTOSCALE_RETRY_MS, autoscaleDeadline } from './autoscaling';
 import { nextDeadline } from './decide';
 import type { RunCore } from './state';
 
@@ -108,12 +108,18 @@ describe('the autoscaler', () => {
     expect(size(busy)).toBe(3);
   });
 
-  it('a failed reading is kept as the problem and read again 2 s later; nothing resized', () => {
+  it('a failed reading is kept as the problem and read again 10 s later (2 s once one is read); nothing resized', () => {
     const core = pass(started(web('metric: rps, target: 10, window: 30s, scale_up_delay: 0s')), [], T0 + 10_000).core;
     const failed = pass(core, [{ ...figures(30, []), error: 'no gateway answered' }], T0 + 10_100).core;
     expect(failed.service?.autoscale).toMatchObject({ reading: [], problem: "the gateways' figures could not be read: no gateway answered" });
     expect(size(failed)).toBe(1);
-    expect(reads(pass(failed, [], T0 + 12_000).effects)).toEqual([30]);
+    expect(autoscaleDeadline(failed)).toBe(T0 + 10_000 + AUTOSCALE_RETRY_MS);
+    expect(reads(pass(failed, [], T0 + 12_000).effects)).toEqual([]);
+    const again = pass(failed, [], T0 + 20_000);
+    expect(reads(again.effects)).toEqual([30]);
+    const read = pass(again.core, [figures(30, [{ group: 'web', requests: 30 }])], T0 + 20_100).core;
+    expect(read.service?.autoscale.problem).toBeNull();
+    expect(autoscaleDeadline(read)).toBe(T0 + 20_000 + AUTOSCALE_READ_MS);
   });
 
   it('in the middle of a rollout by revision, its resize is the new revision\'s target', () => {

@@ -8,7 +8,8 @@ import type { RunCore, ServiceCore } from './state';
 /**
  * A service's autoscaler: each group with `scaling` (dstack's `scaling: {metric: rps, target, window,
  * scale_up_delay, scale_down_delay}`, or Troupe's `metric: concurrency`) resized within its replicas
- * range from the gateways' own figures, read every AUTOSCALE_READ_MS. An entry group (the router
+ * range from the gateways' own figures, read every AUTOSCALE_READ_MS (AUTOSCALE_RETRY_MS after a
+ * reading failed). An entry group (the router
  * group, or every group of a service without one) is sized on its own traffic: the requests the
  * gateways sent it over the window (rps), or those in flight to it now (concurrency); a group behind
  * the entry is sized on the service's traffic through its entry groups, as dstack sizes every group.
@@ -18,8 +19,15 @@ import type { RunCore, ServiceCore } from './state';
  * honoured. Pure: `now` comes in.
  */
 
-/** How often the figures are read while any group autoscales. */
+/** How often the figures are read while any group autoscales… */
 export const AUTOSCALE_READ_MS = 2000;
+/** …and after a reading failed (no gateway answered, or none is configured): less often, until one is read again. */
+export const AUTOSCALE_RETRY_MS = 10_000;
+
+/** When the next reading is due (epoch ms) after the last one asked; null: none asked yet. */
+function nextReadAt(auto: ServiceCore['autoscale']): number | null {
+  return auto.read_at_ms === null ? null : auto.read_at_ms + (auto.problem === null ? AUTOSCALE_READ_MS : AUTOSCALE_RETRY_MS);
+}
 
 /** Groups the autoscaler sizes: a range of replicas and `scaling`. */
 function scaled(core: RunCore): GroupPlan[] {
@@ -41,7 +49,8 @@ export function decideAutoscaling(core: RunCore, event: RunEvent, now: number): 
   const forgotten = forgetOwnResizes(core);
   if (!active(forgotten)) return { state: forgotten, effects };
   const auto = serviceOf(forgotten).autoscale;
-  if (auto.reading.length > 0 || (auto.read_at_ms !== null && now < auto.read_at_ms + AUTOSCALE_READ_MS)) return { state: forgotten, effects };
+  const due = nextReadAt(auto);
+  if (auto.reading.length > 0 || (due !== null && now < due)) return { state: forgotten, effects };
   const windows = [...new Set(scaled(forgotten).map((g) => g.scaling?.window_s ?? 30))].sort((a, b) => a - b);
   for (const window_s of windows) effects.push({ kind: 'read-figures', window_s, purpose: 'autoscale' });
   return { state: withAutoscale(forgotten, { ...auto, reading: windows, read_at_ms: now }), effects };
@@ -52,7 +61,7 @@ export function autoscaleDeadline(core: RunCore): number | null {
   if (!active(core)) return null;
   const auto = serviceOf(core).autoscale;
   if (auto.reading.length > 0) return null;
-  return auto.read_at_ms === null ? 0 : auto.read_at_ms + AUTOSCALE_READ_MS;
+  return nextReadAt(auto) ?? 0;
 }
 
 /** A reading is in: each group read over its window gets a verdict, and a resize where one is due. */
