@@ -7,6 +7,8 @@ export interface ReplicaGroupSummary {
   wanted: number;
   /** `replicas: MIN..MAX`: the bounds `troupe scale` may resize the group within (null: a fixed size). */
   range: { min: number; max: number } | null;
+  /** Its replicas by revision (the deployment that started each), oldest first: more than one while a rollout is under way. */
+  revisions: Array<{ revision: number; ready: number; replicas: number }>;
 }
 
 /** A service as `troupe ps` shows it: its deployment, where it is called, and its replica groups. */
@@ -25,11 +27,19 @@ export function serviceSummary(state: Pick<RunState, 'service' | 'groups' | 'job
   return {
     deployment: service.deployment,
     endpoints: service.endpoints,
-    groups: state.groups.map((group) => ({
-      group: group.name,
-      ready: state.jobs.filter((job) => job.group_index === group.index && job.status === 'READY').length,
-      wanted: group.nodes,
-      range: group.nodes_range,
-    })),
+    groups: state.groups.map((group) => {
+      const members = state.jobs.filter((job) => job.group_index === group.index && !job.removed);
+      const revisions = [...new Set(members.map((job) => job.revision ?? 0))].sort((a, b) => a - b);
+      return {
+        group: group.name,
+        ready: members.filter((job) => job.status === 'READY').length,
+        wanted: group.nodes,
+        range: group.nodes_range,
+        revisions: revisions.map((revision) => {
+          const of = members.filter((job) => (job.revision ?? 0) === revision);
+          return { revision, ready: of.filter((job) => job.status === 'READY').length, replicas: of.length };
+        }),
+      };
+    }),
   };
 }

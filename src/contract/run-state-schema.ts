@@ -77,6 +77,8 @@ export const JobStateSchema = z.object({
   restarts: z.number().int().nonnegative().default(0),
   /** Removed by a resize (`troupe scale`): its rank is no longer part of the run. */
   removed: z.boolean().default(false),
+  /** A service replica's revision: the deployment that started it (0: as submitted); null for a task's node. */
+  revision: z.number().int().nonnegative().nullable().default(null),
   /** The node's earlier attempts, oldest first (the last 10). */
   previous_attempts: z.array(JobAttemptSchema).default([]),
 });

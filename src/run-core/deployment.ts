@@ -4,7 +4,7 @@ import type { RunEvent } from './events';
 import { groupMembers, isJobFinished } from './jobs';
 import { answerWithRollout, resizeOf } from './scaling';
 import { advanceCoherent, beginCoherent, canaryRead } from './coherent-rollout';
-import { keepsRevisionsApart } from './revisions';
+import { keepsRevisionsApart, revisionOf } from './revisions';
 import { rolloutStatusOf, steerRollout } from './rollout-control';
 import { beginStep, deploymentRefusal, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
@@ -93,7 +93,11 @@ export function decideDeployment(core: RunCore, event: RunEvent, now: number): D
   // A user's resize taken as the rollout's target is answered once the rollout is over.
   const decision = { ...decided, state: answerWithRollout(decided.state) };
   // What the run shows of its rollout follows what was decided.
-  if (decision.state.run.service) decision.state.run.service = { ...decision.state.run.service, rollout: rolloutStatusOf(decision.state) };
+  if (decision.state.run.service) {
+    decision.state.run.service = { ...decision.state.run.service, rollout: rolloutStatusOf(decision.state) };
+    // Each replica's revision, as `troupe ps` counts them per group.
+    for (const job of decision.state.run.jobs) job.revision = revisionOf(decision.state, job.job_num);
+  }
   return decision;
 }
 

@@ -12,7 +12,7 @@ export function freshJob(job_num: number, job_name: string, group_index: number,
     job_num, job_name, group_index, group_name, group_job_index,
     status: 'PROVISIONING', termination_reason: null, message: null, instance: null, pid: null, exit_code: null,
     submitted_at: now, provisioned_at: null, running_at: null, ready_at: null, finished_at: null,
-    attempt: 0, restarts: 0, removed: false, previous_attempts: [],
+    attempt: 0, restarts: 0, removed: false, revision: null, previous_attempts: [],
   };
 }
 

@@ -112,6 +112,7 @@ describe('a coherent rollout of a running service', () => {
     const after: RunState = await waitForRunState(handle, (s) => s.service?.deployment === 1);
     expect(live(after).map((j) => j.status)).toEqual(['READY', 'READY', 'READY', 'READY', 'READY']);
     expect(live(after).some((j) => oldMachines.includes(j.instance?.instance_id))).toBe(false);
+    expect(live(after).map((j) => j.revision)).toEqual([1, 1, 1, 1, 1]);
     expect(after.jobs.every((j) => j.restarts === 0)).toBe(true);
 
     // A revision whose decode cannot start: rolled back, the serving one untouched.

@@ -30,6 +30,7 @@ export function job(job_num: number, group_index: number, group_name: string, gr
     attempt: 0,
     restarts: 0,
     removed: false,
+    revision: null,
     previous_attempts: [],
     ...patch,
   };

@@ -35,11 +35,22 @@ describe('troupe ps of a service', () => {
     const state = pdService();
     state.jobs = state.jobs.map((j) => (j.group_name === 'decode' ? { ...j, status: 'RUNNING', ready_at: null } : j));
     expect(serviceSummary(state)?.groups).toEqual([
-      { group: 'router', ready: 1, wanted: 1, range: null },
-      { group: 'prefill', ready: 1, wanted: 2, range: { min: 1, max: 3 } },
-      { group: 'decode', ready: 0, wanted: 1, range: null },
+      { group: 'router', ready: 1, wanted: 1, range: null, revisions: [{ revision: 0, ready: 1, replicas: 1 }] },
+      { group: 'prefill', ready: 1, wanted: 2, range: { min: 1, max: 3 }, revisions: [{ revision: 0, ready: 1, replicas: 2 }] },
+      { group: 'decode', ready: 0, wanted: 1, range: null, revisions: [{ revision: 0, ready: 0, replicas: 1 }] },
     ]);
     expect(renderPsTable([summaryOf(state)], plain, now)[7]).toMatch(/^\s+decode\s+replicas 0\/1$/);
+  });
+
+  it("mid-rollout: each revision's replicas READY of those it has, per group", () => {
+    const state = pdService();
+    // prefill: its replica 0 of revision 2, replica 1 (starting) of revision 3.
+    state.jobs = state.jobs.map((j) => ({ ...j, revision: j.job_num === 2 ? 3 : 2 }));
+    expect(serviceSummary(state)?.groups[1]?.revisions).toEqual([
+      { revision: 2, ready: 1, replicas: 1 },
+      { revision: 3, ready: 0, replicas: 1 },
+    ]);
+    expect(renderPsTable([summaryOf(state)], plain, now)[4]).toMatch(/^\s+prefill\s+replicas 1\/2 \(1\.\.3\); rev 2: 1\/1, rev 3: 0\/1$/);
   });
 
   it('says so while no gateway has its endpoint yet, and nothing of it once it has ended', () => {

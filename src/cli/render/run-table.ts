@@ -89,7 +89,9 @@ function serviceShape(service: ServiceSummary): string {
 /** `replicas 1/2 (1..3)`: a replica group's READY replicas of its size, with the bounds of a group that may be resized. */
 function formatReplicas(group: ReplicaGroupSummary): string {
   const range = group.range ? ` (${group.range.min}..${group.range.max})` : '';
-  return `replicas ${group.ready}/${group.wanted}${range}`;
+  // Mid-rollout: each revision's replicas READY of those it has (the run row says each one's share of requests).
+  const revisions = group.revisions.length > 1 ? `; ${group.revisions.map((r) => `rev ${r.revision}: ${r.ready}/${r.replicas}`).join(', ')}` : '';
+  return `replicas ${group.ready}/${group.wanted}${range}${revisions}`;
 }
 
 /** Where a service is called, for its run row: its endpoints, or that it has none yet while it runs. */
