@@ -3,6 +3,7 @@ import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { groupMembers } from './jobs';
 import { AUTOSCALE_RESIZE_IDS, beginResize, isDeploymentStep, resizeRefusal, rolloutRefusal } from './scaling';
+import { serviceOf } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
 
 /**
@@ -128,11 +129,6 @@ function withIndex<T>(list: ReadonlyArray<T | null>, index: number, value: T): A
   while (out.length <= index) out.push(null);
   out[index] = value;
   return out;
-}
-
-function serviceOf(core: RunCore): ServiceCore {
-  if (!core.service) throw new Error(`run ${core.plan.run_name} is not a service`);
-  return core.service;
 }
 
 function withAutoscale(core: RunCore, autoscale: ServiceCore['autoscale']): RunCore {
