@@ -49,6 +49,10 @@ export function standInPdServiceYaml(o: {
   decodeReplicas?: string;
   /** Decode's `scaling` with a range (default `{metric: rps, target: 100}`). */
   decodeScaling?: string;
+  /** Prefill's replicas (default 2); a range `MIN..MAX` gets a `scaling:` too, so `troupe scale` may resize it. */
+  prefillReplicas?: string;
+  /** Prefill's `scaling` with a range (default `{metric: rps, target: 100}`). */
+  prefillScaling?: string;
 }): string {
   const replica = (role: string, extra = '') => `      - DEMO_LABEL=${o.label} exec python3 ${o.script} --role ${role} --port 8000${extra}`;
   return [
@@ -63,7 +67,8 @@ export function standInPdServiceYaml(o: {
     ...STAND_IN_ROUTER_GROUP_YAML,
     replica('router'),
     '  - name: prefill',
-    '    replicas: 2',
+    `    replicas: ${o.prefillReplicas ?? 2}`,
+    ...(o.prefillReplicas?.includes('..') ? [`    scaling: ${o.prefillScaling ?? '{metric: rps, target: 100}'}`] : []),
     '    commands:',
     replica('prefill', ' --warmup 1'),
     '  - name: decode',
