@@ -27,28 +27,24 @@
  *   BENCH_PLOT_ONLY=1 npx tsx bench/rollout.ts   the figure again from the saved JSON
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
-import { startGateway, type RunningGateway } from '../src/gateway/gateway';
 import { REVISION_HEADER } from '../src/gateway/data-plane';
 import { loadServicePlan, serviceRunPlan } from '../src/plan';
-import { projectRoot } from '../src/devserver/dev-server';
 import { runWorkflowId } from '../src/contract/ids';
-import { applyServiceUpdate, runStateQuery, stopRunSignal } from '../src/contract/messages';
+import { applyServiceUpdate, runStateQuery } from '../src/contract/messages';
 import type { RunState } from '../src/contract/run-state';
 import type { Plan } from '../src/plan/plan-schema';
-import { leftovers, type Leftovers } from '../test/helpers/leftovers';
-import { makeSharedDir } from '../test/helpers/local-fleet';
-import { abortRunIfRunning, standInPdServiceYaml } from '../test/helpers/stand-in-service';
+import type { Leftovers } from '../test/helpers/leftovers';
+import { standInPdServiceYaml } from '../test/helpers/stand-in-service';
 import { loadAverage } from './harness/cpu';
 import { openLoop } from './harness/open-loop';
 import { resultsDir } from './harness/results';
 import { fmt, percentile } from './harness/stats';
-import { startBenchTemporal, type BenchTemporal } from './harness/temporal-env';
-import { startWorkerProcess, type WorkerProcess } from './harness/worker-process';
+import { startStandInServiceBench, stopStandInRun, type StandInServiceBench } from './harness/stand-in-service-bench';
 import { lineChart, stackVertically, writePng, type Series } from './plot/charts';
 
 const RATE = Number(process.env.BENCH_ROLLOUT_RPS ?? 50);
@@ -219,13 +215,7 @@ function service(name: string, script: string, coherence: 'revision' | 'independ
   return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script, label, coherence, ...more }), `${name}.yml`, { environ: {} }), null);
 }
 
-interface Bench {
-  temporal: BenchTemporal;
-  gateway: RunningGateway;
-  taskQueue: string;
-  script: string;
-  fleetDir: string;
-}
+type Bench = StandInServiceBench;
 
 async function stateOf(bench: Bench, name: string): Promise<RunState> {
   return await bench.temporal.client.workflow.getHandle(runWorkflowId(name)).query(runStateQuery);
@@ -527,13 +517,6 @@ async function canaryRevision(bench: Bench, name: string): Promise<CanaryResult>
   };
 }
 
-async function stopRun(bench: Bench, name: string, fleetDir: string): Promise<Leftovers> {
-  const handle = bench.temporal.client.workflow.getHandle(runWorkflowId(name));
-  await handle.signal(stopRunSignal, { abort: false });
-  const final = (await handle.result()) as RunState;
-  return leftovers(final, fleetDir);
-}
-
 const row = (cells: string[]) => process.stdout.write(`${cells.map((c, i) => (i === 0 ? c.padEnd(40) : c.padStart(22))).join(' ')}\n`);
 const verdict = (holds: boolean) => (holds ? 'holds' : 'MISSED');
 
@@ -629,27 +612,11 @@ async function plot(r: Results): Promise<void> {
 
 /** The bench's scenarios, or with `canaryOnly` the canary alone on a coherent run of its own (the others null). */
 async function measure(canaryOnly: boolean): Promise<Omit<Results, 'revision' | 'independent'> & { revision: RolloutResult | null; independent: RolloutResult | null }> {
-  const temporal = await startBenchTemporal('rollout');
-  const shared = makeSharedDir('troupe-bench-rollout-shared-');
-  const fleetDir = mkdtempSync(join(tmpdir(), 'troupe-bench-rollout-fleet-'));
-  const script = join(shared.dir, 'stand-in-model.py');
-  copyFileSync(join(projectRoot, 'examples', 'services', 'stand-in-model.py'), script);
-  chmodSync(script, 0o644);
-  const token = `admin-${randomBytes(12).toString('hex')}`;
-  const gateway = await startGateway({ listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: token });
-  const taskQueue = `bench-rollout-${randomBytes(3).toString('hex')}`;
-  let worker: WorkerProcess | null = null;
+  const bench = await startStandInServiceBench('rollout');
+  const { temporal, script } = bench;
   const names = { revision: `roll-coh-${randomBytes(3).toString('hex')}`, independent: `roll-ind-${randomBytes(3).toString('hex')}`, canary: `roll-can-${randomBytes(3).toString('hex')}` };
   const load = [loadAverage()];
   try {
-    worker = await startWorkerProcess({
-      address: temporal.address,
-      task_queue: taskQueue,
-      bundle_path: temporal.bundlePath,
-      backend: { kind: 'local', state_dir: fleetDir, network: 'netns' },
-      gateways: [{ url: gateway.adminUrl, token }],
-    });
-    const bench: Bench = { temporal, gateway, taskQueue, script, fleetDir };
     process.stdout.write(`rollout bench: ${new Date().toISOString()}, node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load average ${load[0]}; Temporal: ${temporal.kind}\n`);
 
     const base = { date: new Date().toISOString(), machine: `${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), node ${process.version}`, rate: RATE, seconds: SECONDS, deploy_at_s: DEPLOY_AT_S };
@@ -657,7 +624,7 @@ async function measure(canaryOnly: boolean): Promise<Omit<Results, 'revision' | 
       await startService(bench, names.canary, service(names.canary, script, 'revision', 'v1'));
       process.stdout.write(`  canary alone: ${names.canary} up (5 replicas READY)\n`);
       const canary = await canaryRevision(bench, names.canary);
-      canary.leftovers = await stopRun(bench, names.canary, fleetDir);
+      canary.leftovers = await stopStandInRun(bench, names.canary);
       return { ...base, load_average: [...load, loadAverage()], revision: null, independent: null, bad_revision: null, canary };
     }
 
@@ -667,20 +634,15 @@ async function measure(canaryOnly: boolean): Promise<Omit<Results, 'revision' | 
     load.push(loadAverage());
     const canary = await canaryRevision(bench, names.revision);
     load.push(loadAverage());
-    revision.leftovers = await stopRun(bench, names.revision, fleetDir);
+    revision.leftovers = await stopStandInRun(bench, names.revision);
     canary.leftovers = revision.leftovers;
 
     const independent = await rollUnderLoad(bench, names.independent, 'independent');
     load.push(loadAverage());
-    independent.leftovers = await stopRun(bench, names.independent, fleetDir);
+    independent.leftovers = await stopStandInRun(bench, names.independent);
     return { ...base, load_average: load, revision, independent, bad_revision: bad, canary };
   } finally {
-    for (const name of Object.values(names)) await abortRunIfRunning(temporal.client, name).catch(() => undefined);
-    await worker?.stop();
-    await gateway.close(1000);
-    await temporal.close();
-    shared.remove();
-    rmSync(fleetDir, { recursive: true, force: true });
+    await bench.close(Object.values(names));
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * Every bench, one after the other (`npm run bench`): launch latency on the local fleet and SSH
  * test hosts, scale and concurrency on the simulated backend, healing and resizing on the local
- * fleet and SSH test hosts, a service's rollout under load on the local fleet. Each bounds its own time; the output is also written to
+ * fleet and SSH test hosts, a service's rollout and autoscaling under load on the local fleet. Each bounds its own time; the output is also written to
  * bench/results/run-all.log. Nothing is asserted.
  */
 import { spawn } from 'node:child_process';
@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { loadAverage } from './harness/cpu';
 import { resultsDir } from './harness/results';
 
-const BENCHES = ['launch-latency.ts', 'scale.ts', 'concurrency.ts', 'heal.ts', 'rollout.ts'];
+const BENCHES = ['launch-latency.ts', 'scale.ts', 'concurrency.ts', 'heal.ts', 'rollout.ts', 'autoscale.ts'];
 const log = createWriteStream(join(resultsDir(), 'run-all.log'));
 const say = (text: string) => {
   process.stdout.write(text);
