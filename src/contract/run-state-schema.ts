@@ -99,6 +99,8 @@ export const RolloutStatusSchema = z.object({
   canary: z.object({ traffic_percent: z.number(), gate: z.string().nullable() }).nullable(),
   /** The round under way of a rollout in rounds (rollout.steps, max_surge), or null: one round. */
   round: z.object({ number: z.number().int().positive(), of: z.number().int().positive() }).nullable().default(null),
+  /** Why a rollout with `rollback: manual` is held for a decision (paused, the new revision given no new requests), or null. */
+  held: z.string().nullable().default(null),
   /** The new revision's share of new requests now (percent) while the old one is current, or null. */
   share_percent: z.number().nullable().default(null),
   /** Why it stopped or was rolled back (null: it went through, or goes on). */

@@ -27,9 +27,6 @@ export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly strin
       `group "${zero.name}" starts with 0 replicas: scaling to zero is not built yet; start it with at least 1 (replicas: 1..${zero.replicas.max})`,
     );
   }
-  if (service.rollout.coherence === 'revision' && service.rollout.rollback === 'manual') {
-    throw new ServiceRunError('rollout: rollback: manual is not built yet (issue 28); a coherent rollout rolls back on its own (rollback: auto)');
-  }
   const groups = service.groups.map((g) => groupOf(service, g));
   const router = service.router_group;
   return PlanSchema.parse({

@@ -256,6 +256,80 @@ describe('a coherent rollout with a canary', () => {
     expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(activeJobs(before.run).map((j) => j.job_num));
     expect(core.service?.rollout?.coherent?.canary.gate).toBe('error rate 20% (4 of 20) above 5% and the old revision\'s 0%');
   });
+
+  describe('with rollback: manual', () => {
+    const held = (decode: string) =>
+      openService(
+        ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2, commands: [${decode}]}`],
+        ['rollout: {coherence: revision, canary: {traffic: 10, soak: 5s}, rollback: manual}'],
+      );
+    /** Until the rollout is over or held: what `run` gives, stopped at the hold. */
+    function untilHeld(core: RunCore, effects: Effect[], from: number, answer: (e: Effect) => RunEvent[]) {
+      let state = core;
+      let pending = effects;
+      let now = from;
+      const seen: Array<{ at: number; effect: Effect }> = [];
+      for (let i = 0; i < 120 && !(state.service?.rollout?.over ?? true) && !state.run.service?.rollout?.held; i++) {
+        seen.push(...pending.map((effect) => ({ at: now, effect })));
+        const events = pending.flatMap((e) => (e.kind === 'read-figures' ? answer(e) : answersTo(state, e)));
+        now += 500;
+        const step = pass(state, events, now);
+        state = step.core;
+        pending = step.effects;
+      }
+      return { core: state, effects: pending, now, seen };
+    }
+
+    it('a failed gate holds the rollout for a decision: the canary given no requests, its replicas kept; rolled back by hand', () => {
+      const before = serving(held('serve-v1'));
+      const step = pass(before, [{ kind: 'deploy', id: 9, plan: held('serve-bad') }], T0 + 3000);
+      const at = untilHeld(step.core, step.effects, T0 + 3000, figures(4));
+      expect(at.core.service?.rollout?.over).toBe(false);
+      expect(at.core.run.service?.rollout).toMatchObject({ paused: true, held: "the canary's gate failed: error rate 20% (4 of 20) above 5% and the old revision's 0%" });
+      // The next table gives the canary no share; the old revision stays current; the canary's replicas run on.
+      const next = pass(at.core, at.effects.flatMap((e) => answersTo(at.core, e)), at.now + 500);
+      const table = [...at.effects, ...next.effects].flatMap((e) => (e.kind === 'push-routes' ? [e.table] : [])).at(-1)!;
+      expect(table.current_revision).toBe(0);
+      expect(table.revisions.every((r) => r.traffic === undefined)).toBe(true);
+      expect(activeJobs(next.core.run).filter((j) => revisionOf(next.core, j.job_num) === 1)).toHaveLength(3);
+      // Held, nothing moves however long it waits.
+      expect(pass(next.core, [], at.now + 600_000).effects.filter((e) => e.kind === 'new-attempts' || e.kind === 'drain')).toEqual([]);
+      const back = pass(next.core, [{ kind: 'rollout-control', action: 'rollback' }], at.now + 1000);
+      const { core } = play(back.core, back.effects, at.now + 1000);
+      expect(core.service?.rollout?.error).toBe(
+        "deployment 1 rolled back: the canary's gate failed: error rate 20% (4 of 20) above 5% and the old revision's 0%; rolled back by hand; revision 0 serves",
+      );
+      expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(activeJobs(before.run).map((j) => j.job_num));
+    });
+
+    it('resumed after a hold: the canary takes its share again, soaks anew and, passing, goes through', () => {
+      const before = serving(held('serve-v1'));
+      const step = pass(before, [{ kind: 'deploy', id: 9, plan: held('serve-v2') }], T0 + 3000);
+      const at = untilHeld(step.core, step.effects, T0 + 3000, figures(4));
+      const resumed = pass(at.core, [...at.effects.flatMap((e) => answersTo(at.core, e)), { kind: 'rollout-control', action: 'resume' }], at.now + 500);
+      expect(resumed.core.run.service?.rollout).toMatchObject({ paused: false, held: null, share_percent: 10 });
+      const { core } = run(resumed.core, resumed.effects, at.now + 500, figures(0));
+      expect(core.service?.rollout).toMatchObject({ over: true, error: null });
+      expect(activeJobs(core.run).map((j) => revisionOf(core, j.job_num))).toEqual([1, 1, 1]);
+    });
+
+    it('a new replica that cannot start holds it too; resumed, the replica is asked for again', () => {
+      const before = serving(held('serve-v1'));
+      const step = pass(before, [{ kind: 'deploy', id: 9, plan: held('serve-v2') }], T0 + 3000);
+      let fails = 1;
+      const failOnce = (at: RunCore, e: Effect): RunEvent[] => {
+        if (e.kind !== 'new-attempts' || fails-- <= 0) return answersTo(at, e);
+        return [jobs(at, e.jobs.map((j) => provisioned(j.job_num, j.attempt))), jobs(at, e.jobs.map((j) => exited(j.job_num, 1, j.attempt)))];
+      };
+      const stopped = play(step.core, step.effects, T0 + 3000, failOnce).core;
+      expect(stopped.run.service?.rollout?.held).toMatch(/^decode\/\d+ \(job \d+\) did not start: /);
+      const resumed = pass(stopped, [{ kind: 'rollout-control', action: 'resume' }], T0 + 10_000);
+      expect(resumed.effects.some((e) => e.kind === 'new-attempts' && e.group === DECODE)).toBe(true);
+      const { core } = run(resumed.core, resumed.effects, T0 + 10_000, figures(0));
+      expect(core.service?.rollout).toMatchObject({ over: true, error: null });
+      expect(activeJobs(core.run).map((j) => revisionOf(core, j.job_num))).toEqual([1, 1, 1]);
+    });
+  });
 });
 
 describe('a coherent rollout in rounds (rollout.steps, max_surge)', () => {
@@ -365,8 +439,8 @@ describe('a coherent rollout in rounds (rollout.steps, max_surge)', () => {
 
 describe('what a coherent rollout does not run yet', () => {
   const groups = ['{name: web, replicas: 2, commands: [serve]}'];
-  it('refuses rollback: manual at planning, naming it', () => {
-    expect(() => openService(groups, ['rollout: {coherence: revision, rollback: manual}'])).toThrow('rollout: rollback: manual is not built yet (issue 28)');
+  it('plans rollback: manual', () => {
+    expect(openService(groups, ['rollout: {coherence: revision, rollback: manual}']).service?.rollout.rollback).toBe('manual');
   });
   it('plans the defaults and dstack rolling', () => {
     expect(openService(groups, ['rollout: {coherence: revision}']).service?.rollout.coherence).toBe('revision');

@@ -102,7 +102,7 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
     const forgotten = withLiveResizes(core, (resizes) => resizes.filter((r) => r.id !== step.resize));
     const next = withCoherent({ ...forgotten, service: { ...serviceOf(forgotten), rollout: { ...rollout, step: null } } }, coherent);
     if (resize.error === null) return advanceCoherent(next, now, effects);
-    if (coherent.phase === 'starting') return advanceCoherent(rollBack(next, coherent, resize.error), now, effects);
+    if (coherent.phase === 'starting') return advanceCoherent(turnBack(next, coherent, resize.error, now), now, effects);
     // A growth given up by the rollback itself: its new ranks are out already. An old replica that
     // could not start again: the rollback goes on (the new revision still goes), and says so at its end.
     if (coherent.phase === 'rolling-back' && step.phase === 'adding') return advanceCoherent(next, now, effects);
@@ -123,7 +123,7 @@ export function advanceCoherent(core: RunCore, now: number, effects: Effect[]): 
   }
   switch (coherent.phase) {
     case 'starting':
-      if (now >= coherent.deadline_ms) return advanceCoherent(rollBack(core, coherent, pastDeadline(core)), now, effects);
+      if (now >= coherent.deadline_ms) return advanceCoherent(turnBack(core, coherent, pastDeadline(core), now), now, effects);
       return startNext(core, coherent, now, effects);
     case 'canary':
       return watchCanary(core, coherent, now, effects);
@@ -272,12 +272,12 @@ export function canaryRead(core: RunCore, event: Extract<RunEvent, { kind: 'figu
   if (event.error !== null) {
     const gate = `the figures could not be read: ${event.error}`;
     // Gateways that cannot say how the canary does for a minute past its soak: it is not let through.
-    if (now >= soakEnd + CANARY_UNREAD_MS) return advanceCoherent(rollBack(core, { ...coherent, canary: { ...canary, gate } }, `gate: ${gate}`), now, effects);
+    if (now >= soakEnd + CANARY_UNREAD_MS) return advanceCoherent(turnBack(core, { ...coherent, canary: { ...canary, gate } }, `gate: ${gate}`, now), now, effects);
     return withCoherent(core, { ...coherent, canary: { ...canary, gate } });
   }
   const verdict = judgeCanary(rollout.gates, event.revisions, coherent.from, coherent.revision);
   // A failed gate rolls back even while paused: the old revision is the safe one.
-  if (!verdict.ok) return advanceCoherent(rollBack(core, { ...coherent, paused_at_ms: null, canary: { ...canary, gate: verdict.why } }, `the canary's gate failed: ${verdict.why}`), now, effects);
+  if (!verdict.ok) return advanceCoherent(turnBack(core, { ...coherent, paused_at_ms: null, canary: { ...canary, gate: verdict.why } }, `the canary's gate failed: ${verdict.why}`, now), now, effects);
   const passed = withCoherent(core, { ...coherent, canary: { ...canary, gate: verdict.note } });
   const through = readAfterSoak && coherent.paused_at_ms === null;
   return through ? roundThrough(passed, { ...coherent, canary: { ...canary, gate: verdict.note } }, now, effects) : passed;
@@ -309,6 +309,24 @@ function removeNext(
   const chosen = victims(members, group).map((job) => job.job_num);
   if (chosen.length === 0) return removeNext(popped, { ...coherent, queue: rest }, victims, then, now, effects);
   return beginStep(popped, { group, phase: 'removing' }, { nodes: members.length - chosen.length, victims: chosen }, now, effects);
+}
+
+/**
+ * The rollout's own reason to turn back (a failed gate, a new replica that cannot start, the progress
+ * deadline): rolled back at once with `rollback: auto`; with `manual`, held for a decision by hand —
+ * paused, the new revision given no new requests (its replicas kept), until `troupe rollout rollback`
+ * or `resume` (steerRollout).
+ */
+function turnBack(core: RunCore, coherent: CoherentRollout, cause: string, now: number): RunCore {
+  if (core.plan.service?.rollout.rollback !== 'manual') return rollBack(core, coherent, cause);
+  return withCoherent(core, { ...coherent, paused_at_ms: now, cause, share_percent: null });
+}
+
+/** A rollout held for a decision (rollback: manual) goes on: its clocks and its canary's soak start again, the round's share given back. */
+export function goOnAfterHold(coherent: CoherentRollout, now: number, progressDeadlineS: number): CoherentRollout {
+  const canary = { ...coherent.canary, since_ms: null, reading: false, read_at_ms: null, gate: null };
+  const share = coherent.phase === 'canary' ? shareOf(coherent) : coherent.share_percent;
+  return { ...coherent, paused_at_ms: null, cause: null, deadline_ms: now + progressDeadlineS * 1000, share_percent: share, canary };
 }
 
 /** The rollout turns back: the old revision serves (it may never have stopped), the old plan is the plan again, the new revision's replicas go. */

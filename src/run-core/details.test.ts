@@ -18,6 +18,7 @@ const status = (over: Partial<RolloutStatus>): RolloutStatus => ({
   can_roll_back: false,
   round: { number: 1, of: 2 },
   share_percent: 20,
+  held: null,
   ...over,
 });
 

@@ -15,7 +15,7 @@ export function rolloutLine(rollout: RolloutStatus | null, gate = false): string
   const round = rollout.round ? `round ${rollout.round.number} of ${rollout.round.of}: ` : '';
   const share = rollout.share_percent !== null && rollout.phase !== 'over' ? `, new revision at ${rollout.share_percent}%` : '';
   const verdict = gate && rollout.canary?.gate ? ` (gate: ${rollout.canary.gate})` : '';
-  const paused = rollout.paused ? ', paused' : '';
+  const paused = rollout.held ? `, held: ${rollout.held}` : rollout.paused ? ', paused' : '';
   if (rollout.phase === 'over') return `deployment ${rollout.deployment} over: ${rollout.error ?? 'went through'}`;
   return `deployment ${rollout.deployment} ${round}${rollout.phase}${share}${paused}${verdict}`;
 }

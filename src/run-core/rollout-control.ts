@@ -2,7 +2,7 @@ import type { Plan } from '../plan/plan-schema';
 import type { RolloutStatus } from '../contract/run-state';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
-import { advanceCoherent, rollBack } from './coherent-rollout';
+import { advanceCoherent, goOnAfterHold, rollBack } from './coherent-rollout';
 import { deploymentRefusal, serviceOf, withService, withSpec } from './rollout-steps';
 import type { RunCore } from './state';
 
@@ -46,6 +46,11 @@ export function steerRollout(core: RunCore, action: RolloutAction, now: number, 
   const coherent = rollout?.coherent;
   if (!rollout || rollout.over || !coherent) return core;
   if (action === 'pause') return withService(core, { ...service, rollout: { ...rollout, coherent: { ...coherent, paused_at_ms: now } } });
+  if (action === 'resume' && coherent.cause !== null) {
+    // Held for a decision (rollback: manual): the user says go on.
+    const progress = core.plan.service?.rollout.gates.progress_deadline_s ?? 600;
+    return advanceCoherent(withService(core, { ...service, rollout: { ...rollout, coherent: goOnAfterHold(coherent, now, progress) } }), now, effects);
+  }
   if (action === 'resume') {
     // The clocks go on from where they stopped.
     const paused = now - (coherent.paused_at_ms ?? now);
@@ -53,7 +58,9 @@ export function steerRollout(core: RunCore, action: RolloutAction, now: number, 
     const resumed = { ...coherent, paused_at_ms: null, deadline_ms: coherent.deadline_ms + paused, canary: { ...coherent.canary, since_ms: since } };
     return advanceCoherent(withService(core, { ...service, rollout: { ...rollout, coherent: resumed } }), now, effects);
   }
-  return advanceCoherent(rollBack(core, { ...coherent, paused_at_ms: null }, 'rolled back by hand'), now, effects);
+  // Held for a decision (rollback: manual): the reason it was held comes first.
+  const cause = coherent.cause === null ? 'rolled back by hand' : `${coherent.cause}; rolled back by hand`;
+  return advanceCoherent(rollBack(core, { ...coherent, paused_at_ms: null }, cause), now, effects);
 }
 
 /** The plan that deploys the last good spec again: the running plan with its service settings and groups' commands and sizes. */
@@ -80,6 +87,7 @@ export function rolloutStatusOf(core: RunCore): RolloutStatus | null {
     from: coherent ? coherent.from : null,
     phase: rollout.over ? 'over' : coherent ? coherent.phase : 'rolling',
     paused: coherent?.paused_at_ms != null && !rollout.over,
+    held: coherent && coherent.phase !== 'rolling-back' && !rollout.over ? coherent.cause : null,
     canary: coherent && percent !== null ? { traffic_percent: percent, gate: coherent.canary.gate } : null,
     round: coherent && coherent.rounds > 1 ? { number: coherent.round, of: coherent.rounds } : null,
     share_percent: rollout.over ? null : (coherent?.share_percent ?? null),

@@ -21,6 +21,7 @@ const canary: RolloutStatus = {
   can_roll_back: false,
   round: null,
   share_percent: 20,
+  held: null,
 };
 
 function usageError(args: string[]): { code: number; message: string } {
@@ -71,6 +72,10 @@ describe('troupe rollout status', () => {
   it('says when a rollback cannot be asked: the old revision being stopped, rolling back already, dstack\'s rolling', () => {
     expect(describeRollout('pd', { ...canary, phase: 'retiring', canary: null }).at(-1)).toBe('  rollback: not now: the old revision is being stopped; once it is over, a rollback deploys it again');
     expect(describeRollout('pd', { ...canary, phase: 'rolling-back' }).at(-1)).toBe('  rollback: rolling back');
+    // Held for a decision (rollback: manual): why, and what to do.
+    expect(describeRollout('pd', { ...canary, paused: true, held: "the canary's gate failed: error rate 20% (4 of 20)" })[2]).toBe(
+      "  phase:    canary 20%, held: the canary's gate failed: error rate 20% (4 of 20) (`troupe rollout rollback` or `resume`)",
+    );
     // In rounds: where it is, and a rollback still possible while a round but the last retires old replicas.
     const rounds = { ...canary, canary: null, round: { number: 1, of: 2 }, share_percent: 50 };
     expect(describeRollout('pd', rounds)[2]).toBe('  phase:    round 1 of 2: sharing 50%');

@@ -17,6 +17,7 @@ function whereItIs(rollout: RolloutStatus): string {
   const canary = rollout.canary !== null && (rollout.round?.number ?? 1) === 1;
   const named = rollout.phase === 'canary' && share !== undefined ? `${canary ? 'canary' : 'sharing'} ${share}%` : rollout.phase;
   const phase = rollout.round ? `round ${rollout.round.number} of ${rollout.round.of}: ${named}` : named;
+  if (rollout.held) return `${phase}, held: ${rollout.held} (\`troupe rollout rollback\` or \`resume\`)`;
   return rollout.paused ? `${phase}, paused` : phase;
 }
 
