@@ -211,15 +211,33 @@ function gatewayProblems(compose: ComposeFile, worker: Service, readText: (path:
   return problems;
 }
 
-function serverProblems(compose: ComposeFile, temporal: Service, fileExists: (path: string) => boolean): string[] {
+/** Troupe's server: the release deploy-local.sh runs, with Troupe's claim mapper and authorizer. */
+const serverBuild = './deploy/temporal-server';
+const serverBinary = 'troupe-temporal-server';
+
+/**
+ * The server is Troupe's build (deploy/temporal-server), never the release's image, which lets any
+ * certificate of the CA do anything; and the frontend runs with what its authorizer relies on: client
+ * certificates required (the claim mapper reads the role from the CN) and its refusals' reasons passed on.
+ */
+function serverProblems(compose: ComposeFile, temporal: Service, fileExists: (path: string) => boolean, readText: (path: string) => string): string[] {
   const problems: string[] = [];
-  if (temporal.image !== `temporalio/server:${deployedRelease}`) {
-    problems.push(`temporal.image: must be temporalio/server:${deployedRelease}, the release scripts/deploy-local.sh runs`);
+  if (/^temporalio\/server:/.test(temporal.image ?? '')) {
+    problems.push(`temporal.image: the release's server image has no Troupe authorizer (any certificate of the CA may do anything); build ${serverBuild}`);
+  }
+  if (temporal.build !== serverBuild) {
+    problems.push(`temporal.build: must be ${serverBuild}, the server with Troupe's claim mapper and authorizer`);
+  } else {
+    problems.push(...serverSourceProblems(readText));
+  }
+  if (temporal.image !== `${serverBinary}:${deployedRelease}`) {
+    problems.push(`temporal.image: must be ${serverBinary}:${deployedRelease}, the release scripts/deploy-local.sh runs`);
   }
   const start = words(temporal.entrypoint);
   const env = /--env (\S+)/.exec(start)?.[1];
-  if (!/^temporal-server --root \/etc\/temporal --config config --env \S+ .*start$/.test(start) || env === undefined) {
-    problems.push('temporal.entrypoint: must start temporal-server from /etc/temporal/config with --env NAME');
+  if (/--allow-no-auth\b/.test(start)) problems.push('temporal.entrypoint: --allow-no-auth starts a frontend without an authorizer');
+  if (!new RegExp(`^${serverBinary} --root /etc/temporal --config config --env \\S+ start$`).test(start) || env === undefined) {
+    problems.push(`temporal.entrypoint: must start ${serverBinary} (the image's binary, Troupe's authorizer) from /etc/temporal/config with --env NAME`);
   } else {
     const mount = mountOf(temporal, `/etc/temporal/config/${env}.yaml`);
     if (mount?.split(':')[0] !== './deploy/temporal/config/troupe.yaml') {
@@ -234,6 +252,17 @@ function serverProblems(compose: ComposeFile, temporal: Service, fileExists: (pa
   const dynamic = mountOf(temporal, serverEnv.TROUPE_TEMPORAL_DYNAMIC_CONFIG ?? '');
   if (dynamic?.split(':')[0] !== './deploy/temporal/dynamicconfig.yaml') {
     problems.push(`temporal.volumes: TROUPE_TEMPORAL_DYNAMIC_CONFIG ${serverEnv.TROUPE_TEMPORAL_DYNAMIC_CONFIG ?? '(unset)'} is not mounted from deploy/temporal/dynamicconfig.yaml`);
+  } else {
+    const settings = parse(readText('./deploy/temporal/dynamicconfig.yaml')) as Record<string, Array<{ value?: unknown }> | undefined>;
+    if (settings['frontend.exposeAuthorizerErrors']?.[0]?.value !== true) {
+      problems.push('deploy/temporal/dynamicconfig.yaml: frontend.exposeAuthorizerErrors must be true, so a refused client reads the authorizer\'s reason');
+    }
+  }
+  // The claim mapper takes the role from the client certificate: a frontend that does not require one
+  // would admit clients with no role to health checks only, or with a role it cannot check.
+  const frontendTls = /^ {4}frontend:\n {6}server:\n((?: {8}.*\n)+)/m.exec(readText('./deploy/temporal/config/troupe.yaml'))?.[1] ?? '';
+  if (!/^ {8}requireClientAuth: true$/m.test(frontendTls)) {
+    problems.push('deploy/temporal/config/troupe.yaml: global.tls.frontend.server must set requireClientAuth: true (the authorizer\'s roles come from client certificates)');
   }
   if (temporal.depends_on?.['temporal-schema']?.condition !== 'service_completed_successfully') {
     problems.push('temporal.depends_on: must wait for temporal-schema to complete successfully');
@@ -253,6 +282,61 @@ function serverProblems(compose: ComposeFile, temporal: Service, fileExists: (pa
   if (schema.depends_on?.[database]?.condition !== 'service_healthy') {
     problems.push('temporal-schema.depends_on: must wait for PostgreSQL to be healthy');
   }
+  return problems;
+}
+
+/** deploy/temporal-server: a main that installs the authorizer, the release go.mod pins, and an image built from both. */
+function serverSourceProblems(readText: (path: string) => string): string[] {
+  const problems: string[] = [];
+  const main = readText(`${serverBuild}/main.go`);
+  if (!/temporal\.WithAuthorizer\(troupeAuthorizer\{\}\)/.test(main) || !/temporal\.WithClaimMapper\(/.test(main)) {
+    problems.push(`${serverBuild}/main.go: the server must be made with temporal.WithAuthorizer(troupeAuthorizer{}) and temporal.WithClaimMapper`);
+  }
+  const goMod = readText(`${serverBuild}/go.mod`);
+  if (!new RegExp(`^\\s+go\\.temporal\\.io/server v${deployedRelease.replaceAll('.', '\\.')}$`, 'm').test(goMod)) {
+    problems.push(`${serverBuild}/go.mod: must require go.temporal.io/server v${deployedRelease}, the release scripts/deploy-local.sh runs`);
+  }
+  problems.push(...serverDockerfileProblems(readText(`${serverBuild}/Dockerfile`), goMod));
+  return problems;
+}
+
+/**
+ * deploy/temporal-server/Dockerfile: built in a pinned Go toolchain image at least as new as go.mod
+ * asks, statically (it runs on a small base without the toolchain's libc), and run from a pinned
+ * small base as a non-root user, with the temporal CLI for the healthcheck.
+ */
+function serverDockerfileProblems(text: string, goMod: string): string[] {
+  const where = `${serverBuild}/Dockerfile`;
+  const problems: string[] = [];
+  const steps = dockerInstructions(text);
+  const froms = steps.filter((s) => s.keyword === 'FROM').map((s) => s.args);
+  const build = /^golang:(\d+)\.(\d+)\.\d+-[a-z0-9.]+ AS (\S+)$/i.exec(froms[0] ?? '');
+  const wanted = /^go (\d+)\.(\d+)/m.exec(goMod);
+  if (build === null || froms.length < 2) {
+    return [`${where}: must build in a pinned Go toolchain image (FROM golang:X.Y.Z-… AS NAME) and run from another (multi-stage)`];
+  }
+  if (wanted !== null && Number(build[1]) * 1000 + Number(build[2]) < Number(wanted[1]) * 1000 + Number(wanted[2])) {
+    problems.push(`${where}: FROM ${froms[0]}: go.mod asks for go ${wanted[1]}.${wanted[2]}`);
+  }
+  const runtime = froms.at(-1) ?? '';
+  if (/^golang:/.test(runtime) || !pinnedImage.safeParse(runtime).success) {
+    problems.push(`${where}: FROM ${runtime}: run on a small base pinned to a release tag (name:X.Y…), not the toolchain's image`);
+  }
+  const runs = steps.filter((s) => s.keyword === 'RUN').map((s) => s.args);
+  if (!runs.some((r) => /\bCGO_ENABLED=0 go build\b.*-o \S*\/troupe-temporal-server\b/.test(r))) {
+    problems.push(`${where}: RUN: must build ${serverBinary} with CGO_ENABLED=0 go build -o …/${serverBinary} (static, for the small base)`);
+  }
+  const copies = steps.filter((s) => s.keyword === 'COPY').map((s) => s.args);
+  if (!copies.some((c) => c.startsWith(`--from=${build[3]} `) && c.endsWith(`/usr/local/bin/${serverBinary}`))) {
+    problems.push(`${where}: COPY --from=${build[3]}: the runtime image must take ${serverBinary} from the build stage into /usr/local/bin`);
+  }
+  if (!copies.some((c) => /^--from=temporalio\/admin-tools:\S+ \/usr\/local\/bin\/temporal \/usr\/local\/bin\/temporal$/.test(c))) {
+    problems.push(`${where}: COPY: the healthcheck's temporal CLI comes from the pinned admin-tools image`);
+  }
+  const user = steps.filter((s) => s.keyword === 'USER').at(-1)?.args;
+  if (user === undefined || /^(root|0)(:|$)/.test(user)) problems.push(`${where}: USER: the server must run as a non-root user (${user ?? 'none'})`);
+  const entry = steps.filter((s) => s.keyword === 'ENTRYPOINT').at(-1)?.args ?? '';
+  if (!entry.startsWith(`["${serverBinary}"`)) problems.push(`${where}: ENTRYPOINT ${entry || '(none)'}: must run ${serverBinary}`);
   return problems;
 }
 
@@ -362,7 +446,7 @@ function composeProblems(doc: unknown, fileExists: (path: string) => boolean, re
 
   // The server: the release deploy-local.sh runs, from the same config file and dynamic config, on
   // a PostgreSQL service of this file whose schema temporal-schema applied first.
-  problems.push(...serverProblems(compose, temporal, fileExists));
+  problems.push(...serverProblems(compose, temporal, fileExists, readText));
   problems.push(...metricsProblems(compose, worker, fileExists));
   problems.push(...gatewayProblems(compose, worker, readText));
   problems.push(...tlsProblems(compose, fileExists));
@@ -414,14 +498,14 @@ function tlsProblems(compose: ComposeFile, fileExists: (path: string) => boolean
   if (volume === undefined || volume.startsWith('.') || volume.startsWith('/')) {
     return [`temporal-certs.volumes: ${dir} must be a writable named volume`];
   }
-  // `chown U:G DIR/FILE` in place, or `install -m 600 -o U -g G DIR/worker.key DIR/FILE`: a copy of the worker key.
-  const ownerOf = (file: string) => {
+  // `chown U:G DIR/FILE` in place, or `install -m 600 -o U -g G DIR/CERT.key DIR/FILE`: a copy of that certificate's key.
+  const ownerOf = (file: string, cert: string) => {
     const made = words(certs.entrypoint).replace(/\s+/g, ' ');
     const chowned = new RegExp(`chown (\\d+:\\d+) ${dir}/${file}(?: |$)`).exec(made)?.[1];
-    const copied = new RegExp(`install -m 600 -o (\\d+) -g (\\d+) ${dir}/worker\\.key ${dir}/${file}(?: |$)`).exec(made);
+    const copied = new RegExp(`install -m 600 -o (\\d+) -g (\\d+) ${dir}/${cert}\\.key ${dir}/${file}(?: |$)`).exec(made);
     return chowned ?? (copied === null ? undefined : `${copied[1]}:${copied[2]}`);
   };
-  const server = Object.entries(compose.services).find(([, svc]) => /^temporalio\/server:/.test(svc.image ?? ''))?.[0] ?? 'temporal';
+  const server = Object.entries(compose.services).find(([, svc]) => svc.build === serverBuild)?.[0] ?? 'temporal';
   if (!names.includes(server)) problems.push(`temporal-certs: the server's certificate must name DNS:${server}, its service name`);
   const reachers = Object.entries(compose.services).filter(([name, svc]) => name === server || svc.environment?.TEMPORAL_ADDRESS?.split(':')[0] === server);
   for (const [name, svc] of reachers) {
@@ -430,10 +514,11 @@ function tlsProblems(compose: ComposeFile, fileExists: (path: string) => boolean
       problems.push(`${name}.depends_on: must wait for temporal-certs to complete successfully (it reaches the frontend)`);
     }
     if (!(svc.volumes ?? []).includes(`${volume}:${dir}:ro`)) problems.push(`${name}.volumes: must mount ${volume}:${dir}:ro (it reaches the frontend)`);
-    const keyOwner = (file: string) => {
-      if (ownerOf(file) === undefined) problems.push(`temporal-certs: must chown ${dir}/${file} (or install a 0600 copy of worker.key there) to the one user that reads it`);
-      else if (svc.user !== ownerOf(file)) {
-        problems.push(`${name}.user: must be ${ownerOf(file)}, the owner of ${dir}/${file} (keys are 0600)`);
+    const keyOwner = (file: string, cert: string) => {
+      const owner = ownerOf(file, cert);
+      if (owner === undefined) problems.push(`temporal-certs: must chown ${dir}/${file} (or install a 0600 copy of ${cert}.key there) to the one user that reads it`);
+      else if (svc.user !== owner) {
+        problems.push(`${name}.user: must be ${owner}, the owner of ${dir}/${file} (keys are 0600)`);
       }
     };
     if (name === server) {
@@ -443,20 +528,33 @@ function tlsProblems(compose: ComposeFile, fileExists: (path: string) => boolean
       if (flag('--tls-ca-path') !== `${dir}/ca.pem` || !flag('--tls-cert-path')?.startsWith(`${dir}/`) || !flag('--tls-key-path')?.startsWith(`${dir}/`) || !names.includes(flag('--tls-server-name') ?? '')) {
         problems.push(`${name}.healthcheck: must ask with --tls-ca-path ${dir}/ca.pem, --tls-cert-path, --tls-key-path and a --tls-server-name the certificate has`);
       } else {
-        keyOwner(flag('--tls-key-path')?.slice(dir.length + 1) ?? '');
+        keyOwner(flag('--tls-key-path')?.slice(dir.length + 1) ?? '', 'server');
       }
       continue;
     }
     const vars = /^temporalio\/ui:/.test(svc.image ?? '') ? clientTlsVariables.ui : clientTlsVariables.cli;
-    const key = new RegExp(`^${dir}/(worker(?:-[a-z]+)?\\.key)$`).exec(env[vars.key] ?? '')?.[1];
-    if (env[vars.ca] !== `${dir}/ca.pem` || env[vars.cert] !== `${dir}/worker.pem` || key === undefined) {
-      problems.push(`${name}.environment: ${vars.ca}, ${vars.cert} and ${vars.key} must be ${dir}/ca.pem, worker.pem and worker.key or a copy of it (mTLS to the frontend)`);
+    const { cert, why } = clientRole(svc);
+    const key = new RegExp(`^${dir}/(${cert}(?:-[a-z]+)?\\.key)$`).exec(env[vars.key] ?? '')?.[1];
+    if (env[vars.ca] !== `${dir}/ca.pem` || env[vars.cert] !== `${dir}/${cert}.pem` || key === undefined) {
+      problems.push(`${name}.environment: ${vars.ca}, ${vars.cert} and ${vars.key} must be ${dir}/ca.pem, ${cert}.pem and ${cert}.key or a copy of it (mTLS to the frontend; ${why})`);
     } else {
-      keyOwner(key);
+      keyOwner(key, cert);
     }
     if (!names.includes(env[vars.name] ?? '')) problems.push(`${name}.environment: ${vars.name} must be a name of the server's certificate (${names.join(', ')})`);
   }
   return problems;
+}
+
+/**
+ * The certificate a client of the frontend shows is its role there (deploy/temporal-server/roles.go,
+ * deploy/make-certs.sh): workers the worker's; the namespace's set-up the services' (creating a
+ * namespace and search attributes is an operator's call); every other client, the Web UI among them,
+ * a user's, so that reaching it never grants what only workers may do.
+ */
+function clientRole(svc: Service): { cert: 'worker' | 'server' | 'user'; why: string } {
+  if (/(^| )node bin\/troupe\.js worker( |$)/.test(words(svc.command))) return { cert: 'worker', why: 'a worker shows CN troupe-worker' };
+  if (/\/temporal-setup\.sh$/.test(words(svc.entrypoint))) return { cert: 'server', why: 'creating the namespace is an operator\'s call: CN troupe-server' };
+  return { cert: 'user', why: 'any other client is a user, CN troupe-user: it must not act as a worker' };
 }
 
 /** Whether scripts/deploy-local.sh makes its certificates with deploy/make-certs.sh, not openssl commands of its own. */
@@ -551,6 +649,16 @@ function brokenPrometheus(edit: (text: string) => string): (path: string) => str
   return (path) => (path.endsWith('prometheus.yml') ? edit(read(path)) : read(path));
 }
 
+/** The repository's files with one file of the server's (named by its last path part) edited, as the checks read them. */
+function editedFile(name: string, edit: (text: string) => string): (path: string) => string {
+  return (path) => {
+    if (!path.endsWith(`/${name}`)) return read(path);
+    const edited = edit(read(path));
+    if (edited === read(path)) throw new Error(`the edit of ${path} changed nothing`);
+    return edited;
+  };
+}
+
 /** Removes `value` (and the flag before it) from a service's argv-style command. */
 function dropFlag(doc: Doc, service: string, value: string): void {
   const cmd = svc(doc, service).command as string[];
@@ -629,7 +737,22 @@ describe('docker-compose.yml', () => {
       ['the server without its dynamic config', (d) => { svc(d, 'temporal').volumes = ['./deploy/temporal/config/troupe.yaml:/etc/temporal/config/troupe.yaml:ro']; }, /TROUPE_TEMPORAL_DYNAMIC_CONFIG/],
       ['the server with a config of its own', (d) => { svc(d, 'temporal').volumes = ['./docker-compose.yml:/etc/temporal/config/troupe.yaml:ro', './deploy/temporal/dynamicconfig.yaml:/etc/temporal/config/dynamicconfig/troupe.yaml:ro']; }, /the bare deployment's config/],
       ['the server not on PostgreSQL', (d) => { envOf(d, 'temporal').TROUPE_POSTGRES_HOST = 'mysql'; }, /not a PostgreSQL service/],
-      ['another server release', (d) => { svc(d, 'temporal').image = 'temporalio/server:1.28.0'; }, /the release scripts\/deploy-local\.sh runs/],
+      ['another server release', (d) => { svc(d, 'temporal').image = 'troupe-temporal-server:1.28.0'; }, /must be troupe-temporal-server:1\.29\.1, the release scripts\/deploy-local\.sh runs/],
+      ['the release\'s stock server image (no Troupe authorizer)', (d) => { const t = svc(d, 'temporal'); delete t.build; t.image = 'temporalio/server:1.29.1'; t.entrypoint = (t.entrypoint as string[]).map((w) => (w === 'troupe-temporal-server' ? 'temporal-server' : w)); }, /temporal\.image: the release's server image has no Troupe authorizer[\s\S]*temporal\.build: must be \.\/deploy\/temporal-server[\s\S]*temporal\.entrypoint: must start troupe-temporal-server/],
+      ['the stock image tagged over Troupe\'s build', (d) => { svc(d, 'temporal').image = 'temporalio/server:1.29.1'; }, /the release's server image has no Troupe authorizer/],
+      ['a server built from elsewhere', (d) => { svc(d, 'temporal').build = './deploy/temporal'; }, /temporal\.build: must be \.\/deploy\/temporal-server/],
+      ['a frontend started with --allow-no-auth', (d) => { (svc(d, 'temporal').entrypoint as string[]).splice(-1, 0, '--allow-no-auth'); }, /--allow-no-auth starts a frontend without an authorizer/],
+      ['a server whose main installs no authorizer', (d) => { void d; }, /main\.go: the server must be made with temporal\.WithAuthorizer/, editedFile('main.go', (t) => t.replace('temporal.WithAuthorizer(troupeAuthorizer{}),', ''))],
+      ['a server module of another release', (d) => { void d; }, /go\.mod: must require go\.temporal\.io\/server v1\.29\.1/, editedFile('go.mod', (t) => t.replace('go.temporal.io/server v1.29.1', 'go.temporal.io/server v1.28.0'))],
+      ['a frontend that hides the authorizer\'s reasons', (d) => { void d; }, /frontend\.exposeAuthorizerErrors must be true/, editedFile('dynamicconfig.yaml', (t) => t.replace(/frontend\.exposeAuthorizerErrors:\n {2}- value: true/, 'frontend.exposeAuthorizerErrors:\n  - value: false'))],
+      ['a frontend that does not require client certificates (no role to map)', (d) => { void d; }, /requireClientAuth: true \(the authorizer's roles/, editedFile('troupe.yaml', (t) => t.replace(/(frontend:\n {6}server:\n(?: {8}.*\n)*? {8}requireClientAuth: )true/, '$1false'))],
+      ['a server image built on the toolchain image', (d) => { void d; }, /run on a small base pinned/, editedFile('Dockerfile', (t) => t.replace(/^FROM alpine:\S+$/m, 'FROM golang:1.25.3-bookworm'))],
+      ['a server image on a floating base', (d) => { void d; }, /run on a small base pinned to a release tag/, editedFile('Dockerfile', (t) => t.replace(/^FROM alpine:\S+$/m, 'FROM alpine:latest'))],
+      ['a server image in one stage', (d) => { void d; }, /multi-stage/, editedFile('Dockerfile', (t) => t.replace(/^FROM alpine:[\s\S]*$/m, ''))],
+      ['a server image built with cgo', (d) => { void d; }, /CGO_ENABLED=0 go build/, editedFile('Dockerfile', (t) => t.replace('CGO_ENABLED=0 go build', 'go build'))],
+      ['a server image running as root', (d) => { void d; }, /USER: the server must run as a non-root user/, editedFile('Dockerfile', (t) => t.replace(/^USER \S+$/m, 'USER root'))],
+      ['a server image without the healthcheck\'s CLI', (d) => { void d; }, /the healthcheck's temporal CLI/, editedFile('Dockerfile', (t) => t.replace(/^COPY --from=temporalio\/admin-tools:.*$/m, ''))],
+      ['a server image on an older toolchain than go.mod asks', (d) => { void d; }, /go\.mod asks for go 1\.25/, editedFile('Dockerfile', (t) => t.replace(/^FROM golang:\S+/m, 'FROM golang:1.24.9-bookworm'))],
       ['a server started without the config env', (d) => { svc(d, 'temporal').entrypoint = ['temporal-server', 'start']; }, /--env NAME/],
       ['a server that does not wait for its schema', (d) => { svc(d, 'temporal').depends_on = { postgresql: { condition: 'service_healthy' } }; }, /wait for temporal-schema/],
       ['a schema step with a script of its own', (d) => { svc(d, 'temporal-schema').volumes = ['./deploy/temporal-setup.sh:/etc/troupe/schema.sh:ro']; }, /deploy\/temporal\/schema\.sh/],
@@ -669,8 +792,14 @@ describe('docker-compose.yml', () => {
       ['a Web UI without the client key', (d) => { delete envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY; }, /temporal-ui\.environment: TEMPORAL_TLS_CA, TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY/],
       ['a Web UI with a server name the certificate lacks', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_SERVER_NAME = 'temporal.example'; }, /temporal-ui\.environment: TEMPORAL_TLS_SERVER_NAME must be a name/],
       ['a Web UI as a user who cannot read the client key', (d) => { svc(d, 'temporal-ui').user = '10001:10001'; }, /temporal-ui\.user: must be 5000:5000/],
-      ['a key copy nobody made', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '/etc/troupe/tls/worker-web.key'; }, /must chown \/etc\/troupe\/tls\/worker-web\.key/],
-      ['a key copy readable by all', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace('install -m 600', 'install -m 644')); }, /must chown \/etc\/troupe\/tls\/worker-ui\.key/],
+      ['a key copy nobody made', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '/etc/troupe/tls/user-web.key'; }, /must chown \/etc\/troupe\/tls\/user-web\.key \(or install a 0600 copy of user\.key/],
+      ['a key copy readable by all', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace('install -m 600', 'install -m 644')); }, /must chown \/etc\/troupe\/tls\/user-ui\.key/],
+      ['a Web UI key copied from the worker key', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace('tls/user.key /etc/troupe/tls/user-ui.key', 'tls/worker.key /etc/troupe/tls/user-ui.key')); }, /must chown \/etc\/troupe\/tls\/user-ui\.key \(or install a 0600 copy of user\.key/],
+      ['a Web UI with the worker certificate (anyone who opens it could act as a worker)', (d) => { Object.assign(envOf(d, 'temporal-ui'), { TEMPORAL_TLS_CERT: '/etc/troupe/tls/worker.pem', TEMPORAL_TLS_KEY: '/etc/troupe/tls/worker-ui.key' }); }, /temporal-ui\.environment: TEMPORAL_TLS_CA, TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY must be \/etc\/troupe\/tls\/ca\.pem, user\.pem and user\.key/],
+      ['a set-up with the worker certificate (the authorizer refuses it the namespace)', (d) => { Object.assign(envOf(d, 'temporal-setup'), { TEMPORAL_TLS_CLIENT_CERT_PATH: '/etc/troupe/tls/worker.pem', TEMPORAL_TLS_CLIENT_KEY_PATH: '/etc/troupe/tls/worker.key' }); svc(d, 'temporal-setup').user = '10001:10001'; }, /temporal-setup\.environment: .* must be \/etc\/troupe\/tls\/ca\.pem, server\.pem and server\.key .*operator's call/],
+      ['a set-up that cannot read the services\' key', (d) => { svc(d, 'temporal-setup').user = '10001:10001'; }, /temporal-setup\.user: must be 1000:1000, the owner of \/etc\/troupe\/tls\/server\.key/],
+      ['workers with the user certificate', (d) => { Object.assign(envOf(d, 'worker'), { TEMPORAL_TLS_CLIENT_CERT_PATH: '/etc/troupe/tls/user.pem', TEMPORAL_TLS_CLIENT_KEY_PATH: '/etc/troupe/tls/user.key' }); }, /worker\.environment: .* must be \/etc\/troupe\/tls\/ca\.pem, worker\.pem and worker\.key/],
+      ['a new client with the services\' certificate', (d) => { d.services.poller = { image: 'temporalio/admin-tools:1.29.1-tctl-1.18.4-cli-1.5.0', user: '1000:1000', depends_on: { 'temporal-certs': { condition: 'service_completed_successfully' } }, volumes: ['troupe-tls:/etc/troupe/tls:ro'], environment: { TEMPORAL_ADDRESS: 'temporal:7233', TEMPORAL_TLS_SERVER_CA_CERT_PATH: '/etc/troupe/tls/ca.pem', TEMPORAL_TLS_CLIENT_CERT_PATH: '/etc/troupe/tls/server.pem', TEMPORAL_TLS_CLIENT_KEY_PATH: '/etc/troupe/tls/server.key', TEMPORAL_TLS_SERVER_NAME: 'temporal' }, restart: 'no' }; }, /poller\.environment: .* must be \/etc\/troupe\/tls\/ca\.pem, user\.pem and user\.key/],
       ['a Web UI whose codec requests carry no credential', (d) => { delete envOf(d, 'temporal-ui').TEMPORAL_CODEC_INCLUDE_CREDENTIALS; }, /TEMPORAL_CODEC_INCLUDE_CREDENTIALS must be "true"/],
       ['a codec server that trusts an Origin', (d) => { (svc(d, 'codec-server').command as string[]).push('--trust-origin'); }, /codec-server\.command: --trust-origin admits any local process/],
       ['a key pasted into the environment', (d) => { envOf(d, 'temporal-ui').TEMPORAL_TLS_KEY = '-----BEGIN PRIVATE KEY-----'; }, /TEMPORAL_TLS_KEY puts a secret in this file/],

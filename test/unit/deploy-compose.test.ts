@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -165,6 +165,30 @@ describe.skipIf(compose === null)(`docker-compose.yml checked by ${compose?.join
     const broken = composeConfig(copy, []);
     expect(broken.status, broken.stderr).toBe(0);
     expect(withoutCertificates(parse(broken.stdout) as Parameters<typeof withoutCertificates>[0]).sort()).toEqual(['temporal', 'temporal-setup', 'temporal-ui', 'worker']);
+  });
+
+  /** Why the resolved `temporal` service is not Troupe's server with its authorizer, or '' when it is. */
+  const notTroupesServer = (config: { services: Record<string, { build?: string | { context?: string; dockerfile?: string }; image?: string; entrypoint?: string[] }> }) => {
+    const server = config.services.temporal;
+    const build = typeof server?.build === 'string' ? { context: server.build } : server?.build;
+    if (build?.context !== join(projectRoot, 'deploy', 'temporal-server')) return `built from ${build?.context ?? '(nothing: an image)'}, not deploy/temporal-server`;
+    if (!existsSync(join(build.context, build.dockerfile ?? 'Dockerfile'))) return `no ${build.dockerfile ?? 'Dockerfile'} in ${build.context}`;
+    if (/^temporalio\/server:/.test(server?.image ?? '')) return `tagged ${server?.image ?? ''}, the release's image`;
+    if (server?.entrypoint?.[0] !== 'troupe-temporal-server' || server.entrypoint.includes('--allow-no-auth')) return `starts ${server?.entrypoint?.join(' ') ?? '(the image\'s default)'}`;
+    return '';
+  };
+
+  it("builds the server from deploy/temporal-server (Troupe's authorizer), not the release's image", () => {
+    expect(notTroupesServer(resolved() as Parameters<typeof notTroupesServer>[0])).toBe('');
+    const stock = readFileSync(file, 'utf8')
+      .replace('    build: ./deploy/temporal-server\n    image: troupe-temporal-server:1.29.1\n', '    image: temporalio/server:1.29.1\n')
+      .replace('      - troupe-temporal-server\n', '      - temporal-server\n');
+    expect(stock).not.toBe(readFileSync(file, 'utf8'));
+    const copy = join(scratch, 'docker-compose-stock-server.yml');
+    writeFileSync(copy, stock);
+    const r = composeConfig(copy, []);
+    expect(r.status, r.stderr).toBe(0);
+    expect(notTroupesServer(parse(r.stdout) as Parameters<typeof notTroupesServer>[0])).toMatch(/not deploy\/temporal-server/);
   });
 
   it('rejects a broken copy (so the check above can fail)', () => {
