@@ -1,8 +1,7 @@
 import type { GroupPlan } from '../plan/plan-schema';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
-import { groupMembers } from './jobs';
-import { AUTOSCALE_RESIZE_IDS, beginResize, isDeploymentStep, resizeRefusal, rolloutRefusal } from './scaling';
+import { AUTOSCALE_RESIZE_IDS, beginResize, isDeploymentStep, resizeRefusal, rolloutRefusal, sizeNow } from './scaling';
 import { serviceOf } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
 
@@ -88,19 +87,12 @@ export function metricOf(core: RunCore, group: GroupPlan, event: Extract<RunEven
   return rows.reduce((n, g) => n + g.requests, 0) / event.window_s;
 }
 
-/** The group's size now as the autoscaler counts it: a rollout's target for it while one is under way, else its replicas. */
-function sizeOf(core: RunCore, group: number): number {
-  const rollout = core.service?.rollout;
-  const coherent = rollout && !rollout.over ? rollout.coherent : null;
-  return coherent ? (coherent.counts[group] ?? 0) : groupMembers(core.run.jobs, group).length;
-}
-
 function sizeGroup(core: RunCore, group: GroupPlan, event: Extract<RunEvent, { kind: 'figures' }>, now: number, effects: Effect[]): RunCore {
   const scaling = group.scaling;
   const range = group.nodes_range;
   if (!scaling || !range) return core;
   const auto = serviceOf(core).autoscale;
-  const nodes = sizeOf(core, group.index);
+  const nodes = sizeNow(core, group.index);
   const seen = auto.sizes[group.index];
   const size = seen && seen.nodes === nodes ? seen : { nodes, since_ms: now };
   const value = metricOf(core, group, event);

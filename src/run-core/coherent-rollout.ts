@@ -189,10 +189,7 @@ function startNext(core: RunCore, coherent: CoherentRollout, now: number, effect
     return shift(core, coherent);
   }
   const popped = withCoherent(core, { ...coherent, queue: rest });
-  const members = groupMembers(core.run.jobs, group);
-  const missing = newShare(coherent, group) - members.filter((j) => revisionOf(core, j.job_num) === coherent.revision).length;
-  if (missing <= 0) return startNext(popped, { ...coherent, queue: rest }, now, effects);
-  return addNew(popped, coherent, group, members.length + missing, now, effects);
+  return toShare(popped, coherent, group, now, effects) ?? startNext(popped, { ...coherent, queue: rest }, now, effects);
 }
 
 /** The new revision's share of new requests once this round's replicas are READY: the canary's in the first round where there is one, else in proportion to the rounds done. */
@@ -211,16 +208,21 @@ function matchTarget(core: RunCore, coherent: CoherentRollout, now: number, effe
   for (const group of core.plan.groups) {
     // Groups still queued start at their target anyway.
     if (coherent.phase === 'starting' && coherent.queue.includes(group.index)) continue;
-    const members = groupMembers(core.run.jobs, group.index);
-    const fresh = members.filter((job) => revisionOf(core, job.job_num) === coherent.revision);
-    const target = newShare(coherent, group.index);
-    if (fresh.length < target) return addNew(core, coherent, group.index, members.length + target - fresh.length, now, effects);
-    if (fresh.length > target) {
-      const victims = [...fresh].sort((a, b) => b.job_num - a.job_num).slice(0, fresh.length - target).map((job) => job.job_num);
-      return beginStep(core, { group: group.index, phase: 'removing' }, { nodes: members.length - victims.length, victims }, now, effects);
-    }
+    const moved = toShare(core, coherent, group.index, now, effects);
+    if (moved) return moved;
   }
   return null;
+}
+
+/** The step that brings the group's new replicas to the round's share (more started, or its newest drained), or null: it has that many. */
+function toShare(core: RunCore, coherent: CoherentRollout, group: number, now: number, effects: Effect[]): RunCore | null {
+  const members = groupMembers(core.run.jobs, group);
+  const fresh = members.filter((job) => revisionOf(core, job.job_num) === coherent.revision);
+  const target = newShare(coherent, group);
+  if (fresh.length < target) return addNew(core, coherent, group, members.length + target - fresh.length, now, effects);
+  if (fresh.length === target) return null;
+  const victims = [...fresh].sort((a, b) => b.job_num - a.job_num).slice(0, fresh.length - target).map((job) => job.job_num);
+  return beginStep(core, { group, phase: 'removing' }, { nodes: members.length - victims.length, victims }, now, effects);
 }
 
 /** The group grows to `nodes` as the rollout's step, its new ranks the new revision's from the start (their book and peers are its own). */

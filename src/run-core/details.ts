@@ -1,5 +1,6 @@
-import type { RolloutStatus } from '../contract/run-state';
-import { activeJobs, groupMembers } from './jobs';
+import type { JobState, RolloutStatus } from '../contract/run-state';
+import { activeJobs, groupMembers, isJobFinished } from './jobs';
+import { isJobReady } from './startup-order';
 import type { RunCore } from './state';
 
 /**
@@ -24,14 +25,16 @@ export function rolloutLine(rollout: RolloutStatus | null, gate = false): string
 export function runDetails(core: RunCore, steps: readonly string[]): string {
   const { run, plan } = core;
   const active = activeJobs(run);
-  const ready = active.filter((j) => j.status === 'READY' || (plan.groups[j.group_index]?.ready == null && j.status === 'RUNNING')).length;
+  // READY with a probe, running without one: what start-up order counts as ready (startup-order.ts).
+  const up = (jobs: JobState[]) => jobs.filter((j) => !isJobFinished(j) && isJobReady(plan, j)).length;
+  const ready = up(active);
   const lines = [`**${run.status}** · ${ready} of ${active.length} node${active.length === 1 ? '' : 's'} ready${run.message ? ` · ${run.message}` : ''}`, ''];
   lines.push('| group | ready / nodes |', '|---|---|');
   for (const group of plan.groups) {
     const members = groupMembers(run.jobs, group.index);
-    const up = members.filter((j) => j.status === 'READY' || (group.ready == null && j.status === 'RUNNING')).length;
+
     const range = group.nodes_range ? ` (${group.nodes_range.min}..${group.nodes_range.max})` : '';
-    lines.push(`| ${group.name} | ${up} / ${members.length}${range} |`);
+    lines.push(`| ${group.name} | ${up(members)} / ${members.length}${range} |`);
   }
   const service = run.service;
   if (!service || !core.service) return lines.join('\n');

@@ -80,10 +80,15 @@ export function rolloutRefusal(core: RunCore): string | null {
   return null;
 }
 
+/** A group's size as a resize counts it: a rollout by revision's target for it while one is under way (its steps get there), else its replicas. */
+export function sizeNow(core: RunCore, group: number): number {
+  const coherent = core.service?.rollout?.over === false ? core.service.rollout.coherent : null;
+  return coherent ? (coherent.counts[group] ?? 0) : groupMembers(core.run.jobs, group).length;
+}
+
 /** How many more nodes a user's resize of `group` to `nodes` needs from the fleet: past a rollout's target for it while one is under way. */
 export function growthOf(core: RunCore, group: number, nodes: number): number {
-  const coherent = core.service?.rollout?.over === false ? core.service.rollout.coherent : null;
-  return nodes - (coherent ? (coherent.counts[group] ?? 0) : groupMembers(core.run.jobs, group).length);
+  return nodes - sizeNow(core, group);
 }
 
 export function resizeOf(core: RunCore, id: number): Resize | null {
