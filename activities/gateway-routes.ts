@@ -103,8 +103,12 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
       if (gateways.length === 0 || failed.length === gateways.length) throw gatewaysFailed(`the figures of service ${run}`, gateways.length, failed);
       const byRevision = new Map<number, ReadServiceFiguresResult['revisions'][number]>();
       const byGroup = new Map<string, ReadServiceFiguresResult['groups'][number]>();
+      let held = 0;
+      let heldTotal = 0;
       for (const answer of answers) {
         if (answer.status !== 'fulfilled' || answer.value === null) continue;
+        held += answer.value.held;
+        heldTotal += answer.value.held_total;
         for (const r of answer.value.revisions) {
           const seen = byRevision.get(r.revision) ?? { revision: r.revision, requests: 0, errors: 0, p95_ms: null };
           const p95 = r.latency_p95_ms === null ? seen.p95_ms : Math.max(seen.p95_ms ?? 0, r.latency_p95_ms);
@@ -118,7 +122,7 @@ export function createGatewayRouteActivities(gateways: readonly GatewayAdmin[]) 
         }
       }
       const silent = answers.flatMap((a, i) => (a.status === 'rejected' ? [gateways[i]?.url ?? '?'] : []));
-      return { revisions: [...byRevision.values()].sort((a, b) => a.revision - b.revision), groups: [...byGroup.values()], silent_gateways: silent };
+      return { revisions: [...byRevision.values()].sort((a, b) => a.revision - b.revision), groups: [...byGroup.values()], held, held_total: heldTotal, silent_gateways: silent };
     },
 
     /** DELETE the run's table on every gateway. */

@@ -131,5 +131,8 @@ export interface ReadServiceFiguresResult {
   revisions: Array<{ revision: number; requests: number; errors: number; p95_ms: number | null }>;
   /** Per revision and entry group, summed over the gateways: requests that arrived in the window, requests in flight now. */
   groups: Array<{ revision: number; group: string; requests: number; inflight: number }>;
+  /** Summed over the gateways: requests held now for want of a ready entry replica, and those held in the window. */
+  held: number;
+  held_total: number;
   silent_gateways: string[];
 }

@@ -238,7 +238,7 @@ export const ServiceCoreSchema = z.object({
       /** By group index: its size as the autoscaler last saw it and since when (epoch ms): a delay counts from a size's start. */
       sizes: z.array(z.object({ nodes: z.number().int(), since_ms: z.number() }).nullable()),
       /** By group index: the last verdict (the metric's value, the replicas it asks for), or null. */
-      last: z.array(z.object({ value: z.number(), wanted: z.number().int(), at_ms: z.number() }).nullable()),
+      last: z.array(z.object({ value: z.number(), wanted: z.number().int(), at_ms: z.number(), /** Requests the gateways held in the window, where they woke a group scaled to zero. */ held: z.number().int().optional() }).nullable()),
       /** Resizes it began so far: the next one's id. */
       resizes_made: z.number().int().nonnegative(),
       /** Why the last reading failed, or null. */

@@ -88,7 +88,8 @@ export type ScalingPlan = z.infer<typeof ScalingPlanSchema>;
 export const GroupPlanSchema = z.object({
   index: z.number().int().nonnegative(),
   name: z.string(),
-  nodes: z.number().int().positive(),
+  /** 0 only for a service's group that scales from zero (PlanSchema says where). */
+  nodes: z.number().int().nonnegative(),
   resources: ResourcesSchema,
   commands: z.array(z.string()),
   ports: z.array(PortMappingSchema),
@@ -99,7 +100,7 @@ export const GroupPlanSchema = z.object({
   /** Troupe's extension (`ready: {min: K}` or `{min: "50%"}`): dependents start once this many nodes are READY (absent: all). */
   ready_min: ReadyQuorumSchema.nullable().optional(),
   /** Troupe's extension (`nodes: MIN..MAX`): the bounds `troupe scale` may resize the group within; `nodes` is MIN at start. */
-  nodes_range: z.object({ min: z.number().int().positive(), max: z.number().int().positive() }).nullable().optional(),
+  nodes_range: z.object({ min: z.number().int().nonnegative(), max: z.number().int().positive() }).nullable().optional(),
   /** Troupe's extension: the group's failure policy (absent: fail-run). */
   on_failure: OnFailureSchema.nullable().optional(),
   /** Troupe's extension: when a group this one depends on restarts, keep this group's nodes running or restart them too. */
@@ -193,7 +194,7 @@ export type ServiceRun = z.infer<typeof ServiceRunSchema>;
 
 export const PlanSchema = z.object({
   run_name: z.string(),
-  nodes_num: z.number().int().positive(),
+  nodes_num: z.number().int().nonnegative(),
   image: z.string().nullable(),
   working_dir: z.string().nullable(),
   /** The task's env, resolved on the submitting side (bare `KEY` taken from its shell). */
@@ -208,8 +209,16 @@ export const PlanSchema = z.object({
   max_duration_s: z.number().int().positive().nullable(),
   fleets: z.array(z.string()).nullable(),
   groups: z.array(GroupPlanSchema).min(1),
-  jobs: z.array(JobPlanSchema).min(1),
+  jobs: z.array(JobPlanSchema),
   /** A service's run (`type: service`): what it pushes to the gateways. Absent for a task. */
   service: ServiceRunSchema.optional(),
+}).superRefine((plan, ctx) => {
+  // A group starts with no node only where the gateways hold its requests while it wakes: a service's entry group that scales from zero.
+  for (const group of plan.groups) {
+    if (group.nodes > 0) continue;
+    const scalesFromZero = plan.service?.entry.includes(group.index) === true && group.nodes_range?.min === 0 && group.scaling != null;
+    if (!scalesFromZero) ctx.addIssue({ code: 'custom', path: ['groups', group.index, 'nodes'], message: `group ${group.name} starts with no node: only a service's entry group that scales from zero (replicas: 0..N with scaling) may` });
+  }
+  if (plan.jobs.length === 0 && plan.groups.some((g) => g.nodes > 0)) ctx.addIssue({ code: 'custom', path: ['jobs'], message: 'a plan whose groups start with nodes needs their jobs' });
 });
 export type Plan = z.infer<typeof PlanSchema>;

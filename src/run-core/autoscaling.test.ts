@@ -6,6 +6,7 @@ import type { RunEvent } from './events';
 import { groupMembers } from './jobs';
 import { revisionOf } from './revisions';
 import { AUTOSCALE_READ_MS, AUTOSCALE_RETRY_MS, autoscaleDeadline } from './autoscaling';
+import { SCALE_FROM_ZERO_HOLD_S, tableOf } from './routing';
 import { nextDeadline } from './decide';
 import type { RunCore } from './state';
 
@@ -20,12 +21,14 @@ const web = (scaling: string, commands = 'serve'): Plan =>
   openService([`{name: web, replicas: 1..4, scaling: {${scaling}}, commands: [${commands}]}`], ['rollout: {coherence: revision}']);
 
 /** The figures the gateways would answer: `rows` per group (requests over the window, in flight now). */
-const figures = (window_s: number, rows: Array<{ group: string; requests: number; inflight?: number; revision?: number }>): Extract<RunEvent, { kind: 'figures' }> => ({
+const figures = (window_s: number, rows: Array<{ group: string; requests: number; inflight?: number; revision?: number }>, held = { now: 0, total: 0 }): Extract<RunEvent, { kind: 'figures' }> => ({
   kind: 'figures',
   purpose: 'autoscale',
   window_s,
   revisions: [],
   groups: rows.map((r) => ({ revision: r.revision ?? 0, group: r.group, requests: r.requests, inflight: r.inflight ?? 0 })),
+  held: held.now,
+  held_total: held.total,
   error: null,
 });
 
@@ -132,5 +135,58 @@ describe('the autoscaler', () => {
     expect(spike.service?.rollout?.coherent?.counts).toEqual([3]);
     expect(spike.live?.resizes.find((r) => r.phase === 'with-rollout')).toMatchObject({ group: 0, with_deployment: 1 });
     expect(groupMembers(spike.run.jobs, 0).filter((j) => revisionOf(spike, j.job_num) === 0)).toHaveLength(1);
+  });
+});
+
+describe('a group that scales to zero', () => {
+  const zero = (scaling: string) => openService([`{name: web, replicas: 0..3, scaling: {${scaling}}, commands: [serve]}`]);
+
+  it('serves with no replica (the gateways hold its requests), and a held request wakes it at once, whatever scale_up_delay says', () => {
+    const plan = zero('metric: rps, target: 10, window: 30s, scale_up_delay: 5m, scale_down_delay: 10s');
+    const core = started(plan);
+    expect(core.run.status).toBe('RUNNING');
+    expect(core.submission.ending).toBeNull();
+    expect(tableOf(core)).toMatchObject({ hold_s: SCALE_FROM_ZERO_HOLD_S, revisions: [{ groups: [{ name: 'web', replicas: [] }] }] });
+    // No request: none wanted, and not done for having no job.
+    let c = readAndPlay(pass(core, [], T0 + 10_000).core, figures(30, []), T0 + 10_100).core;
+    expect(size(c)).toBe(0);
+    expect(c.submission.ending).toBeNull();
+    // One request held now: one replica at once, though its size was first seen 5 s ago and scale_up_delay is 5 min.
+    c = readAndPlay(pass(c, [], T0 + 12_000).core, figures(30, [], { now: 1, total: 1 }), T0 + 12_100).core;
+    expect(size(c)).toBe(1);
+    expect(c.service?.autoscale.last[0]).toEqual({ value: 0, wanted: 1, at_ms: T0 + 12_100, held: 1 });
+    expect(tableOf(c).revisions[0]?.groups[0]?.replicas).toHaveLength(1);
+  });
+
+  it('goes back to zero, drained, once no request came for scale_down_delay, and a request held later wakes it again', () => {
+    let c = started(zero('metric: rps, target: 10, window: 30s, scale_down_delay: 10s'));
+    c = readAndPlay(pass(c, [], T0 + 10_000).core, figures(30, [], { now: 3, total: 3 }), T0 + 10_100).core;
+    expect(size(c)).toBe(1);
+    // Its traffic (3 requests in the window) keeps one; gone from the window, none wanted, and once its size is the delay old none left.
+    c = readAndPlay(pass(c, [], T0 + 20_000).core, figures(30, [{ group: 'web', requests: 3 }], { now: 0, total: 3 }), T0 + 20_100).core;
+    expect(size(c)).toBe(1);
+    c = readAndPlay(pass(c, [], T0 + 25_000).core, figures(30, []), T0 + 25_100).core;
+    expect(size(c)).toBe(1);
+    const idle = readAndPlay(pass(c, [], T0 + 31_000).core, figures(30, []), T0 + 31_100);
+    c = idle.core;
+    expect(size(c)).toBe(0);
+    expect(idle.seen.some(({ effect }) => effect.kind === 'drain')).toBe(true);
+    expect(c.run.status).toBe('RUNNING');
+    expect(c.submission.ending).toBeNull();
+    c = readAndPlay(pass(c, [], T0 + 60_000).core, figures(30, [], { now: 1, total: 1 }), T0 + 60_100).core;
+    expect(size(c)).toBe(1);
+  });
+
+  it('is woken only where the gateways hold requests: a group that still has a replica is sized on its traffic alone', () => {
+    const plan = openService([
+      '{name: a, replicas: 1..3, scaling: {metric: rps, target: 10, window: 30s, scale_up_delay: 0s}, commands: [a]}',
+      '{name: b, replicas: 0..3, scaling: {metric: rps, target: 10, window: 30s}, commands: [b]}',
+    ]);
+    expect(plan.service?.entry).toEqual([0, 1]);
+    // a serves every request: nothing held, b stays at zero.
+    let c = readAndPlay(pass(started(plan), [], T0 + 10_000).core, figures(30, [{ group: 'a', requests: 30 }]), T0 + 10_100).core;
+    expect([size(c, 0), size(c, 1)]).toEqual([1, 0]);
+    c = readAndPlay(pass(c, [], T0 + 12_000).core, figures(30, [{ group: 'a', requests: 30 }], { now: 2, total: 2 }), T0 + 12_100).core;
+    expect([size(c, 0), size(c, 1)]).toEqual([1, 1]);
   });
 });

@@ -14,7 +14,10 @@ import type { RunCore, ServiceCore } from './state';
  * gateways sent it over the window (rps), or those in flight to it now (concurrency); a group behind
  * the entry is sized on the service's traffic through its entry groups, as dstack sizes every group.
  * It wants ⌈value ÷ target⌉ replicas within its range; it grows once its size is `scale_up_delay`
- * old, shrinks once it is `scale_down_delay` old. While a rollout by revision is under way its
+ * old, shrinks once it is `scale_down_delay` old. An entry group with no replica (`replicas: 0..N`,
+ * scaled to zero) gets none of the traffic it would take: the gateways hold its requests instead
+ * (routing.ts: hold_s), and a request held now or in the window wakes it at once — at least one
+ * replica wanted, no delay, as dstack grows a service from zero. While a rollout by revision is under way its
  * resizes are the new revision's target (scaling.ts: retarget), so a load spike mid-rollout is
  * honoured. Pure: `now` comes in.
  */
@@ -96,11 +99,12 @@ function sizeGroup(core: RunCore, group: GroupPlan, event: Extract<RunEvent, { k
   const seen = auto.sizes[group.index];
   const size = seen && seen.nodes === nodes ? seen : { nodes, since_ms: now };
   const value = metricOf(core, group, event);
-  const wanted = Math.min(range.max, Math.max(range.min, Math.ceil(value / scaling.target - 1e-9)));
+  const waking = nodes === 0 && (core.plan.service?.entry ?? []).includes(group.index) && (event.held > 0 || event.held_total > 0);
+  const wanted = Math.min(range.max, Math.max(range.min, waking ? 1 : 0, Math.ceil(value / scaling.target - 1e-9)));
   const sizes = withIndex(auto.sizes, group.index, size);
-  const last = withIndex(auto.last, group.index, { value, wanted, at_ms: now });
+  const last = withIndex(auto.last, group.index, { value, wanted, at_ms: now, ...(waking ? { held: event.held_total } : {}) });
   const noted = withAutoscale(core, { ...auto, sizes, last });
-  const delay = wanted > nodes ? scaling.scale_up_delay_s : scaling.scale_down_delay_s;
+  const delay = wanted > nodes ? (nodes === 0 ? 0 : scaling.scale_up_delay_s) : scaling.scale_down_delay_s;
   if (wanted === nodes || now < size.since_ms + delay * 1000) return noted;
   // A resize of it under way (a rollout's own steps aside), a restart, dstack's rolling: the next reading judges again.
   const busy = core.live?.resizes.some((r) => r.group === group.index && r.phase !== 'over' && !isDeploymentStep(r));

@@ -198,7 +198,7 @@ describe('a coherent rollout with a canary', () => {
   /** The canary's figures as the gateways would give them: `errors` of every 20 of its answers, none of the old's. */
   const figures = (errors: number) => (e: Effect): RunEvent[] =>
     e.kind === 'read-figures'
-      ? [{ kind: 'figures', purpose: 'canary', window_s: e.window_s, revisions: [{ revision: 0, requests: 180, errors: 0, p95_ms: 40 }, { revision: 1, requests: 20, errors, p95_ms: 45 }], groups: [], error: null }]
+      ? [{ kind: 'figures', purpose: 'canary', window_s: e.window_s, revisions: [{ revision: 0, requests: 180, errors: 0, p95_ms: 40 }, { revision: 1, requests: 20, errors, p95_ms: 45 }], groups: [], held: 0, held_total: 0, error: null }]
       : [];
   /** Passes half a second apart, every effect answered (read-figures by `answer`); what was seen, with when. */
   function run(core: RunCore, effects: Effect[], from: number, answer: (e: Effect) => RunEvent[]) {

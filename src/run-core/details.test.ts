@@ -39,7 +39,7 @@ describe("the run's current details", () => {
   it("a service: its deployment, the rollout's steps, and each autoscaled group's last verdict", () => {
     const plan = openService(['{name: web, replicas: 1..3, scaling: {metric: rps, target: 10, window: 30s}, commands: [serve]}'], ['rollout: {coherence: revision}']);
     let core = servingCore(plan);
-    core = pass(core, [{ kind: 'figures', purpose: 'autoscale', window_s: 30, revisions: [], groups: [{ revision: 0, group: 'web', requests: 450, inflight: 2 }], error: null }], T0 + 5000).core;
+    core = pass(core, [{ kind: 'figures', purpose: 'autoscale', window_s: 30, revisions: [], groups: [{ revision: 0, group: 'web', requests: 450, inflight: 2 }], held: 0, held_total: 0, error: null }], T0 + 5000).core;
     const text = runDetails(core, ['12:00:01 deployment 1 starting']);
     expect(text).toContain('| web | 1 / 1 (1..3) |');
     expect(text).toContain('**Service** · deployment 0 · revision 0 serves · http://gw/services/pd/');

@@ -46,6 +46,9 @@ export type RunEvent =
       window_s: number;
       revisions: Array<{ revision: number; requests: number; errors: number; p95_ms: number | null }>;
       groups: Array<{ revision: number; group: string; requests: number; inflight: number }>;
+      /** Requests the gateways hold now for want of a ready entry replica (a service scaled to zero), and those held in the window. */
+      held: number;
+      held_total: number;
       error: string | null;
     }
   /** The rollout under way paused, resumed or rolled back by hand (the rolloutControl Update, once accepted). */

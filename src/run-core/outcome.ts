@@ -50,13 +50,15 @@ export function decideOutcome(core: RunCore, event: RunEvent, now: number): Deci
 /**
  * Whether the submission is over, looked at once all that happened so far is in (and the live
  * run's healing has replaced the nodes it replaces): a stop, a failure, a deadline, or the stop
- * criteria. A submission's first running job makes the run RUNNING.
+ * criteria. A submission's first running job makes the run RUNNING, and so does a service's start
+ * with no replica (scaled to zero: the gateways hold its requests while one wakes).
  */
 function judge(core: RunCore, now: number, effects: Effect[]): Decision<RunCore> {
   if (core.submission.ending) return { state: core, effects };
   let next = core;
   const started = core.submission.phase === 'started';
-  if (started && core.submission.running_since_ms === null && core.run.jobs.some((job) => job.running_at !== null)) {
+  const serving = core.run.jobs.some((job) => job.running_at !== null) || (core.plan.service !== undefined && activeJobs(core.run).length === 0);
+  if (started && core.submission.running_since_ms === null && serving) {
     next = { ...core, submission: { ...core.submission, running_since_ms: now } };
     core.run.status = 'RUNNING';
     effects.push({ kind: 'set-status', status: 'RUNNING' });
@@ -177,7 +179,9 @@ function stopCriteriaMet(core: RunCore): Ending | null {
     const nodes = activeJobs(run).filter((job) => job.group_index === plan.stop_group);
     if (nodes.length > 0 && nodes.every((job) => job.exit_code === 0)) return { kind: 'done' };
   }
-  if (activeJobs(run).every((job) => job.exit_code === 0)) return { kind: 'done' };
+  // A service scaled to zero has no job, and is not done.
+  const active = activeJobs(run);
+  if (active.length > 0 && active.every((job) => job.exit_code === 0)) return { kind: 'done' };
   return null;
 }
 

@@ -29,6 +29,18 @@ export const ROUTES_REFRESH_MS = 60_000;
 /** How long a replica being removed (a scale-down, a stop) may take to finish its requests in flight. */
 export const DRAIN_TIMEOUT_S = 30;
 
+/**
+ * How long the gateways hold a request of a service that scales to zero while no entry replica is
+ * ready (its first replica starting), before answering 503: the table's `hold_s`.
+ */
+export const SCALE_FROM_ZERO_HOLD_S = 300;
+
+/** A service whose entry groups may have no replica (`replicas: 0..N`): the gateways hold its requests while one wakes. */
+export function scalesToZero(core: RunCore): boolean {
+  const entry = core.plan.service?.entry ?? [];
+  return core.plan.groups.some((g) => entry.includes(g.index) && g.nodes_range?.min === 0 && g.scaling != null);
+}
+
 
 export function decideRouting(core: RunCore, event: RunEvent, now: number): Decision<RunCore> {
   const service = core.service;
@@ -81,6 +93,8 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
     strip_prefix: service.strip_prefix,
     rate_limits: service.rate_limits,
     current_revision: current,
+    // Once its end is decided, a request waits for nothing.
+    ...(scalesToZero(core) && !ending ? { hold_s: SCALE_FROM_ZERO_HOLD_S } : {}),
     revisions: numbers.map((number) => ({
       number,
       // A canary takes its share of new requests; the current revision the rest.

@@ -2,9 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { loadServicePlan, serviceRunPlan } from '../../src/plan';
 import { runWorkflowId } from '../../src/contract/ids';
-import { runStateQuery, stopRunSignal } from '../../src/contract/messages';
+import { runStateQuery } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
-import { leftovers } from '../helpers/leftovers';
+import { stopLeavingNothing } from '../helpers/leftovers';
 import { chatThrough, standInPdServiceYaml, useStandInGateway } from '../helpers/stand-in-service';
 import { startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
@@ -100,9 +100,6 @@ describe('a service that sizes itself', () => {
     const state = await handle.query(runStateQuery);
     expect(state.jobs.every((j) => j.restarts === 0)).toBe(true);
 
-    await handle.signal(stopRunSignal, { abort: false });
-    const final: RunState = await handle.result();
-    expect(final.status).toBe('TERMINATED');
-    expect(leftovers(final, fleet.stateDir)).toEqual({ processes: 0, namespaces: 0, leases: 0, instances: 0 });
+    await stopLeavingNothing(handle, fleet.stateDir);
   }, 300_000);
 });

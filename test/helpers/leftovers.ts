@@ -1,5 +1,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { expect } from 'vitest';
+import { stopRunSignal } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
 import { processGroupMembers } from './local-fleet';
 
@@ -58,4 +60,13 @@ export function leftovers(state: RunState | null, fleetDir: string): Leftovers {
     leases: filesMentioning(join(fleetDir, 'leases'), state.run_uid).length,
     instances: filesMentioning(join(fleetDir, 'instances'), state.run_uid).length,
   };
+}
+
+/** A run stopped gracefully (`troupe stop`): it ends TERMINATED and leaves nothing on this machine. */
+export async function stopLeavingNothing(handle: { signal: (s: typeof stopRunSignal, arg: { abort: boolean }) => Promise<void>; result: () => Promise<RunState> }, fleetDir: string): Promise<RunState> {
+  await handle.signal(stopRunSignal, { abort: false });
+  const final = await handle.result();
+  expect(final.status).toBe('TERMINATED');
+  expect(leftovers(final, fleetDir)).toEqual({ processes: 0, namespaces: 0, leases: 0, instances: 0 });
+  return final;
 }

@@ -43,6 +43,11 @@ export async function startGroups(run: Run, adopted?: { signalled: Set<number> }
   return submission;
 }
 
+/** The group that starts unlocked: job 0's (group 0's, unless a service's group 0 starts with no replica). */
+export function firstGroup(run: Run): number {
+  return run.input.plan.jobs[0]?.node_group_index ?? 0;
+}
+
 /** The jobs of group `index` that run now, where they run: what its adopting child takes up. */
 function runningJobsOf(run: Run, index: number): NodeGroupInput['adopt'] {
   return run.state.jobs.flatMap((job) => {
@@ -77,7 +82,7 @@ function startGroup(run: Run, index: number, adopt: boolean): Promise<ChildWorkf
     options: input.options,
     retry: run.core.retry,
     retry_deadline_ms: run.core.retry_deadline_ms,
-    unlocked: index === 0,
+    unlocked: index === firstGroup(run),
     live: run.live !== null,
     adopt: adopt ? runningJobsOf(run, index) : null,
   };

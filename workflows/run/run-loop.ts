@@ -30,9 +30,10 @@ export async function driveSubmission(run: Run, submission: Submission): Promise
     const { ending, phase } = run.core.submission;
     if (ending) return ending;
     if (phase === 'unlocking') {
-      // Staged unlock: job 0's attempt (group 0's batch with group provisioning) comes first.
-      if (run.state.jobs[0]?.instance != null) {
-        await unlockOtherGroups(submission);
+      // Staged unlock: job 0's attempt (its group's batch with group provisioning) comes first; a service scaled to zero has none.
+      const first = run.state.jobs[0];
+      if (first === undefined || first.instance != null) {
+        await unlockOtherGroups(run, submission);
         feed(run, { kind: 'unlocked' });
         continue;
       }

@@ -63,8 +63,8 @@ export function readFigures(run: Run, effect: Extract<Effect, { kind: 'read-figu
   void figuresActivities.readServiceFigures
     .executeWithOptions({ summary: `${purpose === 'canary' ? "the canary's" : 'autoscaling'} figures of the last ${window_s} s` }, [{ run: run.state.run_name, window_s }])
     .then(
-      ({ revisions, groups }) => run.inbox.push({ kind: 'figures', purpose, window_s, revisions, groups, error: null }),
-      (err: unknown) => run.inbox.push({ kind: 'figures', purpose, window_s, revisions: [], groups: [], error: rootMessage(err) }),
+      ({ revisions, groups, held, held_total }) => run.inbox.push({ kind: 'figures', purpose, window_s, revisions, groups, held, held_total, error: null }),
+      (err: unknown) => run.inbox.push({ kind: 'figures', purpose, window_s, revisions: [], groups: [], held: 0, held_total: 0, error: rootMessage(err) }),
     );
 }
 

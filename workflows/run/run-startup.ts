@@ -1,6 +1,6 @@
 import { addressesReadySignal, mayStartSignal, unlockGroupSignal, type AddressBook } from '../../src/contract/messages';
 import type { Run } from './run-context';
-import type { Submission } from './run-groups';
+import { firstGroup, type Submission } from './run-groups';
 import { booksToStartWith, noteBookSent, peersNow } from '../../src/run-core/peers';
 import { jobsAllowedToStart } from '../../src/run-core/startup-order';
 
@@ -11,8 +11,9 @@ import { jobsAllowedToStart } from '../../src/run-core/startup-order';
  */
 const ADDRESS_BOOK_INLINE_MAX_BYTES = 64 * 1024;
 
-export function unlockOtherGroups(submission: Submission): Promise<unknown> {
-  return Promise.all(submission.children.slice(1).map((child) => child.signal(unlockGroupSignal)));
+export function unlockOtherGroups(run: Run, submission: Submission): Promise<unknown> {
+  const first = firstGroup(run);
+  return Promise.all(submission.children.filter((_, g) => g !== first).map((child) => child.signal(unlockGroupSignal)));
 }
 
 /**

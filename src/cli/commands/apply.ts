@@ -44,7 +44,7 @@ const help = renderUsage(
     'A service (`type: service`) runs the same way; with `auth` (the default) its token is made here and',
     'printed once: the gateways and the run keep only its hash.',
     'Exit code: 0 when the run is DONE, 1 when it FAILED or was TERMINATED (or could not start), 2 on bad usage,',
-    '3 for a service Troupe cannot run yet (a group starting with 0 replicas).',
+    '3 for a service Troupe cannot run yet (a group behind a router starting with 0 replicas).',
   ].join('\n'),
   [
     ['-f, --file FILE', 'the config: a task (type: task) or a service (type: service)'],
