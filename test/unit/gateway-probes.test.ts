@@ -1,6 +1,8 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { GatewayMetrics } from '../../src/gateway/gateway-metrics';
+import { GatewayServices } from '../../src/gateway/gateway-services';
+import { chooseReplica, chooseRevision } from '../../src/gateway/replica-choice';
 import { afterProbe, isServing, startStreaks } from '../../src/gateway/probe-streaks';
 import { ReplicaProbes, type ProbeCheck } from '../../src/gateway/replica-probes';
 import { ServiceTableSchema, type ServiceTableInput, type TableProbe } from '../../src/gateway/routing-table';
@@ -145,5 +147,31 @@ describe('ReplicaProbes (fake timers)', () => {
     probes.sync('web', ServiceTableSchema.parse(table(['http://a:1'])));
     expect(failing).toEqual([['web', ['http://a:1']], ['web', []]]);
     expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe('GatewayServices with replicas whose probes fail', () => {
+  it('chooses only the others; with none left, holds a request until a replica passes again', async () => {
+    const services = new GatewayServices({ connectTimeoutMs: 1000 });
+    cleanups.push(() => services.close());
+    services.put(ServiceTableSchema.parse(table(['http://a:1', 'http://b:1'], [probe()])));
+    const choose = () => {
+      const entry = chooseRevision(services.get('web')?.entries ?? [], 0);
+      return entry && chooseReplica(entry.candidates, () => 0, services.nextTurn())?.replica.url;
+    };
+    services.setProbesFailing('web', ['http://b:1']);
+    expect(Array.from({ length: 4 }, choose)).toEqual(['http://a:1', 'http://a:1', 'http://a:1', 'http://a:1']);
+    services.setProbesFailing('web', ['http://a:1', 'http://b:1']);
+    expect(choose()).toBeUndefined();
+    const released = new Promise<string | undefined>((resolve) => services.hold('web', (served) => resolve(served?.table.run)));
+    // A new table keeps the verdicts: still nothing to choose, the request still held.
+    services.put(ServiceTableSchema.parse({ ...table(['http://a:1', 'http://b:1'], [probe()]), generation: 1 }));
+    expect(choose()).toBeUndefined();
+    services.setProbesFailing('web', ['http://a:1']);
+    await expect(released).resolves.toBe('web');
+    expect(choose()).toBe('http://b:1');
+    expect(services.probesFailing()).toEqual([{ run: 'web', urls: ['http://a:1'] }]);
+    services.delete('web');
+    expect(services.probesFailing()).toEqual([]);
   });
 });
