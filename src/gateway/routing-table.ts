@@ -72,8 +72,9 @@ export const RateLimitSchema = z.strictObject({
 export const TableProbeSchema = z.strictObject({
   ...ServiceProbeSchema.shape,
   /** A path on the replica: the probe never leaves the replica's origin. */
-  url: z.string().regex(/^\/[^\s]{0,2047}$/, { message: 'a URL path: starts with /, no spaces, at most 2048 characters' }),
-  headers: z.array(z.strictObject({ name: z.string().regex(HEADER_NAME), value: z.string().max(2048) })).max(16),
+  url: z.string().regex(/^\/[\x20-\x7e\u00a0-\uffff]{0,2047}$/, { message: 'a URL path: starts with /, printable characters, at most 2048' }),
+  /** Names as HTTP allows them (RFC 9110 token), as long as the config's. */
+  headers: z.array(z.strictObject({ name: z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$/), value: z.string().max(2048) })).max(16),
   body: z.string().max(2048).nullable(),
   timeout_s: z.int().min(1).max(MAX_PROBE_TIMEOUT_S),
   interval_s: z.int().min(1).max(86_400),

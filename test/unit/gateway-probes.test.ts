@@ -73,6 +73,9 @@ describe('the routing table\'s probes', () => {
     const parsed = ServiceTableSchema.parse(table(['http://10.0.0.5:8000']));
     expect(parsed.probes).toEqual([]);
     expect(ServiceTableSchema.parse(table([], [probe()])).probes).toEqual([probe()]);
+    // What the config accepts passes: a space in the path, a dotted header name.
+    const written = probe({ url: '/health check', headers: [{ name: 'X.Probe', value: 'yes' }] });
+    expect(ServiceTableSchema.parse(table([], [written])).probes).toEqual([written]);
     const bad = ServiceTableSchema.safeParse(table([], [probe({ url: 'http://elsewhere/x', interval_s: 0 })]));
     expect(bad.success).toBe(false);
     expect(bad.error?.issues.map((i) => i.path.join('.')).sort()).toEqual(['probes.0.interval_s', 'probes.0.url']);
