@@ -20,6 +20,8 @@ export const ToWorkerSchema = z.discriminatedUnion('type', [
   /** The worker's figures of a service over the last `windowS` s, for the primary to add up. */
   z.strictObject({ type: z.literal('figures'), id: Id, run: z.string(), windowS: z.int().min(1) }),
   z.strictObject({ type: z.literal('rate'), id: Id, allowed: z.boolean(), retryAfterSeconds: z.number() }),
+  /** The primary probes after READY, once for every worker: the URLs of the service's replicas its probes now take out. */
+  z.strictObject({ type: z.literal('probes'), run: z.string(), failing: z.array(z.string()) }),
   z.strictObject({ type: z.literal('close'), graceMs: z.int().min(0) }),
 ]);
 export type ToWorker = z.infer<typeof ToWorkerSchema>;

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { WorkerLink } from './admin-plane';
 import { ToPrimarySchema, WORKER_CONFIG_ENV, type ToPrimary, type ToWorker, type WorkerConfig } from './cluster-messages';
-import { withAdminPlane, type GatewayOptions, type RunningGateway } from './gateway';
+import { probesOf, withAdminPlane, type GatewayOptions, type RunningGateway } from './gateway';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayServices, type InflightRow } from './gateway-services';
 import { GatewayStateWriter, readGatewayState } from './state-file';
@@ -15,7 +15,8 @@ import { GatewayStateWriter, readGatewayState } from './state-file';
  * check, the state file), the rate limits' buckets (workers ask it, per request under a limit), and the
  * answers an operator or a drain reads — in-flight counts and metrics, added up over the workers. A table
  * pushed is answered once every worker serves it. A worker that dies is replaced, with the tables.
- * What differs from one process: each worker picks the least loaded replica by its own in-flight counts,
+ * The primary probes the replicas after READY, once for the gateway, and tells every worker which
+ * replicas its probes take out. What differs from one process: each worker picks the least loaded replica by its own in-flight counts,
  * and a dead worker's counters start again from 0.
  */
 
@@ -39,14 +40,23 @@ export async function startGatewayCluster(options: GatewayOptions, workers: numb
   // The primary's services hold the tables and the rate limits; it forwards no request.
   const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000 });
   const metrics = new GatewayMetrics(() => 0);
-  if (options.stateFile !== undefined) {
-    for (const table of await readGatewayState(options.stateFile)) services.put(table);
+  const members = new Map<number, Member>();
+  const probes = probesOf(services, metrics, (run, urls) => {
+    services.setProbesFailing(run, urls);
+    for (const member of members.values()) if (member.started) member.worker.send({ type: 'probes', run, failing: [...urls] } satisfies ToWorker);
+  });
+  try {
+    if (options.stateFile !== undefined) {
+      for (const table of await readGatewayState(options.stateFile)) services.put(table);
+    }
+  } catch (err) {
+    probes.close();
+    throw err;
   }
   const state = options.stateFile !== undefined ? new GatewayStateWriter(options.stateFile) : null;
   const config: WorkerConfig = { host: options.listen.host, port: options.listen.port, domain: options.domain, connectTimeoutMs: options.connectTimeoutMs ?? 3000 };
   cluster.setupPrimary({ exec: WORKER_ENTRY, args: [] });
 
-  const members = new Map<number, Member>();
   const waiting = new Map<number, { member: Member; resolve: (reply: Reply | null) => void; timer: NodeJS.Timeout }>();
   let nextId = 0;
   let closing = false;
@@ -80,6 +90,7 @@ export async function startGatewayCluster(options: GatewayOptions, workers: numb
       if (closing) return member.worker.send({ type: 'close', graceMs: closeGraceMs } satisfies ToWorker);
       // The tables as they are now; a change after this reaches it as a `put`/`delete`, in order.
       void ask(member, (id) => ({ type: 'tables', id, tables: services.tables() }));
+      for (const { run, urls } of services.probesFailing()) member.worker.send({ type: 'probes', run, failing: urls } satisfies ToWorker);
       return;
     }
     if (m.type === 'listening') {
@@ -125,6 +136,7 @@ export async function startGatewayCluster(options: GatewayOptions, workers: numb
 
   const stopWorkers = async (graceMs: number) => {
     closing = true;
+    probes.close();
     closeGraceMs = graceMs;
     await Promise.all(
       [...members.values()].map(
@@ -174,7 +186,8 @@ export async function startGatewayCluster(options: GatewayOptions, workers: numb
     figures: async (run, windowS) => (await askAll((id) => ({ type: 'figures', id, run, windowS }))).flatMap((r) => (r.type === 'figures' ? [r.part] : [])),
     metrics: async () => {
       const each = (await askAll((id) => ({ type: 'metrics', id }))).flatMap((r) => (r.type === 'metrics' ? [r.metrics as MetricObjectWithValues<MetricValue<string>>[]] : []));
-      return AggregatorRegistry.aggregate(each).metrics();
+      // The probes' metrics are the primary's own.
+      return AggregatorRegistry.aggregate([...each, (await metrics.registry.getMetricsAsJSON()) as MetricObjectWithValues<MetricValue<string>>[]]).metrics();
     },
   };
 

@@ -61,6 +61,10 @@ export class GatewayMetrics {
   /** Request received → response headers sent by the replica. */
   readonly firstByte: Histogram<Labels>;
   readonly inflight: Gauge<Labels>;
+  /** Probes after READY that failed (an error, a timeout, an answer other than 2xx), per replica. */
+  readonly probeFailures: Counter<Labels>;
+  /** Ready replicas given no new request because a probe after READY fails. */
+  readonly probesFailing: Gauge<Exclude<Labels, 'replica'>>;
   /** By label key: as many as prom-client itself keeps label sets for (it forgets none either). */
   private readonly replicas = new Map<string, ReplicaMetrics>();
 
@@ -75,6 +79,8 @@ export class GatewayMetrics {
     this.errors = new Counter({ name: 'troupe_gateway_errors_total', help: 'Requests that failed or were refused, by reason', labelNames: [...labelNames, 'reason'], registers });
     this.latency = new Histogram({ name: 'troupe_gateway_request_duration_seconds', help: 'From the request received to the response ended', labelNames, buckets: LATENCY_BUCKETS, registers });
     this.firstByte = new Histogram({ name: 'troupe_gateway_response_headers_seconds', help: "From the request received to the replica's response headers", labelNames, buckets: LATENCY_BUCKETS, registers });
+    this.probeFailures = new Counter({ name: 'troupe_gateway_probe_failures_total', help: 'Probes after READY that failed: an error, a timeout or an answer other than 2xx', labelNames, registers });
+    this.probesFailing = new Gauge({ name: 'troupe_gateway_replicas_probes_failing', help: 'Ready replicas given no new request because a probe after READY fails', labelNames: ['service', 'revision', 'group'], registers });
     const replicas = this.replicas;
     this.inflight = new Gauge({
       name: 'troupe_gateway_inflight_requests',

@@ -45,18 +45,23 @@ export interface PoolOptions {
   connectTimeoutMs: number;
 }
 
+const NO_URLS: ReadonlySet<string> = new Set();
+
 function inflightKey(run: string, revision: number, group: string, url: string): string {
   return JSON.stringify([run, revision, group, url]);
 }
 
-function entriesOf(table: ServiceTable): Entry[] {
+/** `failing`: URLs of replicas whose probes after READY fail (replica-probes.ts). */
+function entriesOf(table: ServiceTable, failing: ReadonlySet<string>): Entry[] {
   const others = table.revisions.reduce((sum, r) => sum + (r.number === table.current_revision ? 0 : (r.traffic ?? 0)), 0);
   const entries = table.revisions.map((revision): Entry => {
     const candidates = revision.groups
       .filter((g) => revision.entry.includes(g.name))
-      .flatMap((g) => g.replicas.map((replica) => ({ group: g.name, replica, key: inflightKey(table.run, revision.number, g.name, replica.url), origin: new URL(replica.url).origin })));
+      .flatMap((g) =>
+        g.replicas.map((replica) => ({ group: g.name, replica, key: inflightKey(table.run, revision.number, g.name, replica.url), origin: new URL(replica.url).origin, probesFailing: failing.has(replica.url) })),
+      );
     const share = revision.number === table.current_revision ? 100 - others : (revision.traffic ?? 0);
-    return { revision: revision.number, groups: revision.entry, candidates, share, ready: candidates.some((c) => c.replica.state === 'ready') };
+    return { revision: revision.number, groups: revision.entry, candidates, share, ready: candidates.some((c) => c.replica.state === 'ready' && !c.probesFailing) };
   });
   return entries.sort((a, b) => Number(b.revision === table.current_revision) - Number(a.revision === table.current_revision));
 }
@@ -73,23 +78,55 @@ export class GatewayServices {
   /** Requests waiting for a ready replica, by run: each called with the service once a table brings one, or undefined once the service is removed. */
   private readonly holds = new Map<string, Set<(served: ServedService | undefined) => void>>();
   private readonly windows = new Map<string, ServiceWindow>();
+  /** By run: URLs of its ready replicas whose probes after READY fail, as the prober last said. */
+  private readonly failing = new Map<string, ReadonlySet<string>>();
+  private readonly watchers = new Set<(run: string, table: ServiceTable | undefined) => void>();
   private turn = 0;
 
   constructor(private readonly poolOptions: PoolOptions) {}
 
   put(table: ServiceTable): void {
-    const served: ServedService = { table, limiter: new RateLimiter(table.rate_limits), entries: entriesOf(table) };
+    const served: ServedService = { table, limiter: new RateLimiter(table.rate_limits), entries: entriesOf(table, this.failing.get(table.run) ?? NO_URLS) };
     this.services.set(table.run, served);
     this.closeUnusedPools();
     if (served.entries.some((e) => e.ready)) this.release(table.run, served);
+    for (const watcher of this.watchers) watcher(table.run, table);
   }
 
   delete(run: string): boolean {
     const had = this.services.delete(run);
     this.windows.delete(run);
+    this.failing.delete(run);
     this.closeUnusedPools();
     this.release(run, undefined);
+    for (const watcher of this.watchers) watcher(run, undefined);
     return had;
+  }
+
+  /** Calls `watcher` after each table put (with it) or service deleted (undefined); answers the function that stops. */
+  watch(watcher: (run: string, table: ServiceTable | undefined) => void): () => void {
+    this.watchers.add(watcher);
+    return () => this.watchers.delete(watcher);
+  }
+
+  /**
+   * The replicas of `run` whose probes after READY fail (by URL): they get no new request, as if not ready,
+   * until a later call leaves them out. Kept whether or not the run's table is here yet (a clustered
+   * gateway's worker may hear of them first).
+   */
+  setProbesFailing(run: string, urls: Iterable<string>): void {
+    const failing = new Set(urls);
+    if (failing.size > 0) this.failing.set(run, failing);
+    else this.failing.delete(run);
+    const served = this.services.get(run);
+    if (!served) return;
+    served.entries = entriesOf(served.table, failing);
+    if (served.entries.some((e) => e.ready)) this.release(run, served);
+  }
+
+  /** Every run's replicas whose probes after READY fail, for a clustered gateway's new worker. */
+  probesFailing(): Array<{ run: string; urls: string[] }> {
+    return [...this.failing].map(([run, urls]) => ({ run, urls: [...urls] }));
   }
 
   /**

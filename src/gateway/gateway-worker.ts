@@ -64,6 +64,8 @@ export async function runGatewayWorker(): Promise<void> {
         return send({ type: 'figures', id: m.id, part: services.figuresPart(m.run, m.windowS, Date.now()) });
       case 'metrics':
         return send({ type: 'metrics', id: m.id, metrics: await metrics.registry.getMetricsAsJSON() });
+      case 'probes':
+        return services.setProbesFailing(m.run, m.failing);
       case 'rate': {
         const waiting = rates.get(m.id);
         rates.delete(m.id);

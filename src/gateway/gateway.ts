@@ -4,6 +4,7 @@ import { adminPlaneHandler, type WorkerLink } from './admin-plane';
 import { dataPlaneHandler, type DataPlaneOptions } from './data-plane';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayServices } from './gateway-services';
+import { ReplicaProbes } from './replica-probes';
 import { GatewayStateWriter, readGatewayState } from './state-file';
 
 export interface GatewayOptions {
@@ -68,6 +69,13 @@ export async function listenDataPlane(services: GatewayServices, metrics: Gatewa
   };
 }
 
+/** The probes after READY of every table `services` is given, from now on; `onFailing` hears their verdicts. */
+export function probesOf(services: GatewayServices, metrics: GatewayMetrics, onFailing: (run: string, urls: ReadonlySet<string>) => void): ReplicaProbes {
+  const probes = new ReplicaProbes({ metrics, onFailing });
+  services.watch((run, table) => probes.sync(run, table));
+  return probes;
+}
+
 /**
  * The data plane's address as a user can call it: `0.0.0.0` or `::` is where a server listens, not an
  * address to send a request to, so a gateway listening on every interface is reported on the loopback.
@@ -83,13 +91,20 @@ export async function startGateway(options: GatewayOptions): Promise<RunningGate
   if (options.adminToken.length < 16) throw new Error('the admin token must be at least 16 characters');
   const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000 });
   const metrics = new GatewayMetrics((key) => services.inflightOf(key));
-  if (options.stateFile !== undefined) {
-    for (const table of await readGatewayState(options.stateFile)) services.put(table);
+  const probes = probesOf(services, metrics, (run, urls) => services.setProbesFailing(run, urls));
+  let data: DataPlaneServer;
+  try {
+    if (options.stateFile !== undefined) {
+      for (const table of await readGatewayState(options.stateFile)) services.put(table);
+    }
+    data = await listenDataPlane(services, metrics, { ...options.listen, domain: options.domain });
+  } catch (err) {
+    probes.close();
+    throw err;
   }
   const state = options.stateFile !== undefined ? new GatewayStateWriter(options.stateFile) : null;
-  const data = await listenDataPlane(services, metrics, { ...options.listen, domain: options.domain });
-  const url = data.url;
-  return withAdminPlane(options, { url, services, metrics, state }, async (graceMs) => {
+  return withAdminPlane(options, { url: data.url, services, metrics, state }, async (graceMs) => {
+    probes.close();
     await data.close(graceMs);
     await services.close();
   });

@@ -3,17 +3,19 @@ import type { Replica } from './routing-table';
 export interface Candidate {
   group: string;
   replica: Replica;
+  /** Listed ready, but a probe after READY fails: no new request, as if it were not ready. */
+  probesFailing?: boolean;
 }
 
 const NONE: ReadonlySet<string> = new Set();
 
 /**
- * The replica a new request goes to: a ready one of the entry groups, the least loaded (fewest requests
+ * The replica a new request goes to: a ready one of the entry groups whose probes pass, the least loaded (fewest requests
  * in flight), ties taken in turn from `turn` so equal replicas share the load round-robin.
  * `skip`: origins already tried for this request (a connect error).
  */
 export function chooseReplica<C extends Candidate>(candidates: readonly C[], inflight: (c: C) => number, turn: number, skip: ReadonlySet<string> = NONE): C | undefined {
-  const ready = candidates.filter((c) => c.replica.state === 'ready' && !skip.has(c.replica.url));
+  const ready = candidates.filter((c) => c.replica.state === 'ready' && c.probesFailing !== true && !skip.has(c.replica.url));
   if (ready.length === 0) return undefined;
   let best: C | undefined;
   let bestLoad = Infinity;

@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { RUN_NAME } from '../plan/run-name';
+import { MAX_PROBE_TIMEOUT_S, MAX_PROBES } from '../config/service-schema';
+import { ServiceProbeSchema } from '../plan/service-plan-schema';
 
 /**
  * The gateway's routing table for one service: the contract a run pushes to every gateway (through the
@@ -63,6 +65,22 @@ export const RateLimitSchema = z.strictObject({
   key: RateLimitKeySchema.default({ type: 'ip_address' }),
 });
 
+/**
+ * A probe as the service's plan has it (dstack's fields and defaults), bounded as a table from the network
+ * must be. The gateway runs those with `until_ready: false` on each ready entry replica for its whole life.
+ */
+export const TableProbeSchema = z.strictObject({
+  ...ServiceProbeSchema.shape,
+  /** A path on the replica: the probe never leaves the replica's origin. */
+  url: z.string().regex(/^\/[\x20-\x7e\u00a0-\uffff]{0,2047}$/, { message: 'a URL path: starts with /, printable characters, at most 2048' }),
+  /** Names as HTTP allows them (RFC 9110 token), as long as the config's. */
+  headers: z.array(z.strictObject({ name: z.string().regex(/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$/), value: z.string().max(2048) })).max(16),
+  body: z.string().max(2048).nullable(),
+  timeout_s: z.int().min(1).max(MAX_PROBE_TIMEOUT_S),
+  interval_s: z.int().min(1).max(86_400),
+  ready_after: z.int().min(1).max(1000),
+});
+
 export const ServiceTableSchema = z
   .strictObject({
     run: z.string().regex(RUN_NAME, { message: 'a run name: a lowercase letter, then 1–40 of a-z, 0-9, -' }),
@@ -81,6 +99,11 @@ export const ServiceTableSchema = z
      * one (a service scaled to zero starting its first replica); 0: a 503 at once.
      */
     hold_s: z.int().min(0).max(600).default(0),
+    /**
+     * The service's probes. Those with `until_ready: false` go on after READY: a ready entry replica whose
+     * probe fails gets no new request until it passes `ready_after` times in a row. Absent or empty: none.
+     */
+    probes: z.array(TableProbeSchema).max(MAX_PROBES).default([]),
   })
   .superRefine((table, ctx) => {
     const numbers = table.revisions.map((r) => r.number);
@@ -105,6 +128,7 @@ export const ServiceTableSchema = z
   });
 
 export type Replica = z.infer<typeof ReplicaSchema>;
+export type TableProbe = z.infer<typeof TableProbeSchema>;
 export type RateLimit = z.infer<typeof RateLimitSchema>;
 export type Revision = z.infer<typeof RevisionSchema>;
 export type ServiceTable = z.infer<typeof ServiceTableSchema>;

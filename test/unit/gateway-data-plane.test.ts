@@ -30,6 +30,10 @@ interface StandIn {
   /** Lets the `/stream` answers in progress send their last chunk. */
   release(): void;
   server: Server;
+  /** What `/health` (a probe) answers: 200, else 500. */
+  healthy: boolean;
+  /** The probes it saw: method, Authorization and body. */
+  probes: Array<{ method: string; auth: string | undefined; body: string }>;
 }
 
 async function listening(server: Server): Promise<string> {
@@ -39,12 +43,22 @@ async function listening(server: Server): Promise<string> {
 
 /**
  * A replica: `/stream` answers chunked, `first <name>\n` at once and `last <name>\n` after release();
- * `/echo` answers the request's body; `/hang` never answers; anything else `{"name", "path"}`.
+ * `/echo` answers the request's body; `/hang` never answers; `/health` as `healthy` says (not in `seen`);
+ * anything else `{"name", "path"}`.
  */
 async function standIn(name: string): Promise<StandIn> {
   const waiting: Array<() => void> = [];
   const seen: StandIn['seen'] = [];
   const server = createServer((req, res) => {
+    if (req.url === '/health') {
+      let body = '';
+      req.on('data', (chunk: Buffer) => (body += chunk.toString()));
+      req.on('end', () => {
+        self.probes.push({ method: req.method ?? '', auth: req.headers.authorization, body });
+        res.writeHead(self.healthy ? 200 : 500).end();
+      });
+      return;
+    }
     seen.push({ path: req.url ?? '', headers: req.headers });
     if (req.url === '/stream' || req.url?.endsWith('/stream')) {
       res.writeHead(200, { 'content-type': 'text/event-stream', 'x-replica': name });
@@ -66,7 +80,8 @@ async function standIn(name: string): Promise<StandIn> {
     server.closeAllConnections();
     return new Promise<void>((resolve) => server.close(() => resolve()));
   });
-  return { name, url, seen, server, release: () => waiting.splice(0).forEach((f) => f()) };
+  const self: StandIn = { name, url, seen, server, release: () => waiting.splice(0).forEach((f) => f()), healthy: true, probes: [] };
+  return self;
 }
 
 /** A port nothing listens on. */
@@ -509,4 +524,50 @@ describe('a clustered gateway (--workers 2): one set of tables, limits, counts a
     await expect.poll(() => Object.values(cluster.workers ?? {}).filter((w) => w?.process.pid !== pid && !w?.isDead()).length, { timeout: 15_000 }).toBe(2);
     await expect.poll(async () => (await Promise.all(Array.from({ length: 4 }, () => onNewConnection(`${gw.url}/services/alpha/`)))).map((r) => r.status), { timeout: 15_000 }).toEqual([200, 200, 200, 200]);
   });
+});
+
+describe.each([1, 2])('probes after READY (workers: %i)', (workers) => {
+  const health = { type: 'http' as const, url: '/health', method: 'post' as const, headers: [{ name: 'Authorization', value: 'Bearer probe' }], body: '{"ping": 1}', timeout_s: 1, interval_s: 1, ready_after: 2, until_ready: false };
+  const names = async (gw: RunningGateway, n: number) =>
+    (await Promise.all(Array.from({ length: n }, () => onNewConnection(`${gw.url}/services/web/x`)))).map((r) => (r.status === 200 ? (JSON.parse(r.body) as { name: string }).name : String(r.status)));
+  const metrics = async (gw: RunningGateway) => (await admin(gw, 'GET', '/metrics')).text;
+
+  it('a replica whose probe fails gets no new request and none fails; it gets them again after ready_after passes', async () => {
+    const [a, b] = await Promise.all([standIn('a'), standIn('b')]);
+    const gw = await gateway({ workers });
+    await put(gw, table('web', [{ url: a.url }, { url: b.url }], { probes: [health] }));
+    // Probed as written: method, headers, body.
+    await expect.poll(() => b.probes.length, { timeout: 5_000 }).toBeGreaterThan(0);
+    expect(b.probes[0]).toEqual({ method: 'POST', auth: 'Bearer probe', body: '{"ping": 1}' });
+    expect(new Set(await names(gw, 8))).toEqual(new Set(['a', 'b']));
+
+    b.healthy = false;
+    // Out once a probe has failed, in every worker.
+    await expect.poll(() => metrics(gw), { timeout: 5_000 }).toContain('troupe_gateway_replicas_probes_failing{service="web",revision="0",group="main"} 1');
+    const servedBefore = b.seen.length;
+    expect(await names(gw, 20)).toEqual(Array.from({ length: 20 }, () => 'a'));
+    expect(b.seen.length).toBe(servedBefore);
+    expect(await metrics(gw)).toMatch(new RegExp(`troupe_gateway_probe_failures_total\\{service="web",revision="0",group="main",replica="${b.url}"\\} [1-9]`));
+
+    // a fails too: no ready replica is left, the usual 503.
+    a.healthy = false;
+    await expect.poll(async () => (await onNewConnection(`${gw.url}/services/web/x`)).status, { timeout: 5_000 }).toBe(503);
+    expect(JSON.parse((await onNewConnection(`${gw.url}/services/web/x`)).body)).toEqual({ error: 'no ready replica in group "main" of revision 0 of service "web"' });
+
+    // b passes again: back after two passes in a row.
+    const passedFrom = b.probes.length;
+    b.healthy = true;
+    await expect.poll(() => names(gw, 4), { timeout: 8_000 }).toEqual(['b', 'b', 'b', 'b']);
+    expect(b.probes.length - passedFrom).toBeGreaterThanOrEqual(2);
+    a.healthy = true;
+    await expect.poll(async () => new Set(await names(gw, 8)), { timeout: 8_000 }).toEqual(new Set(['a', 'b']));
+    await expect.poll(() => metrics(gw), { timeout: 5_000 }).toContain('troupe_gateway_replicas_probes_failing{service="web",revision="0",group="main"} 0');
+
+    // The service deleted: its probes stop.
+    expect((await admin(gw, 'DELETE', '/services/web')).status).toBe(200);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const probed = a.probes.length + b.probes.length;
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect(a.probes.length + b.probes.length).toBe(probed);
+  }, 40_000);
 });
