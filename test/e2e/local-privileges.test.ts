@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { noNewPrivsLine } from '../../src/backends/local/job-privileges';
+import { noNewPrivsLine } from '../../src/backends/no-new-privs';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
 import { jobRef, LocalFleetHarness, makeRun, waitFor } from './local-fixtures';
 

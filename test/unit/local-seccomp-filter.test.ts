@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { filterSupports, seccompFilter } from '../../src/backends/local/seccomp-filter';
+import { filterSupports, seccompFilter } from '../../src/backends/seccomp-filter';
 
 /**
  * The seccomp filter of a local job (issue 37, part 2), run here by a small interpreter of the

@@ -52,7 +52,8 @@ import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netns
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
 import { execOnNode } from './node-exec';
-import { jobConfinement, noNewPrivsLine, type Confinement } from './job-privileges';
+import { jobConfinement } from './job-privileges';
+import { noNewPrivsLine, type Confinement } from '../no-new-privs';
 import { waitForSshServer, writeNodeSsh } from './node-ssh';
 import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';

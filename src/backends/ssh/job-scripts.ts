@@ -1,7 +1,9 @@
 import { SshLayout } from '../../runner/inter-node-ssh';
 import { JobLayout as L } from '../../runner/job-layout';
 import { quoteShellWord } from '../../runner/shell-quote';
+import type { Confinement } from '../no-new-privs';
 import { cgroupStartLines, oomKillsLines, REMOVE_CGROUPS, type SshCgroup } from './job-cgroup-script';
+import { noPrivilegesLogLines, privilegesWords } from './job-privileges-script';
 
 /**
  * The bash scripts the SSH runner runs on a host, one round trip each. They follow the job
@@ -133,20 +135,27 @@ export function prepareStartScript(jobDir: string, needsRuntime: boolean): strin
   ].join('\n');
 }
 
+/** What the wrapper starts inside: its cgroup (job-cgroup-script.ts) and its walls (job-privileges-script.ts); each absent: nothing, and no line in the log. */
+export interface WrapperWalls {
+  cgroup?: SshCgroup | null;
+  confinement?: Confinement | null;
+}
+
 /**
  * Step 3 of a start (after the files are in place): spawns the wrapper in a new session unless
  * the claim exists, then waits for whoever won the claim to record its pid. `setsid -f` rather
  * than `&`, because a background command of a non-interactive bash ignores SIGINT for good; a
  * setsid too old for `-f` (util-linux before 2.32) fails at once and the wrapper starts with `&`.
  */
-export function spawnWrapperScript(jobDir: string, instanceId: string, cgroup: SshCgroup | null = null): string {
+export function spawnWrapperScript(jobDir: string, instanceId: string, { cgroup = null, confinement = null }: WrapperWalls = {}): string {
   const launch = `${MARKER_NAME}=${quoteShellWord(instanceId)} setsid`;
-  // In the job's cgroup (job-cgroup-script.ts) before the wrapper runs: all it starts is born there.
-  const wrapper = `${cgroup ? '"${cg_join[@]}" ' : ''}bash --noprofile --norc ${L.wrapper} </dev/null >>${L.wrapperLog} 2>&1`;
+  // In the job's cgroup before the wrapper runs, then under its walls: all it starts is born in the one, under the other.
+  const wrapper = `${cgroup ? '"${cg_join[@]}" ' : ''}${confinement ? privilegesWords(confinement) : ''}bash --noprofile --norc ${L.wrapper} </dev/null >>${L.wrapperLog} 2>&1`;
   return [
     `cd ${quoteShellWord(jobDir)} || exit 97`,
     `if [ ! -d ${L.started} ]; then`,
     ...(cgroup ? cgroupStartLines(cgroup, L.log).map((line) => `  ${line}`) : []),
+    ...(confinement ? noPrivilegesLogLines(confinement, L.log).map((line) => `  ${line}`) : []),
     `  ${launch} -f ${wrapper} || { ${launch} ${wrapper} & }`,
     'fi',
     wait_for_claim(CLAIM_WAIT_SECONDS),
@@ -189,7 +198,7 @@ export const STAGE_PREFIX = '.stage.';
  * already running keeps what it started with. A NUL byte cannot pass through a bash string: a
  * file holding one fails the start as a short upload.
  */
-export function startJobScript(jobDir: string, instanceId: string, nonce: string, cgroup: SshCgroup | null = null): string {
+export function startJobScript(jobDir: string, instanceId: string, nonce: string, walls: WrapperWalls = {}): string {
   return [
     `d=${quoteShellWord(jobDir)}`,
     `stage="\${d%/*}/${STAGE_PREFIX}\${d##*/}.${nonce}"`,
@@ -227,7 +236,7 @@ export function startJobScript(jobDir: string, instanceId: string, nonce: string
     '    rm -rf -- "$stage"',
     '  fi',
     'fi',
-    spawnWrapperScript(jobDir, instanceId, cgroup),
+    spawnWrapperScript(jobDir, instanceId, walls),
   ].join('\n');
 }
 

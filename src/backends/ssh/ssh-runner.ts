@@ -50,6 +50,8 @@ import type { JobUsage } from '../job-usage';
 import { describeTarget, type SshTarget } from './target';
 import { outOfMemoryReason, type CgroupHierarchy } from '../cgroup-limits';
 import { CGROUP_PROBE_SCRIPT, limitsOfDetails, parseCgroupProbe, sshCgroupName, sshJobCgroup, sshRunCgroupPrefix } from './job-cgroup-script';
+import { parsePrivilegesProbe, privilegesProbeScript, privilegesWords } from './job-privileges-script';
+import type { Confinement } from '../no-new-privs';
 import { resolveTimeouts, type SshTimeouts } from './timeouts';
 
 export interface SshRunnerOptions {
@@ -62,6 +64,12 @@ export interface SshRunnerOptions {
 export interface StartJobOptions {
   /** Run the commands in this image (docker or podman on the host, host network, host GPUs). */
   image?: string | null;
+}
+
+/** What a host gives a job: a cgroup for its limits, and no new privileges. */
+interface HostWalls {
+  hierarchy: CgroupHierarchy;
+  confinement: Confinement;
 }
 
 /** What exec() reports for a script killed at its deadline (as coreutils `timeout` does). */
@@ -91,8 +99,8 @@ export class SshRunner {
   private readonly watch: JobWatch;
   /** The connection on which runnerReady() last found the job base directory writable. */
   private readyOn: SshSession | null = null;
-  /** The host's cgroup hierarchy for job limits, as probed on this connection. */
-  private cgroupsOn: { session: SshSession; hierarchy: CgroupHierarchy } | null = null;
+  /** What the host gives a job's walls, as probed on this connection. */
+  private probedOn: { session: SshSession; walls: HostWalls } | null = null;
 
   constructor(
     readonly target: SshTarget,
@@ -144,8 +152,9 @@ export class SshRunner {
       const image = options.image ?? null;
       if (image === null) {
         const uploads = this.jobUploads(job, files, null).map(([name, content, mode]) => ({ name, mode, content: Buffer.from(content, 'utf8') }));
-        const cgroup = sshJobCgroup(await this.cgroups(session), this.cgroupName(job), limitsOfDetails(job.instance.details));
-        const script = startJobScript(dir, job.instance.instance_id, randomBytes(6).toString('hex'), cgroup);
+        const { hierarchy, confinement } = await this.hostWalls(session);
+        const cgroup = sshJobCgroup(hierarchy, this.cgroupName(job), limitsOfDetails(job.instance.details));
+        const script = startJobScript(dir, job.instance.instance_id, randomBytes(6).toString('hex'), { cgroup, confinement });
         const words = await this.script(session, 'start the job', script, (CLAIM_WAIT_SECONDS + 30) * 1000, frameUploads(uploads));
         return this.startOutcome(job, dir, words);
       }
@@ -168,7 +177,8 @@ export class SshRunner {
         await this.upload(session, dir, uploads);
       }
       const why = `it runs in image ${image}, whose container ${runtime || 'docker or podman'} makes outside the job's own cgroup`;
-      const script = spawnWrapperScript(dir, job.instance.instance_id, { kind: 'none', why });
+      // No walls of Troupe's: the container runtime's own (its seccomp profile) hold inside; podman without root needs user namespaces.
+      const script = spawnWrapperScript(dir, job.instance.instance_id, { cgroup: { kind: 'none', why } });
       const words = await this.script(session, 'start the job', script, (CLAIM_WAIT_SECONDS + 20) * 1000);
       return this.startOutcome(job, dir, words);
     });
@@ -238,13 +248,14 @@ export class SshRunner {
     return sshCgroupName(runDirectory(this.baseDir, job.run_id), this.jobDirectory(job));
   }
 
-  /** The host's hierarchy for job limits: probed once per connection (one command). */
-  private async cgroups(session: SshSession): Promise<CgroupHierarchy> {
-    if (this.cgroupsOn?.session === session && !session.closed) return this.cgroupsOn.hierarchy;
-    const result = await session.exec(CGROUP_PROBE_SCRIPT);
-    const hierarchy = parseCgroupProbe(result.exitCode === 0 ? result.stdout : '', this.host);
-    this.cgroupsOn = { session, hierarchy };
-    return hierarchy;
+  /** The host's hierarchy for job limits and whether it can forbid new privileges: probed once per connection (one command). */
+  private async hostWalls(session: SshSession): Promise<HostWalls> {
+    if (this.probedOn?.session === session && !session.closed) return this.probedOn.walls;
+    const result = await session.exec(`${privilegesProbeScript()}\n${CGROUP_PROBE_SCRIPT}`);
+    const stdout = result.exitCode === 0 ? result.stdout : '';
+    const walls = { hierarchy: parseCgroupProbe(stdout, this.host), confinement: parsePrivilegesProbe(stdout, this.host) };
+    this.probedOn = { session, walls };
+    return walls;
   }
 
   /** What the spawn step answered: the pid of whichever start won, or why there is none. */
@@ -371,7 +382,7 @@ export class SshRunner {
       const usage = parseJobUsage(result.stdout);
       // Where the host takes limits, the job's memory limit is its cgroup's (the script sees only a v2 one of its own).
       const limit = limitsOfDetails(job.instance.details).memory_bytes;
-      if (usage === null || limit === null || (await this.cgroups(session)).version === null) return usage;
+      if (usage === null || limit === null || (await this.hostWalls(session)).hierarchy.version === null) return usage;
       return { ...usage, memory_limit_bytes: usage.memory_limit_bytes === null ? limit : Math.min(limit, usage.memory_limit_bytes) };
     });
   }
@@ -379,11 +390,13 @@ export class SshRunner {
   async exec(job: JobRef, script: string, timeoutMs: number): Promise<ExecResult> {
     const dir = quoteShellWord(this.jobDirectory(job));
     const seconds = (Math.max(1, timeoutMs) / 1000).toFixed(3);
-    const wrapped = [
-      `if [ -f ${dir}/${L.env} ]; then cd ${dir} && { . ./${L.env} || exit 126; }; else cd /; fi`,
-      `exec timeout -s KILL ${seconds} bash --noprofile --norc -c ${quoteShellWord(script)} </dev/null 2>&1`,
-    ].join('\n');
     return this.reachable(async (session) => {
+      // A peers hook or probe runs from outside the job's processes: under the same walls as they.
+      const walls = privilegesWords((await this.hostWalls(session)).confinement);
+      const wrapped = [
+        `if [ -f ${dir}/${L.env} ]; then cd ${dir} && { . ./${L.env} || exit 126; }; else cd /; fi`,
+        `exec ${walls}timeout -s KILL ${seconds} bash --noprofile --norc -c ${quoteShellWord(script)} </dev/null 2>&1`,
+      ].join('\n');
       const started = Date.now();
       const result = await session.exec(wrapped, { timeoutMs: timeoutMs + 10_000 });
       // `timeout -s KILL` kills its own process group, itself included: the command ends by signal.

@@ -1,5 +1,5 @@
 /**
- * The seccomp filter every process of a local job runs under (job-privileges.ts installs it): a
+ * The seccomp filter every process of a job runs under (no-new-privs.ts installs it): a
  * classic BPF program, built here because no Debian tool builds one from a rule list (bubblewrap
  * and systemd take a compiled program or link libseccomp). It refuses, with EPERM:
  *
