@@ -2,6 +2,7 @@ import type { GatewayAdmin } from '../src/gateway/admin-client';
 import { atTheBoundary } from './activity-failure';
 import { createFleetActivities } from './fleet';
 import { createGatewayRouteActivities } from './gateway-routes';
+import { createSyntheticRequestActivities } from './synthetic-request';
 import { createJobBatchActivities } from './job-batches';
 import { createJobActivities } from './jobs';
 import { createPeersActivities } from './peers';
@@ -26,6 +27,7 @@ export function createActivities(backends: BackendRegistry, options: ActivityOpt
     ...createTeardownActivities(backends),
     ...createPeersActivities(backends),
     ...createFleetActivities(),
+    ...createSyntheticRequestActivities(),
     ...createRunIdentityActivities(),
     ...createGatewayRouteActivities(options.gateways ?? []),
   });

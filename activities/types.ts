@@ -1,7 +1,7 @@
 /** What the activities take and give: a module of types alone, so that every activity file and the workflows can import it without a circle. */
 import type { Backend, JobRef, PeersFile, ProvisionRequest, RoomRequest } from '../src/backends/backend';
 import type { AddressBook } from '../src/contract/messages';
-import type { JobPlan, Plan, ReadyProbe } from '../src/plan/plan-schema';
+import type { JobPlan, Plan, ReadyProbe, ServiceProbe } from '../src/plan/plan-schema';
 import type { ServiceTableInput } from '../src/gateway/routing-table';
 
 /** The backends a worker can drive, by the name a run asks for (`local`, `ssh`, …). */
@@ -115,6 +115,19 @@ export interface DrainReplicasInput {
 export interface DrainReplicasResult {
   left: number;
   silent_gateways: string[];
+}
+
+/** Gate A of a rollout: a synthetic request to each of the new revision's entry replicas (activities/synthetic-request.ts). */
+export interface CheckRevisionInput {
+  urls: string[];
+  /** The entry group's first probe, or null: `GET /`. */
+  probe: ServiceProbe | null;
+}
+
+/** `error`: the first request that failed (which replica, what came back); null: all passed, `note` says how. */
+export interface CheckRevisionResult {
+  error: string | null;
+  note: string | null;
 }
 
 /** A service's figures over the last `window_s` seconds, asked of every gateway (a rollout's gates and the autoscaler read them). */

@@ -19,10 +19,16 @@
  *     and a load spike from 10 to 60 rps, both sent once the rollout is seen under way: failed
  *     requests, mixed-revision chains, whether prefill ended at 3 replicas of the new revision and
  *     decode grew (and whether its growth came before the rollout was over), the rollout's time.
+ *   - scale from zero: one group of the stand-in (`replicas: 0..2`, `scaling: {metric: rps, target: 10,
+ *     window: 30s, scale_down_delay: 1s}`, loading for 1 s), ZERO.trials times: once it is back at zero,
+ *     ZERO.burst requests at once through the gateway, which holds them; from their send: the wake
+ *     decision (the new job's submitted_at), its commands running, READY, and the answers; the replica's
+ *     own start (running → READY, the stand-in loading and its first probe) beside the rest, which is
+ *     Troupe's: the anchor is answered ≤ that start + 3 s. Failed requests.
  * Writes bench/results/autoscale.json.
  *
- *   npx tsx bench/autoscale.ts            both scenarios (~5 min)
- *   BENCH_AUTOSCALE_ONLY=step|rollout npx tsx bench/autoscale.ts   one of them
+ *   npx tsx bench/autoscale.ts            every scenario (~7 min)
+ *   BENCH_AUTOSCALE_ONLY=step|rollout|zero npx tsx bench/autoscale.ts   one of them
  */
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -37,7 +43,7 @@ import { applyServiceUpdate, runStateQuery, scaleGroupUpdate } from '../src/cont
 import type { JobState, RunState } from '../src/contract/run-state';
 import type { Plan } from '../src/plan/plan-schema';
 import type { Leftovers } from '../test/helpers/leftovers';
-import { standInPdServiceYaml, type StandInMark } from '../test/helpers/stand-in-service';
+import { standInPdServiceYaml, standInZeroServiceYaml, type StandInMark } from '../test/helpers/stand-in-service';
 import { loadAverage } from './harness/cpu';
 import { resultsDir } from './harness/results';
 import { fmt, percentile } from './harness/stats';
@@ -53,7 +59,8 @@ const PREFILL_SCALING = '{metric: rps, target: 1000, window: 30s}';
 const STEP = { low_rps: 10, low_s: 40, high_rps: 60, high_s: 60, tail_rps: 0.5, tail_limit_s: 120 };
 const SPIKE = { base_rps: 10, deploy_at_s: 5, high_rps: 60, high_s: 40 };
 /** Issue 28's anchors: the decision ≤ window + 2 s after the step, the new replica serving ≤ 3 s after it, 0 failed. */
-const ANCHOR = { decision_s: SCALING.window_s + 2, serving_s: 3, failed: 0 };
+const ANCHOR = { decision_s: SCALING.window_s + 2, serving_s: 3, failed: 0, zero_extra_s: 3 };
+const ZERO = { trials: 3, burst: 3 };
 
 /** One request: when it left and ended (s from the load's start), and who served it. */
 interface Answer {
@@ -482,6 +489,82 @@ async function rolloutSpike(bench: StandInServiceBench, name: string): Promise<R
   };
 }
 
+/** One wake from zero: times from the burst's send (s). */
+interface ZeroTrial {
+  decision_s: number | null;
+  running_s: number | null;
+  ready_s: number | null;
+  answered_s: number[];
+  /** The replica's own start: its commands running → READY. */
+  replica_start_s: number | null;
+  failed: string[];
+}
+
+interface ZeroResult {
+  trials: ZeroTrial[];
+  leftovers?: Leftovers;
+}
+
+const isoS = (iso: string | null | undefined, origin: number) => (iso ? (Date.parse(iso) - origin) / 1000 : null);
+
+/** Scale from zero, ZERO.trials times: a burst held by the gateway while the group it wakes starts its first replica. */
+async function fromZero(bench: StandInServiceBench, name: string): Promise<ZeroResult> {
+  const yaml = standInZeroServiceYaml(name, bench.script, '{metric: rps, target: 10, window: 30s, scale_down_delay: 1s}');
+  const plan = serviceRunPlan(loadServicePlan(yaml, `${name}.yml`, { environ: {} }), null);
+  await startService(bench, name, plan, 0);
+  const trials: ZeroTrial[] = [];
+  for (let i = 0; i < ZERO.trials; i++) {
+    await waitFor(bench, name, (s) => live(s).length === 0, 'the group back at zero', 120_000);
+    const before = new Set((await stateOf(bench, name)).jobs.map(keyOf));
+    const origin = Date.now();
+    const answers = await Promise.all(
+      Array.from({ length: ZERO.burst }, async () => {
+        try {
+          const res = await fetch(`${bench.gateway.url}/services/${name}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }] }),
+            signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS * 3),
+          });
+          await res.arrayBuffer();
+          return res.status === 200 ? { at: (Date.now() - origin) / 1000, error: null } : { at: null, error: `HTTP ${res.status}` };
+        } catch (err) {
+          return { at: null, error: failureText(err) };
+        }
+      }),
+    );
+    const state = await stateOf(bench, name);
+    const job = state.jobs.find((j) => !before.has(keyOf(j)));
+    const running = isoS(job?.running_at, origin);
+    const ready = isoS(job?.ready_at, origin);
+    trials.push({
+      decision_s: isoS(job?.submitted_at, origin),
+      running_s: running,
+      ready_s: ready,
+      answered_s: answers.flatMap((a) => (a.at === null ? [] : [round(a.at) ?? 0])),
+      replica_start_s: running === null || ready === null ? null : round(ready - running),
+      failed: answers.flatMap((a) => (a.error === null ? [] : [a.error])),
+    });
+  }
+  return { trials };
+}
+
+function printZero(r: ZeroResult): void {
+  process.stdout.write(`
+scale from zero: replicas 0..2, ${ZERO.burst} requests at once once it is at zero, ${ZERO.trials} times; times from their send
+`);
+  row(['', 'measured', 'anchor (issue 28)', '']);
+  r.trials.forEach((t, i) => {
+    const last = t.answered_s.length > 0 ? Math.max(...t.answered_s) : null;
+    const extra = minus(last, t.replica_start_s);
+    row([`wake ${i + 1}: decision; running; READY`, `${s2(t.decision_s)}; ${s2(t.running_s)}; ${s2(t.ready_s)}`, '', '']);
+    row(['  answered (last); the replica\'s own start', `${s2(last)}; ${s2(t.replica_start_s)}`, '', '']);
+    row(['  answered − the replica\'s own start', s2(extra), `≤ ${ANCHOR.zero_extra_s} s`, verdict(extra !== null && extra <= ANCHOR.zero_extra_s && t.failed.length === 0)]);
+    row(['  failed of sent', `${t.failed.length} of ${ZERO.burst}`, '0', verdict(t.failed.length === 0)]);
+    if (t.failed.length > 0) process.stdout.write(`  errors: ${t.failed.join('; ')}\n`);
+  });
+}
+
 interface Results {
   date: string;
   machine: string;
@@ -490,6 +573,7 @@ interface Results {
   scaling: typeof SCALING;
   step: StepResult | null;
   rollout: RolloutSpikeResult | null;
+  zero: ZeroResult | null;
 }
 
 const row = (cells: string[]) => process.stdout.write(`${cells.map((c, i) => (i === 0 ? c.padEnd(46) : c.padStart(20))).join(' ')}\n`);
@@ -570,23 +654,29 @@ function printRollout(r: RolloutSpikeResult): void {
 
 async function measure(only: string | undefined): Promise<Results> {
   const bench = await startStandInServiceBench('autoscale');
-  const names = { step: `auto-step-${randomBytes(3).toString('hex')}`, rollout: `auto-roll-${randomBytes(3).toString('hex')}` };
+  const names = { step: `auto-step-${randomBytes(3).toString('hex')}`, rollout: `auto-roll-${randomBytes(3).toString('hex')}`, zero: `auto-zero-${randomBytes(3).toString('hex')}` };
   const load = [loadAverage()];
   try {
     process.stdout.write(`autoscale bench: ${new Date().toISOString()}, node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), load average ${load[0]}; Temporal: ${bench.temporal.kind}\n`);
     let step: StepResult | null = null;
     let rollout: RolloutSpikeResult | null = null;
-    if (only !== 'rollout') {
+    let zero: ZeroResult | null = null;
+    if (only === undefined || only === 'step') {
       step = await loadStep(bench, names.step);
       step.leftovers = await stopStandInRun(bench, names.step);
       load.push(loadAverage());
     }
-    if (only !== 'step') {
+    if (only === undefined || only === 'rollout') {
       rollout = await rolloutSpike(bench, names.rollout);
       rollout.leftovers = await stopStandInRun(bench, names.rollout);
       load.push(loadAverage());
     }
-    return { date: new Date().toISOString(), machine: `${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), node ${process.version}`, load_average: load, poll_ms: POLL_MS, scaling: SCALING, step, rollout };
+    if (only === undefined || only === 'zero') {
+      zero = await fromZero(bench, names.zero);
+      zero.leftovers = await stopStandInRun(bench, names.zero);
+      load.push(loadAverage());
+    }
+    return { date: new Date().toISOString(), machine: `${cpus().length} CPUs (${cpus()[0]?.model ?? '?'}), node ${process.version}`, load_average: load, poll_ms: POLL_MS, scaling: SCALING, step, rollout, zero };
   } finally {
     await bench.close(Object.values(names));
   }
@@ -596,11 +686,12 @@ if (process.getuid?.() !== 0) {
   process.stdout.write('autoscale: NOT measured: the local fleet\'s network namespaces need root\n');
 } else {
   const only = process.env.BENCH_AUTOSCALE_ONLY;
-  if (only !== undefined && only !== 'step' && only !== 'rollout') throw new Error(`BENCH_AUTOSCALE_ONLY=${only}: the scenarios are \`step\` and \`rollout\``);
+  if (only !== undefined && only !== 'step' && only !== 'rollout' && only !== 'zero') throw new Error(`BENCH_AUTOSCALE_ONLY=${only}: the scenarios are \`step\`, \`rollout\` and \`zero\``);
   const results = await measure(only);
   const path = join(resultsDir(), 'autoscale.json');
   writeFileSync(path, `${JSON.stringify(results, null, 2)}\n`);
   if (results.step) printStep(results.step);
   if (results.rollout) printRollout(results.rollout);
+  if (results.zero) printZero(results.zero);
   process.stdout.write(`\nload average ${results.load_average.join(', ')}\nautoscale: wrote ${path}\n`);
 }

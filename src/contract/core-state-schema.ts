@@ -181,6 +181,12 @@ export const CoherentRolloutSchema = z.object({
   }),
   /** Paused by hand since (epoch ms), or null: no next step, and its clocks (deadline, soak) stopped. */
   paused_at_ms: z.number().nullable(),
+  /**
+   * Gate A of a round: once its share is READY, a synthetic request (the entry group's first probe) sent
+   * to each new entry replica must pass end to end before the share takes traffic. The round it is
+   * for, whether it is `checking` or `passed`, and what it found.
+   */
+  synthetic: z.object({ round: z.number().int().positive(), state: z.enum(['checking', 'passed']), note: z.string().nullable() }).nullable().default(null),
 });
 
 export type CoherentRollout = z.infer<typeof CoherentRolloutSchema>;

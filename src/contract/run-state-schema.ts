@@ -103,6 +103,8 @@ export const RolloutStatusSchema = z.object({
   held: z.string().nullable().default(null),
   /** The new revision's share of new requests now (percent) while the old one is current, or null. */
   share_percent: z.number().nullable().default(null),
+  /** Gate A of the round: its synthetic request to each new entry replica under way, passed or failed, in words; null: not asked yet. */
+  synthetic: z.string().nullable().default(null),
   /** Why it stopped or was rolled back (null: it went through, or goes on). */
   error: z.string().nullable(),
   /** A revision to go back to with `troupe rollout rollback` once it is over. */

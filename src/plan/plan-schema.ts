@@ -176,6 +176,20 @@ export const RolloutPlanSchema = z.object({
 export type RolloutPlan = z.infer<typeof RolloutPlanSchema>;
 
 /** What the run of a service pushes to the gateways besides its replicas (README: Services). */
+/** A service's HTTP probe after dstack's defaults (the config's `probes`). */
+export const ServiceProbeSchema = z.object({
+  type: z.literal('http'),
+  url: z.string(),
+  method: z.enum(['get', 'post', 'put', 'delete', 'patch', 'head']),
+  headers: z.array(z.object({ name: z.string(), value: z.string() })),
+  body: z.string().nullable(),
+  timeout_s: z.number().int().positive(),
+  interval_s: z.number().int().positive(),
+  ready_after: z.number().int().positive(),
+  until_ready: z.boolean(),
+});
+export type ServiceProbe = z.infer<typeof ServiceProbeSchema>;
+
 export const ServiceRunSchema = z.object({
   /** The hash of its groups' rolling fields: a new one means new replicas (scaling keeps it). */
   revision: RevisionSchema,
@@ -189,6 +203,8 @@ export const ServiceRunSchema = z.object({
   entry: z.array(z.number().int().nonnegative()).min(1),
   /** How a new revision replaces this one (see RolloutPlanSchema). */
   rollout: RolloutPlanSchema,
+  /** Its entry groups' probes: those with `until_ready: false` the gateways go on running after READY. */
+  probes: z.array(ServiceProbeSchema).default([]),
 });
 export type ServiceRun = z.infer<typeof ServiceRunSchema>;
 

@@ -1,26 +1,14 @@
 import { z } from 'zod';
 import { ResourcesSchema } from '../config/resources-schema';
 import { RouterTypeSchema, ScalingMetricSchema } from '../config/replica-groups';
-import { ProbeMethodSchema } from '../config/service-schema';
-import { GroupPlanSchema, RateLimitPlanSchema, RevisionSchema, RolloutPlanSchema, ScalingPlanSchema, StartupOrderSchema } from './plan-schema';
+import { GroupPlanSchema, RateLimitPlanSchema, RevisionSchema, RolloutPlanSchema, ScalingPlanSchema, ServiceProbeSchema, StartupOrderSchema } from './plan-schema';
 
 /**
  * The plan of a service: its endpoint's settings and its replica groups after dstack's defaults.
  * Plain JSON, like the task plan; `troupe plan` shows it; service-run.ts makes the run's plan of it.
  */
 
-export const ServiceProbeSchema = z.object({
-  type: z.literal('http'),
-  url: z.string(),
-  method: ProbeMethodSchema,
-  headers: z.array(z.object({ name: z.string(), value: z.string() })),
-  body: z.string().nullable(),
-  timeout_s: z.number().int().positive(),
-  interval_s: z.number().int().positive(),
-  ready_after: z.number().int().positive(),
-  until_ready: z.boolean(),
-});
-export type ServiceProbe = z.infer<typeof ServiceProbeSchema>;
+export { ServiceProbeSchema, type ServiceProbe } from './plan-schema';
 
 export { ScalingPlanSchema, type ScalingPlan } from './plan-schema';
 

@@ -53,6 +53,8 @@ export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly strin
       // dstack: requests enter by the router group where there is one, else by every group.
       entry: router === null ? groups.map((g) => g.index) : [router],
       rollout: service.rollout,
+      // The gateways probe only entry replicas after READY, by their group's probes (every group's are the service's, a router's may be the model's).
+      probes: service.groups[router ?? 0]?.probes ?? [],
     },
   } satisfies Plan);
 }

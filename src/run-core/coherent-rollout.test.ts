@@ -257,6 +257,58 @@ describe('a coherent rollout with a canary', () => {
     expect(core.service?.rollout?.coherent?.canary.gate).toBe('error rate 20% (4 of 20) above 5% and the old revision\'s 0%');
   });
 
+  describe('gate A: a synthetic request through the new revision before it takes traffic', () => {
+    const probed = (decode: string, rollback = 'auto') =>
+      openService(
+        ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2, commands: [${decode}]}`],
+        ['probes:', '  - {type: http, url: /v1/chat/completions, method: post, body: "{}"}', `rollout: {coherence: revision, rollback: ${rollback}}`],
+      );
+    /** Every effect answered as all goes well, but gate A with `verdict`. */
+    const gateA = (verdict: string | null) => (at: RunCore, e: Effect): RunEvent[] =>
+      e.kind === 'check-revision' ? [{ kind: 'revision-checked', revision: e.revision, round: e.round, note: verdict === null ? 'passed' : null, error: verdict }] : answersTo(at, e);
+
+    it("asks it of the new entry replicas once the revision is READY, with the entry group's first probe; traffic moves only after it passed", () => {
+      const before = serving(probed('serve-v1'));
+      const step = pass(before, [{ kind: 'deploy', id: 5, plan: probed('serve-v2') }], T0 + 3000);
+      const { core, seen } = play(step.core, step.effects, T0 + 3000, gateA(null));
+      expect(core.service?.rollout).toMatchObject({ over: true, error: null });
+      const asked = seen.flatMap(({ core: at, effect }) => (effect.kind === 'check-revision' ? [{ at, effect }] : []));
+      expect(asked).toHaveLength(1);
+      const { at, effect } = asked[0]!;
+      // The new router only, READY; the probe as the service wrote it.
+      const newRouter = groupMembers(at.run.jobs, ROUTER).filter((j) => revisionOf(at, j.job_num) === 1);
+      expect(newRouter.every((j) => j.status === 'READY')).toBe(true);
+      expect(effect).toMatchObject({ revision: 1, round: 1, urls: newRouter.map((j) => `http://${j.instance?.internal_ip}:8000`), probe: { url: '/v1/chat/completions', method: 'post', body: '{}' } });
+      // No table made revision 1 current before gate A was answered.
+      const askedAt = seen.findIndex(({ effect: e }) => e.kind === 'check-revision');
+      expect(tables(seen.slice(0, askedAt + 1)).every((t) => t.current_revision === 0)).toBe(true);
+      expect(core.run.service?.rollout?.synthetic).toBe('round 1: passed');
+    });
+
+    it('rolls back when it fails: no request ever went to the new revision, the old one untouched, the reason named', () => {
+      const before = serving(probed('serve-v1'));
+      const step = pass(before, [{ kind: 'deploy', id: 6, plan: probed('serve-v2') }], T0 + 3000);
+      const { core, seen } = play(step.core, step.effects, T0 + 3000, gateA('POST /v1/chat/completions to http://10.0.0.9:8000: HTTP 502 after 3 ms'));
+      expect(core.service?.rollout?.error).toBe('deployment 1 rolled back: gate A failed: POST /v1/chat/completions to http://10.0.0.9:8000: HTTP 502 after 3 ms; revision 0 serves');
+      expect(tables(seen).every((t) => t.current_revision === 0 && t.revisions.every((r) => r.traffic === undefined))).toBe(true);
+      const oldRanks = activeJobs(before.run).map((j) => j.job_num);
+      expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(oldRanks);
+      expect(activeJobs(core.run).every((j) => j.restarts === 0)).toBe(true);
+    });
+
+    it('with rollback: manual, a failed gate A holds the rollout; resumed, it is asked again and the rollout goes through', () => {
+      const before = serving(probed('serve-v1', 'manual'));
+      const step = pass(before, [{ kind: 'deploy', id: 7, plan: probed('serve-v2', 'manual') }], T0 + 3000);
+      const held = play(step.core, step.effects, T0 + 3000, gateA('GET / to http://10.0.0.9:8000: connect ECONNREFUSED')).core;
+      expect(held.service?.rollout?.over).toBe(false);
+      expect(held.run.service?.rollout).toMatchObject({ paused: true, held: 'gate A failed: GET / to http://10.0.0.9:8000: connect ECONNREFUSED', synthetic: 'round 1: failed: GET / to http://10.0.0.9:8000: connect ECONNREFUSED' });
+      const resumed = pass(held, [{ kind: 'rollout-control', action: 'resume' }], T0 + 10_000);
+      const { core, seen } = play(resumed.core, resumed.effects, T0 + 10_000, gateA(null));
+      expect(seen.filter(({ effect }) => effect.kind === 'check-revision')).toHaveLength(1);
+      expect(core.service?.rollout).toMatchObject({ over: true, error: null });
+    });
+  });
+
   describe('with rollback: manual', () => {
     const held = (decode: string) =>
       openService(

@@ -4,7 +4,7 @@ import type { RunEvent } from './events';
 import { judgeCanary } from './rollout-gates';
 import { groupMembers } from './jobs';
 import { revisionOf, servingRevision } from './revisions';
-import { routesSettled } from './routing';
+import { replicaUrl, routesSettled } from './routing';
 import { beginStep, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec, type StepPhase } from './rollout-steps';
 import type { JobState } from '../contract/run-state';
 import { abandonGrowth, resizeOf } from './scaling';
@@ -52,6 +52,7 @@ export function beginCoherent(core: RunCore, undo: Plan, counts: number[], from:
     cause: null,
     canary: { traffic_percent: settings.canary?.traffic_percent ?? null, since_ms: null, reading: false, read_at_ms: null, gate: null },
     paused_at_ms: null,
+    synthetic: null,
   };
   return advanceCoherent(withService(core, { ...service, rollout: { ...rollout, coherent } }), now, effects);
 }
@@ -181,7 +182,9 @@ function restoreOld(core: RunCore, coherent: CoherentRollout, now: number, effec
 function startNext(core: RunCore, coherent: CoherentRollout, now: number, effects: Effect[]): RunCore {
   const [group, ...rest] = coherent.queue;
   if (group === undefined) {
-    // The round's share READY: it takes its share of new requests (a canary's first) where a round is left
+    // The round's share READY: gate A first, a request through it end to end.
+    if (coherent.synthetic?.round !== coherent.round || coherent.synthetic.state !== 'passed') return checkThrough(core, coherent, effects);
+    // Then it takes its share of new requests (a canary's first) where a round is left
     // or a canary is asked; else all new requests at once.
     if (coherent.round < coherent.rounds || coherent.canary.traffic_percent !== null) {
       return advanceCoherent(withCoherent(core, { ...coherent, phase: 'canary', queue: [], share_percent: shareOf(coherent) }), now, effects);
@@ -190,6 +193,37 @@ function startNext(core: RunCore, coherent: CoherentRollout, now: number, effect
   }
   const popped = withCoherent(core, { ...coherent, queue: rest });
   return toShare(popped, coherent, group, now, effects) ?? startNext(popped, { ...coherent, queue: rest }, now, effects);
+}
+
+/**
+ * Gate A: the round's share READY, a synthetic request — the entry group's first probe, as a client
+ * would send it, else `GET /` — goes to each new entry replica (the new router, which passes it on to
+ * the new revision's groups behind it), once per round; the share takes traffic only once every one
+ * passed (revisionChecked).
+ */
+function checkThrough(core: RunCore, coherent: CoherentRollout, effects: Effect[]): RunCore {
+  if (coherent.synthetic?.round === coherent.round) return core;
+  const entry = core.plan.service?.entry ?? [];
+  const urls = entry.flatMap((group) =>
+    groupMembers(core.run.jobs, group).flatMap((job) => {
+      const url = revisionOf(core, job.job_num) === coherent.revision && job.ready_at !== null ? replicaUrl(core, job) : null;
+      return url ? [url] : [];
+    }),
+  );
+  effects.push({ kind: 'check-revision', revision: coherent.revision, round: coherent.round, urls, probe: core.plan.service?.probes?.[0] ?? null });
+  return withCoherent(core, { ...coherent, synthetic: { round: coherent.round, state: 'checking', note: null } });
+}
+
+/** Gate A's answer: passed, the round goes on; failed, the rollout turns back (held, with rollback: manual). */
+export function revisionChecked(core: RunCore, event: Extract<RunEvent, { kind: 'revision-checked' }>, now: number, effects: Effect[]): RunCore {
+  const coherent = core.service?.rollout?.coherent;
+  const asked = coherent?.synthetic;
+  if (!coherent || coherent.phase !== 'starting' || coherent.revision !== event.revision || asked?.round !== event.round || asked.state !== 'checking') return core;
+  if (event.error !== null) {
+    const failed = { ...coherent, synthetic: { ...asked, note: event.error } };
+    return advanceCoherent(turnBack(core, failed, `gate A failed: ${event.error}`, now), now, effects);
+  }
+  return advanceCoherent(withCoherent(core, { ...coherent, synthetic: { ...asked, state: 'passed', note: event.note } }), now, effects);
 }
 
 /** The new revision's share of new requests once this round's replicas are READY: the canary's in the first round where there is one, else in proportion to the rounds done. */
@@ -328,7 +362,9 @@ function turnBack(core: RunCore, coherent: CoherentRollout, cause: string, now: 
 export function goOnAfterHold(coherent: CoherentRollout, now: number, progressDeadlineS: number): CoherentRollout {
   const canary = { ...coherent.canary, since_ms: null, reading: false, read_at_ms: null, gate: null };
   const share = coherent.phase === 'canary' ? shareOf(coherent) : coherent.share_percent;
-  return { ...coherent, paused_at_ms: null, cause: null, deadline_ms: now + progressDeadlineS * 1000, share_percent: share, canary };
+  // A gate A that did not pass is asked again.
+  const synthetic = coherent.synthetic?.state === 'passed' ? coherent.synthetic : null;
+  return { ...coherent, paused_at_ms: null, cause: null, deadline_ms: now + progressDeadlineS * 1000, share_percent: share, canary, synthetic };
 }
 
 /** The rollout turns back: the old revision serves (it may never have stopped), the old plan is the plan again, the new revision's replicas go. */

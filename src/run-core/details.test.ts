@@ -19,6 +19,7 @@ const status = (over: Partial<RolloutStatus>): RolloutStatus => ({
   round: { number: 1, of: 2 },
   share_percent: 20,
   held: null,
+  synthetic: null,
   ...over,
 });
 

@@ -15,7 +15,8 @@ export function rolloutLine(rollout: RolloutStatus | null, gate = false): string
   if (!rollout) return null;
   const round = rollout.round ? `round ${rollout.round.number} of ${rollout.round.of}: ` : '';
   const share = rollout.share_percent !== null && rollout.phase !== 'over' ? `, new revision at ${rollout.share_percent}%` : '';
-  const verdict = gate && rollout.canary?.gate ? ` (gate: ${rollout.canary.gate})` : '';
+  const gateA = gate && rollout.phase === 'starting' && rollout.synthetic ? ` (gate A: ${rollout.synthetic})` : '';
+  const verdict = gate && rollout.canary?.gate ? ` (gate: ${rollout.canary.gate})` : gateA;
   const paused = rollout.held ? `, held: ${rollout.held}` : rollout.paused ? ', paused' : '';
   if (rollout.phase === 'over') return `deployment ${rollout.deployment} over: ${rollout.error ?? 'went through'}`;
   return `deployment ${rollout.deployment} ${round}${rollout.phase}${share}${paused}${verdict}`;

@@ -3,6 +3,7 @@ import type { Instance } from '../backends/backend';
 import type { RunStatus, RunTerminationReason } from '../contract/run-state';
 import type { Ending } from './ending';
 import type { ServiceTableInput } from '../gateway/routing-table';
+import type { ServiceProbe } from '../plan/plan-schema';
 
 /**
  * What a policy asks the world for; the run's loop carries each one out (activities, signals,
@@ -48,6 +49,8 @@ export type Effect =
   | { kind: 'drain'; resize: number; urls: string[]; timeout_s: number }
   /** Read the service's figures per revision and entry group over the last `window_s` seconds on every gateway; report `figures` with the same purpose. */
   | { kind: 'read-figures'; window_s: number; purpose: FiguresPurpose }
+  /** Gate A: a synthetic request (`probe`, or `GET /` without one) to each of the new revision's entry replicas; report `revision-checked`. */
+  | { kind: 'check-revision'; revision: number; round: number; urls: string[]; probe: ServiceProbe | null }
   /** After teardown: submit the whole run again, after this back-off. */
   | { kind: 'resubmit'; after_s: number }
   /** After teardown: the run's final status, reason and message. */

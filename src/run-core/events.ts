@@ -51,6 +51,8 @@ export type RunEvent =
       held_total: number;
       error: string | null;
     }
+  /** Gate A's synthetic requests answered: null error, each passed (`note` says how); else the first that failed. */
+  | { kind: 'revision-checked'; revision: number; round: number; note: string | null; error: string | null }
   /** The rollout under way paused, resumed or rolled back by hand (the rolloutControl Update, once accepted). */
   | { kind: 'rollout-control'; action: 'pause' | 'resume' | 'rollback' }
   /** The deployment's Update has its answer: it is forgotten. */

@@ -5,6 +5,7 @@ import type { RunEvent } from './events';
 import { advanceCoherent, goOnAfterHold, rollBack } from './coherent-rollout';
 import { deploymentRefusal, serviceOf, withService, withSpec } from './rollout-steps';
 import type { RunCore } from './state';
+import type { CoherentRollout } from '../contract/core-state-schema';
 
 /**
  * A service's rollout steered by hand (the rolloutControl Update: `troupe rollout pause|resume|rollback`):
@@ -69,6 +70,13 @@ export function lastGoodPlan(core: RunCore): Plan | null {
   return spec ? withSpec(core.plan, spec) : null;
 }
 
+/** Gate A in words: `round 2: under way`, `round 1: passed: …`, `round 1: failed: …`; null: not asked. */
+function syntheticText(gate: CoherentRollout['synthetic']): string | null {
+  if (!gate) return null;
+  if (gate.state === 'passed') return `round ${gate.round}: ${gate.note ?? 'passed'}`;
+  return gate.note === null ? `round ${gate.round}: a synthetic request to each new entry replica, under way` : `round ${gate.round}: failed: ${gate.note}`;
+}
+
 /** The rollout as `troupe rollout status` shows it (null: none since the run began). */
 export function rolloutStatusOf(core: RunCore): RolloutStatus | null {
   const service = core.service;
@@ -91,6 +99,7 @@ export function rolloutStatusOf(core: RunCore): RolloutStatus | null {
     canary: coherent && percent !== null ? { traffic_percent: percent, gate: coherent.canary.gate } : null,
     round: coherent && coherent.rounds > 1 ? { number: coherent.round, of: coherent.rounds } : null,
     share_percent: rollout.over ? null : (coherent?.share_percent ?? null),
+    synthetic: syntheticText(coherent?.synthetic ?? null),
     error: rollout.error,
     can_roll_back,
   };

@@ -6,7 +6,8 @@ import { coreOf, exited, jobs, openService, pass, provisioned, ready, running, T
 import { nextDeadline } from './decide';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
-import { DRAIN_TIMEOUT_S, ROUTES_REFRESH_MS, ROUTES_RETRY_MS, routesSettled } from './routing';
+import { DRAIN_TIMEOUT_S, ROUTES_REFRESH_MS, ROUTES_RETRY_MS, routesSettled, tableOf } from './routing';
+import { ServiceTableSchema } from '../gateway/routing-table';
 import type { RunCore } from './state';
 
 /**
@@ -229,3 +230,18 @@ describe("a service's routing table", () => {
     );
   });
 });
+
+describe("the table's probes and hold", () => {
+  it("carries the entry group's probes that go on after READY, as the gateways validate them, and no hold unless an entry group scales to zero", () => {
+    const plan = openService(
+      ['{name: web, replicas: 1, commands: [serve]}'],
+      ['probes:', '  - {type: http, url: /health, interval: 2s}', '  - {type: http, url: /ready, until_ready: true}'],
+    );
+    const table = tableOf(coreOf(plan));
+    expect(table.probes).toEqual([{ type: 'http', url: '/health', method: 'get', headers: [], body: null, timeout_s: 10, interval_s: 2, ready_after: 1, until_ready: false }]);
+    expect(ServiceTableSchema.safeParse({ ...table, generation: 1 }).success).toBe(true);
+    expect(table.hold_s).toBeUndefined();
+    expect(tableOf(coreOf(openService(['{name: web, replicas: 1, commands: [serve]}']))).probes).toBeUndefined();
+  });
+});
+

@@ -86,6 +86,7 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
   // dstack's rolling: one pool, whatever revision a replica is of. Kept apart: a pool per revision running.
   const current = servingRevision(core);
   const share = canaryShare(core);
+  const afterReady = (service.probes ?? []).filter((p) => !p.until_ready);
   const numbers = keepsRevisionsApart(plan) ? [...new Set([current, ...jobs.map((job) => revisionOf(core, job.job_num))])].sort((a, b) => a - b) : [current];
   return {
     run: plan.run_name,
@@ -95,6 +96,8 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
     current_revision: current,
     // Once its end is decided, a request waits for nothing.
     ...(scalesToZero(core) && !ending ? { hold_s: SCALE_FROM_ZERO_HOLD_S } : {}),
+    // dstack probes a replica for its life unless `until_ready`: the gateways do after READY, and route around one that fails.
+    ...(afterReady.length > 0 ? { probes: afterReady } : {}),
     revisions: numbers.map((number) => ({
       number,
       // A canary takes its share of new requests; the current revision the rest.

@@ -30,9 +30,13 @@ const standInGateway = useStandInGateway(env, name);
 const standIn = standInGateway.script;
 const gatewayUrl = () => standInGateway.gateway().url;
 
-/** The service; `more`: a command before decode's stand-in, its flags, `rollout:` lines. */
-function service(label: string, more: { decode?: string; decodeFlags?: string; rollout?: string[]; decodeReplicas?: string } = {}): Plan {
-  return serviceRunPlan(loadServicePlan(standInPdServiceYaml({ name, script: standIn, label, coherence: 'revision', ...more }), 'svc.yml', { environ: {} }), null);
+/**
+ * The service; `more`: a command before decode's stand-in, its flags, `rollout:` lines. Its router is
+ * READY by `/health` (its own `ready`), which answers whatever its peers do: what gate A is for.
+ */
+function service(label: string, more: Partial<Parameters<typeof standInPdServiceYaml>[0]> = {}): Plan {
+  const yaml = standInPdServiceYaml({ name, script: standIn, label, coherence: 'revision', routerReadyHealth: true, ...more });
+  return serviceRunPlan(loadServicePlan(yaml, 'svc.yml', { environ: {} }), null);
 }
 
 
@@ -209,6 +213,21 @@ describe('a coherent rollout of a running service', () => {
     expect(mixed(load.chains)).toEqual([]);
     const last = load.chains.slice(-10).map((c) => c.router);
     expect(new Set(last)).toEqual(new Set([v5.service?.revision]));
+
+    // A revision whose router is READY by its own probe (/health) but cannot reach its decodes: gate A's
+    // synthetic request through it fails, so it is rolled back before it takes a single request.
+    load = steadyLoad();
+    await new Promise((r) => setTimeout(r, 1000));
+    const unreachable = await handle.executeUpdate(applyServiceUpdate, { args: [{ plan: service('v7', { routerFlags: ' --decode-group nowhere' }) }] }).then(
+      () => 'answered',
+      (err: unknown) => (err instanceof Error && err.cause instanceof Error ? err.cause.message : String(err)),
+    );
+    expect(unreachable).toMatch(/^deployment 7 rolled back: gate A failed: POST \/v1\/chat\/completions to http:\/\/[\d.]+:8000: HTTP 503 after \d+ ms; revision \d+ serves$/);
+    expect((await handle.query(runStateQuery)).service?.rollout?.synthetic).toMatch(/^round 1: failed: POST \/v1\/chat\/completions/);
+    await new Promise((r) => setTimeout(r, 1000));
+    await load.stop();
+    expect(load.failures.slice(0, 5)).toEqual([]);
+    expect(new Set(load.chains.map((c) => c.router))).toEqual(new Set([v5.service?.revision]));
 
     await handle.signal(stopRunSignal, { abort: false });
     const final: RunState = await handle.result();

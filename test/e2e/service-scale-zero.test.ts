@@ -5,7 +5,7 @@ import { runWorkflowId } from '../../src/contract/ids';
 import { runStateQuery } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
 import { stopLeavingNothing } from '../helpers/leftovers';
-import { chatThrough, STAND_IN_PROBE_YAML, useStandInGateway } from '../helpers/stand-in-service';
+import { chatThrough, standInZeroServiceYaml, useStandInGateway } from '../helpers/stand-in-service';
 import { startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
 /**
@@ -25,17 +25,7 @@ const gatewayUrl = () => standInGateway.gateway().url;
 
 const webs = (s: RunState) => s.jobs.filter((j) => !j.removed);
 
-const yaml = [
-  'type: service',
-  `name: ${name}`,
-  'port: 8000',
-  'auth: false',
-  ...STAND_IN_PROBE_YAML,
-  'replicas: 0..2',
-  'scaling: {metric: rps, target: 10, window: 30s, scale_down_delay: 5s}',
-  'commands:',
-  `  - DEMO_LABEL=v1 exec python3 ${standInGateway.script} --role decode --port 8000 --warmup 1`,
-].join('\n');
+const yaml = standInZeroServiceYaml(name, standInGateway.script, '{metric: rps, target: 10, window: 30s, scale_down_delay: 5s}');
 
 /** `n` requests at once through the gateway: how long each took to be answered (ms). */
 async function burst(n: number): Promise<number[]> {

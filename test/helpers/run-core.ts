@@ -60,7 +60,7 @@ export function openService(groups: string[], extra: string[] = []): Plan {
 
 /**
  * What the shell and the nodes answer to an effect, when all goes well: a push landed, a book
- * delivered, a drain and a release done, new attempts provisioned, running and READY.
+ * delivered, a drain and a release done, a rollout's gate A passed, new attempts provisioned, running and READY.
  */
 export function answersTo(core: RunCore, effect: Effect): RunEvent[] {
   switch (effect.kind) {
@@ -72,6 +72,8 @@ export function answersTo(core: RunCore, effect: Effect): RunEvent[] {
       return [{ kind: 'drained', id: effect.resize, left: 0, error: null }];
     case 'release':
       return [{ kind: 'released', id: effect.resize, error: null }];
+    case 'check-revision':
+      return [{ kind: 'revision-checked', revision: effect.revision, round: effect.round, note: `passed on ${effect.urls.length}`, error: null }];
     case 'new-attempts':
       return [
         jobs(core, effect.jobs.map((j) => provisioned(j.job_num, j.attempt))),

@@ -53,6 +53,10 @@ export function standInPdServiceYaml(o: {
   prefillReplicas?: string;
   /** Prefill's `scaling` with a range (default `{metric: rps, target: 100}`). */
   prefillScaling?: string;
+  /** More of the router's stand-in flags (` --decode-group nowhere`). */
+  routerFlags?: string;
+  /** The router READY by its own `ready` probe (Troupe's extension), `/health`, which answers whatever its peers do. */
+  routerReadyHealth?: boolean;
 }): string {
   const replica = (role: string, extra = '') => `      - DEMO_LABEL=${o.label} exec python3 ${o.script} --role ${role} --port 8000${extra}`;
   return [
@@ -64,8 +68,10 @@ export function standInPdServiceYaml(o: {
     `  coherence: ${o.coherence}`,
     ...(o.rollout ?? []),
     ...STAND_IN_PROBE_YAML,
-    ...STAND_IN_ROUTER_GROUP_YAML,
-    replica('router'),
+    ...STAND_IN_ROUTER_GROUP_YAML.slice(0, -1),
+    ...(o.routerReadyHealth ? ['    ready: {http: {port: 8000, path: /health}}'] : []),
+    ...STAND_IN_ROUTER_GROUP_YAML.slice(-1),
+    replica('router', o.routerFlags ?? ''),
     '  - name: prefill',
     `    replicas: ${o.prefillReplicas ?? 2}`,
     ...(o.prefillReplicas?.includes('..') ? [`    scaling: ${o.prefillScaling ?? '{metric: rps, target: 100}'}`] : []),
@@ -77,6 +83,24 @@ export function standInPdServiceYaml(o: {
     '    commands:',
     ...(o.decode ? [`      - ${o.decode}`] : []),
     replica('decode', ` --warmup 1${o.decodeFlags ?? ''}`),
+  ].join('\n');
+}
+
+/**
+ * A service of one group of the stand-in (its decode role, which answers a chat completion itself,
+ * loading for 1 s) that scales to zero: `replicas: 0..2` with `scaling` (a YAML flow mapping).
+ */
+export function standInZeroServiceYaml(name: string, script: string, scaling: string): string {
+  return [
+    'type: service',
+    `name: ${name}`,
+    'port: 8000',
+    'auth: false',
+    ...STAND_IN_PROBE_YAML,
+    'replicas: 0..2',
+    `scaling: ${scaling}`,
+    'commands:',
+    `  - DEMO_LABEL=v1 exec python3 ${script} --role decode --port 8000 --warmup 1`,
   ].join('\n');
 }
 

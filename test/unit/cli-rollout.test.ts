@@ -22,6 +22,7 @@ const canary: RolloutStatus = {
   round: null,
   share_percent: 20,
   held: null,
+  synthetic: null,
 };
 
 function usageError(args: string[]): { code: number; message: string } {

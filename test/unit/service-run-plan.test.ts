@@ -27,6 +27,8 @@ describe('serviceRunPlan', () => {
       rate_limits: [{ prefix: '/v1', rps: 20, burst: 40, key: { type: 'ip_address' } }],
       entry: [0],
       rollout: expect.objectContaining({ coherence: 'independent' }),
+      // The router's: the model's chat completion, which the gateways go on sending after READY.
+      probes: [expect.objectContaining({ method: 'post', url: '/v1/chat/completions', until_ready: false, timeout_s: 30 })],
     });
     // The group's own `ready` wins; the router gets the model's chat-completion probe; decode (no probe of its own) its port.
     expect(run.groups[1]?.ready?.check).toEqual({ kind: 'http', port: 8000, path: '/health' });

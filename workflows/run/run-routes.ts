@@ -57,6 +57,23 @@ export function drainReplicas(run: Run, effect: Extract<Effect, { kind: 'drain' 
     );
 }
 
+/** Gate A's synthetic requests: each bounded by its timeout; one try more if the worker went away meanwhile. */
+const checkActivities = proxyActivities<TroupeActivities>({
+  startToCloseTimeout: '6m',
+  retry: { initialInterval: '1s', maximumAttempts: 2 },
+});
+
+/** A rollout's gate A (a synthetic request to each new entry replica); the loop hears back with `revision-checked`. */
+export function checkRevision(run: Run, effect: Extract<Effect, { kind: 'check-revision' }>): void {
+  const { revision, round, urls, probe } = effect;
+  void checkActivities.checkRevision
+    .executeWithOptions({ summary: `gate A of revision ${revision}, round ${round}: ${urls.length} entry replica${urls.length === 1 ? '' : 's'}` }, [{ urls, probe }])
+    .then(
+      ({ error, note }) => run.inbox.push({ kind: 'revision-checked', revision, round, note, error }),
+      (err: unknown) => run.inbox.push({ kind: 'revision-checked', revision, round, note: null, error: rootMessage(err) }),
+    );
+}
+
 /** A service's figures read on the gateways (a canary's gate, the autoscaler); the loop hears back with `figures` (one that cannot be read, with its error). */
 export function readFigures(run: Run, effect: Extract<Effect, { kind: 'read-figures' }>): void {
   const { purpose, window_s } = effect;

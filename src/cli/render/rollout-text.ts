@@ -54,6 +54,7 @@ export function describeRollout(run: string, rollout: RolloutStatus | null): str
     `${run}: deployment ${rollout.deployment} (coherence: ${rollout.coherence})`,
     `  revision: ${revision}`,
     `  phase:    ${phase}`,
+    ...(rollout.synthetic ? [`  gate A:   ${rollout.synthetic}`] : []),
     ...canary,
     ...(rollout.error ? [`  error:    ${rollout.error}`] : []),
     `  rollback: ${rollbackText(run, rollout)}`,
