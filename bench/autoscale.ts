@@ -31,7 +31,7 @@
  *   BENCH_AUTOSCALE_ONLY=step|rollout|zero npx tsx bench/autoscale.ts   one of them
  */
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -687,8 +687,12 @@ if (process.getuid?.() !== 0) {
 } else {
   const only = process.env.BENCH_AUTOSCALE_ONLY;
   if (only !== undefined && only !== 'step' && only !== 'rollout' && only !== 'zero') throw new Error(`BENCH_AUTOSCALE_ONLY=${only}: the scenarios are \`step\`, \`rollout\` and \`zero\``);
-  const results = await measure(only);
+  const measured = await measure(only);
   const path = join(resultsDir(), 'autoscale.json');
+  // One scenario run alone keeps the others' last figures in the file, each with its own date.
+  const kept = only !== undefined && existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')) as Partial<Results>) : {};
+  const results: Results = { ...kept, ...measured, step: measured.step ?? kept.step ?? null, rollout: measured.rollout ?? kept.rollout ?? null, zero: measured.zero ?? kept.zero ?? null };
+  if (only === 'zero') Object.assign(results, { date: kept.date ?? measured.date, load_average: kept.load_average ?? measured.load_average, zero_date: measured.date, zero_load_average: measured.load_average });
   writeFileSync(path, `${JSON.stringify(results, null, 2)}\n`);
   if (results.step) printStep(results.step);
   if (results.rollout) printRollout(results.rollout);
