@@ -17,11 +17,16 @@ export const CGROUP_PARENT = 'troupe';
 const CPU_PERIOD_US = 100_000;
 const CONTROLLERS = ['memory', 'cpu', 'pids'] as const;
 
+/**
+ * `delegated`: the job cgroups' parent is a subtree an admin gave a user who is not root (a path
+ * relative to each mount, already there and the user's), instead of CGROUP_PARENT made by root: the
+ * plan then makes only the job's own directory and writes nothing outside the subtree.
+ */
 export type CgroupHierarchy =
   /** cgroup v2: one tree, the controllers enabled in it. */
-  | { version: 2; root: string }
+  | { version: 2; root: string; delegated?: string }
   /** cgroup v1: a mount per controller (cpuacct, where CPU time is read, may be its own or cpu's). */
-  | { version: 1; memory: string; cpu: string; pids: string; cpuacct: string | null }
+  | { version: 1; memory: string; cpu: string; pids: string; cpuacct: string | null; delegated?: string }
   /** No usable hierarchy: jobs run without limits, and their logs say why. */
   | { version: null; why: string };
 
@@ -105,10 +110,15 @@ export interface CgroupPlan {
   memory: { usage: string; stat: string; inactiveFile: 'inactive_file' | 'total_inactive_file' };
 }
 
+/** The job cgroups' parent, relative to each mount: CGROUP_PARENT, or the subtree delegated to a user. */
+export function cgroupParentOf(h: Exclude<CgroupHierarchy, { version: null }>): string {
+  return h.delegated ?? CGROUP_PARENT;
+}
+
 /** The directory every job's cgroup is made in, in each mount of the hierarchy (one per v1 mount). */
 export function cgroupParents(h: Exclude<CgroupHierarchy, { version: null }>): string[] {
   const mounts = h.version === 2 ? [h.root] : [h.memory, h.cpu, h.pids, ...(h.cpuacct ? [h.cpuacct] : [])];
-  return [...new Set(mounts)].map((m) => `${m}/${CGROUP_PARENT}`);
+  return [...new Set(mounts)].map((m) => `${m}/${cgroupParentOf(h)}`);
 }
 
 /** The directories of a job's cgroup (one per v1 mount). */
@@ -120,13 +130,14 @@ export function cgroupPlan(h: Exclude<CgroupHierarchy, { version: null }>, name:
   const cpuQuota = limits.cpus === null ? null : Math.max(1000, Math.round(limits.cpus * CPU_PERIOD_US));
   const leaves = cgroupDirs(h, name);
   if (h.version === 2) {
-    const parent = `${h.root}/${CGROUP_PARENT}`;
+    const parent = `${h.root}/${cgroupParentOf(h)}`;
     const leaf = `${parent}/${name}`;
     const enable = CONTROLLERS.map((c) => `+${c}`).join(' ');
     return {
-      dirs: [parent, leaf],
+      // A delegated subtree is there already, its parents root's: only its own subtree_control is the user's to write.
+      dirs: h.delegated === undefined ? [parent, leaf] : [leaf],
       writes: [
-        { file: `${h.root}/cgroup.subtree_control`, value: enable },
+        ...(h.delegated === undefined ? [{ file: `${h.root}/cgroup.subtree_control`, value: enable }] : []),
         { file: `${parent}/cgroup.subtree_control`, value: enable },
         { file: `${leaf}/memory.max`, value: limits.memory_bytes === null ? 'max' : String(limits.memory_bytes) },
         // memory.max bounds memory alone in v2: no swap on top of it.
@@ -140,10 +151,10 @@ export function cgroupPlan(h: Exclude<CgroupHierarchy, { version: null }>, name:
       memory: { usage: `${leaf}/memory.current`, stat: `${leaf}/memory.stat`, inactiveFile: 'inactive_file' },
     };
   }
-  const at = (mount: string) => `${mount}/${CGROUP_PARENT}/${name}`;
+  const at = (mount: string) => `${mount}/${cgroupParentOf(h)}/${name}`;
   const memory = limits.memory_bytes === null ? '-1' : String(limits.memory_bytes);
   return {
-    dirs: leaves.flatMap((leaf) => [leaf.slice(0, leaf.lastIndexOf('/')), leaf]),
+    dirs: h.delegated === undefined ? leaves.flatMap((leaf) => [leaf.slice(0, leaf.lastIndexOf('/')), leaf]) : leaves,
     writes: [
       // memory first: memory + swap (memsw) may never be set below it.
       { file: `${at(h.memory)}/memory.limit_in_bytes`, value: memory },

@@ -26,7 +26,8 @@ describe("an SSH host's hierarchy for job limits (the probe's answer)", () => {
   });
 
   it('has none, and says why naming the host, for a user who is not root, a host without the controllers, or no answer', () => {
-    expect(parseCgroupProbe(V2.replace('cgroups 0', 'cgroups 1000'), HOST)).toEqual({ version: null, why: `the SSH user of ${HOST} is not root (uid 1000), and only root can make a job's cgroup there` });
+    // Without the probe's lines about a delegated subtree (test/unit/ssh-cgroup-delegation.test.ts).
+    expect(parseCgroupProbe(V2.replace('cgroups 0', 'cgroups 1000'), HOST)).toEqual({ version: null, why: `the SSH user of ${HOST} is not root (uid 1000) and ${HOST} did not say where its delegated cgroup subtree is` });
     expect(parseCgroupProbe('result cgroups 0\n', HOST)).toMatchObject({ version: null, why: expect.stringMatching(new RegExp(`^${HOST}: no cgroup hierarchy has the memory, cpu and pids controllers`)) });
     expect(parseCgroupProbe('', HOST)).toEqual({ version: null, why: `${HOST} did not say which cgroups it has` });
   });

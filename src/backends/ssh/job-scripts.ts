@@ -2,6 +2,7 @@ import { SshLayout } from '../../runner/inter-node-ssh';
 import { JobLayout as L } from '../../runner/job-layout';
 import { quoteShellWord } from '../../runner/shell-quote';
 import type { Confinement } from '../no-new-privs';
+import { CGROUP_PARENT } from '../cgroup-limits';
 import { cgroupStartLines, oomKillsLines, REMOVE_CGROUPS, type SshCgroup } from './job-cgroup-script';
 import { noPrivilegesLogLines, privilegesWords } from './job-privileges-script';
 
@@ -240,8 +241,8 @@ export function startJobScript(jobDir: string, instanceId: string, nonce: string
   ].join('\n');
 }
 
-/** `cgroup`: the job's cgroup name, whose OOM kills an exited job's answer adds (`result exited PID CODE [OOM_KILLS]`). */
-export function jobStateScript(jobDir: string, cgroup: string | null = null): string {
+/** `cgroup`: the job's cgroup name (under one of `cgroupParents`), whose OOM kills an exited job's answer adds (`result exited PID CODE [OOM_KILLS]`). */
+export function jobStateScript(jobDir: string, cgroup: string | null = null, cgroupParents: readonly string[] = [CGROUP_PARENT]): string {
   const oom = cgroup ? ' $oom' : '';
   return [
     procHelpers,
@@ -249,7 +250,7 @@ export function jobStateScript(jobDir: string, cgroup: string | null = null): st
     wait_for_claim(2),
     `[ -s ${L.started}/${L.pid} ] || { echo "result absent"; exit 0; }`,
     `read -r leader leader_t0 < ${L.started}/${L.pid}`,
-    ...(cgroup ? [oomKillsLines(cgroup)] : []),
+    ...(cgroup ? [oomKillsLines(cgroup, cgroupParents)] : []),
     `if [ -s ${L.exitCode} ]; then echo "result exited $leader $(< ${L.exitCode})${oom}"; exit 0; fi`,
     'if alive "$leader" "$leader_t0"; then echo "result running $leader"; exit 0; fi',
     // It may have written its code just after the first look.
@@ -290,7 +291,13 @@ export const LOG_RETENTION_DAYS = 7;
  * home) share the run's directory too: each then touches its own jobs alone, and a path that
  * another host removed meanwhile counts as removed (no error), so no host fails for another's work.
  */
-export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_DAYS, jobDirs: readonly string[] | null = null, cgroups: readonly string[] = []): string {
+export function cleanupRunScript(
+  runDir: string,
+  retentionDays = LOG_RETENTION_DAYS,
+  jobDirs: readonly string[] | null = null,
+  cgroups: readonly string[] = [],
+  cgroupParents: readonly string[] = [CGROUP_PARENT],
+): string {
   const base = runDir.replace(/\/[^/]+$/, '') || '/';
   const kept = `! -name ${L.log} ! -name ${L.exitCode}`;
   return [
@@ -303,7 +310,7 @@ export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_D
     `  for job in "\${jobs[@]}"; do`,
     killLeftovers('"$job"'),
     '  done | grep "^result survivors" && exit 0',
-    ...removeCgroupLines(cgroups),
+    ...removeCgroupLines(cgroups, cgroupParents),
     `  for job in "\${jobs[@]}"; do`,
     '    j=${job%/}',
     '    [ -d "$j" ] || continue',
@@ -325,9 +332,10 @@ export function cleanupRunScript(runDir: string, retentionDays = LOG_RETENTION_D
   ].join('\n');
 }
 
-/** Removes the jobs' cgroups (names, or patterns whose `*` the host matches: REMOVE_CGROUPS), what is left in them killed; survivors end the script. */
-function removeCgroupLines(cgroups: readonly string[]): string[] {
-  return cgroups.map((pattern) => `  remove_cgroups ${quoteShellWord(pattern)} || exit 0`);
+/** Removes the jobs' cgroups (names, or patterns whose `*` the host matches: REMOVE_CGROUPS) under `parents`, what is left in them killed; survivors end the script. */
+function removeCgroupLines(cgroups: readonly string[], parents: readonly string[]): string[] {
+  const under = parents.map(quoteShellWord).join(' ');
+  return cgroups.map((pattern) => `  remove_cgroups ${quoteShellWord(pattern)} ${under} || exit 0`);
 }
 
 /**
@@ -350,14 +358,14 @@ function killLeftovers(dir: string): string {
  * a late start still finds the job claimed), so its inter-node SSH server and keys, env file and
  * scripts go. Idempotent.
  */
-export function cleanupJobScript(jobDir: string, cgroup: string | null = null): string {
+export function cleanupJobScript(jobDir: string, cgroup: string | null = null, cgroupParents: readonly string[] = [CGROUP_PARENT]): string {
   return [
     procHelpers,
     REMOVE_CGROUPS,
     `j=${quoteShellWord(jobDir)}`,
     'if [ -d "$j" ]; then',
     killLeftovers('"$j"') + ' | grep "^result survivors" && exit 0',
-    ...removeCgroupLines(cgroup ? [cgroup] : []),
+    ...removeCgroupLines(cgroup ? [cgroup] : [], cgroupParents),
     `  find "$j" -mindepth 1 -maxdepth 1 ! -name ${L.log} ! -name ${L.exitCode} ! -name ${L.started} -exec rm -rf -- {} + || exit 1`,
     'fi',
     'echo "result clean"',

@@ -49,7 +49,16 @@ import { jobUsageScript, parseJobUsage } from './usage-script';
 import type { JobUsage } from '../job-usage';
 import { describeTarget, type SshTarget } from './target';
 import { outOfMemoryReason, type CgroupHierarchy } from '../cgroup-limits';
-import { CGROUP_PROBE_SCRIPT, limitsOfDetails, parseCgroupProbe, sshCgroupName, sshJobCgroup, sshRunCgroupPrefix } from './job-cgroup-script';
+import {
+  cgroupParentFrom,
+  cgroupProbeScript,
+  limitsOfDetails,
+  parseCgroupProbe,
+  sshCgroupName,
+  sshCgroupParents,
+  sshJobCgroup,
+  sshRunCgroupPrefix,
+} from './job-cgroup-script';
 import { parsePrivilegesProbe, privilegesProbeScript, privilegesWords } from './job-privileges-script';
 import type { Confinement } from '../no-new-privs';
 import { resolveTimeouts, type SshTimeouts } from './timeouts';
@@ -59,6 +68,11 @@ export interface SshRunnerOptions {
   /** Absolute job base directory on the host (defaultJobBaseDir(facts) is `~/.troupe/jobs`). */
   baseDir: string;
   timeouts?: Partial<SshTimeouts>;
+  /**
+   * For an SSH user who is not root: its delegated cgroup subtree, relative to each cgroup mount
+   * (job-cgroup-script.ts); null for the default. Default: the worker's TROUPE_SSH_CGROUP_PARENT.
+   */
+  cgroupParent?: string | null;
 }
 
 export interface StartJobOptions {
@@ -101,6 +115,8 @@ export class SshRunner {
   private readyOn: SshSession | null = null;
   /** What the host gives a job's walls, as probed on this connection. */
   private probedOn: { session: SshSession; walls: HostWalls } | null = null;
+  /** The delegated subtree the worker names for an SSH user who is not root (null: the default). */
+  private readonly cgroupParent: string | null;
 
   constructor(
     readonly target: SshTarget,
@@ -108,6 +124,7 @@ export class SshRunner {
   ) {
     this.baseDir = checkBaseDir(options.baseDir);
     this.host = describeTarget(target);
+    this.cgroupParent = options.cgroupParent === undefined ? cgroupParentFrom(process.env) : options.cgroupParent;
     this.watch = new JobWatch(this.watchersDirectory(), () => this.session(), resolveTimeouts(options.timeouts).commandMs);
   }
 
@@ -251,7 +268,7 @@ export class SshRunner {
   /** The host's hierarchy for job limits and whether it can forbid new privileges: probed once per connection (one command). */
   private async hostWalls(session: SshSession): Promise<HostWalls> {
     if (this.probedOn?.session === session && !session.closed) return this.probedOn.walls;
-    const result = await session.exec(`${privilegesProbeScript()}\n${CGROUP_PROBE_SCRIPT}`);
+    const result = await session.exec(`${privilegesProbeScript()}\n${cgroupProbeScript(this.cgroupParent)}`);
     const stdout = result.exitCode === 0 ? result.stdout : '';
     const walls = { hierarchy: parseCgroupProbe(stdout, this.host), confinement: parsePrivilegesProbe(stdout, this.host) };
     this.probedOn = { session, walls };
@@ -278,7 +295,8 @@ export class SshRunner {
     const since = this.watch.begin(dir);
     try {
       const state = await this.reachable(async (session): Promise<JobProcessState> => {
-        const [found, pid, code, oomKills] = await this.script(session, 'read the job state', jobStateScript(dir, this.cgroupName(job)));
+        const parents = sshCgroupParents((await this.hostWalls(session)).hierarchy);
+        const [found, pid, code, oomKills] = await this.script(session, 'read the job state', jobStateScript(dir, this.cgroupName(job), parents));
         if (found === 'running') return { state: 'running', pid: Number(pid) };
         if (found === 'exited') {
           // Killed by the kernel for its cgroup's memory limit: the reason names the limit, as on the local fleet.
@@ -349,7 +367,8 @@ export class SshRunner {
     const dir = this.jobDirectory(job);
     this.watch.forget(dir);
     await this.reachable(async (session) => {
-      const result = await this.script(session, 'clean up the job', cleanupJobScript(dir, this.cgroupName(job)), 60_000);
+      const parents = sshCgroupParents((await this.hostWalls(session)).hierarchy);
+      const result = await this.script(session, 'clean up the job', cleanupJobScript(dir, this.cgroupName(job), parents), 60_000);
       if (result[0] === 'survivors') {
         throw new JobStopFailedError(this.host, `${job.job_name}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);
       }
@@ -418,7 +437,7 @@ export class SshRunner {
       const runDir = runDirectory(this.baseDir, runId);
       // Each job's cgroup, or every job's of the run (by the prefix their names share).
       const cgroups = jobDirs === null ? [`${sshRunCgroupPrefix(runDir)}*`] : jobDirs.map((jobDir) => sshCgroupName(runDir, jobDir));
-      const script = cleanupRunScript(runDir, retentionDays, jobDirs, cgroups);
+      const script = cleanupRunScript(runDir, retentionDays, jobDirs, cgroups, sshCgroupParents((await this.hostWalls(session)).hierarchy));
       const result = await this.script(session, 'clean up the run', script, 60_000);
       if (result[0] === 'survivors') {
         throw new JobStopFailedError(this.host, `run ${runId}: processes ${result.slice(1).join(', ')} on ${this.host} survive SIGKILL`);
