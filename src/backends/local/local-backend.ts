@@ -257,13 +257,16 @@ export class LocalBackend implements Backend {
       if (record !== candidate && record.ip !== ip) await this.store.releaseAddress(ip, instanceId);
       return record;
     });
-    // The wall first: a node's port is on the bridge only once its run's rules hold it.
+    // The wall first: a node's port is on the bridge only once its run's rules hold it. The rules
+    // name ports (not interfaces that must exist), so the namespaces are made meanwhile, and each
+    // port joins the bridge once the wall is up.
     const walled = records.flatMap((r) => (r.host_link ? [{ port: r.host_link, address: r.ip }] : []));
-    if (walled.length > 0) await addToRunWall(runWallKey(this.options.stateDir, req.run_id, req.submission), walled);
+    const wall = walled.length > 0 ? addToRunWall(runWallKey(this.options.stateDir, req.run_id, req.submission), walled) : Promise.resolve();
     await Promise.all([
+      wall,
       forEachJob(records, async (record) => {
         const names = linkNames(record);
-        if (names) await ensureNodeNetwork(names, record.ip);
+        if (names) await ensureNodeNetwork(names, record.ip, () => wall);
       }),
       ...(this.isolation
         ? [checkIsolationUsable(this.isolation.tools()), ensureRunUser(runUserName(req.run_id, req.submission)).then(() => undefined)]
