@@ -8,6 +8,7 @@
  *   npx tsx bench/timeline.ts [loopback|netns|ssh|ssh-bashrc]   (BENCH_RUNS=5 by default; the last one is printed,
  *                                                    and with BENCH_SHOW=slowest every run slower than all before it)
  *
+ * After the timeline, every run's backend calls: median and p90 per call and job.
  * A diagnostic beside bench/launch-latency.ts: it asserts nothing and writes nothing.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -20,6 +21,8 @@ import { nodeGroupWorkflowId, runWorkflowId } from '../src/contract/ids';
 import type { RunState } from '../src/contract/run-state';
 import { workflowCost } from './harness/history';
 import { pdPlan } from './harness/plans';
+import { loadAverage } from './harness/cpu';
+import { median, percentile } from './harness/stats';
 import { startBenchTemporal, startInProcessWorker } from './harness/temporal-env';
 
 const MODES = ['loopback', 'netns', 'ssh', 'ssh-bashrc'] as const;
@@ -52,6 +55,8 @@ const backend: Backend =
 /** Every call of these into the backend, with its start and end, shown in the timeline beside the events. */
 const TRACED = new Set(['provision', 'runnerReady', 'startJob', 'stopJob', 'releaseRun', 'exec']);
 const calls: Array<{ name: string; what: string; start: number; end: number }> = [];
+/** Every run's backend call durations, by call and job (`startJob job 1`), for the summary after the timeline. */
+const durations = new Map<string, number[]>();
 const traced = new Proxy(backend, {
   get(target, key, receiver) {
     const value: unknown = Reflect.get(target, key, receiver);
@@ -88,6 +93,10 @@ try {
       args: [{ plan, backend: backend.kind, options: { stop_grace_s: 1 } }],
     });
     const state = (await handle.result()) as RunState;
+    for (const c of calls) {
+      const key = `${c.name} ${c.what.replace(/^.*-(\d+)-\d+$/, 'job $1')}`;
+      durations.set(key, [...(durations.get(key) ?? []), c.end - c.start]);
+    }
     const allRunning = Math.max(...state.jobs.map((j) => Date.parse(j.running_at ?? ''))) - t0;
     console.log(`run ${i}: ${state.status}, all running after ${allRunning} ms`);
     const slowest = allRunning > worst;
@@ -106,6 +115,10 @@ try {
       console.log(`${String(row.at).padStart(6)} ms  +${String(row.at - previous).padStart(4)}  ${row.who.padEnd(8)} ${row.what}`);
       previous = row.at;
     }
+  }
+  console.log(`\nbackend calls over ${RUNS} runs, ms (load average ${loadAverage()}):`);
+  for (const [key, ms] of [...durations].sort(([a], [b]) => a.localeCompare(b))) {
+    console.log(`  ${key.padEnd(36)} median ${String(median(ms)).padStart(4)}  p90 ${String(percentile(ms, 90)).padStart(4)}  (${ms.length})`);
   }
 } finally {
   await sshFleet?.remove();

@@ -257,13 +257,16 @@ export class LocalBackend implements Backend {
       if (record !== candidate && record.ip !== ip) await this.store.releaseAddress(ip, instanceId);
       return record;
     });
-    // The wall first: a node's port is on the bridge only once its run's rules hold it.
+    // The wall first: a node's port is on the bridge only once its run's rules hold it. The rules
+    // name ports (not interfaces that must exist), so the namespaces are made meanwhile, and each
+    // port joins the bridge once the wall is up.
     const walled = records.flatMap((r) => (r.host_link ? [{ port: r.host_link, address: r.ip }] : []));
-    if (walled.length > 0) await addToRunWall(runWallKey(this.options.stateDir, req.run_id, req.submission), walled);
+    const wall = walled.length > 0 ? addToRunWall(runWallKey(this.options.stateDir, req.run_id, req.submission), walled) : Promise.resolve();
     await Promise.all([
+      wall,
       forEachJob(records, async (record) => {
         const names = linkNames(record);
-        if (names) await ensureNodeNetwork(names, record.ip);
+        if (names) await ensureNodeNetwork(names, record.ip, () => wall);
       }),
       ...(this.isolation
         ? [checkIsolationUsable(this.isolation.tools()), ensureRunUser(runUserName(req.run_id, req.submission)).then(() => undefined)]
@@ -324,31 +327,20 @@ export class LocalBackend implements Backend {
     const dir = this.jobDirectory(job);
     const claim = await readClaim(dir);
     if (claim.kind === 'none') {
-      await this.refuseReleased(job.run_id, job.submission);
-      const record = await this.store.readRecord(job.instance.instance_id);
+      const [, record] = await Promise.all([this.refuseReleased(job.run_id, job.submission), this.store.readRecord(job.instance.instance_id)]);
       if (!record) throw new Error(`${job.job_name}: instance ${job.instance.instance_id} is not provisioned on the local fleet`);
       await mkdir(dir, { recursive: true });
       const user = this.isolation ? await ensureRunUser(runUserName(job.run_id, job.submission)) : null;
-      // Readable by the run's group (its user), not by other runs' users; the scripts that run as root are root's alone.
-      const shared: FileOwner | null = user ? { uid: 0, gid: user.gid } : null;
-      // Inter-node SSH needs a port 22 of the node's own: netns mode only (node-ssh.ts).
-      const entry = files.ssh && record.netns ? await writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
-      const cgroupProcs = await this.jobCgroup(dir, record);
-      const walls = await this.jobWalls(dir);
-      const isolated = user ? await this.isolatedFiles(dir, record, user, entry, files.node ?? null, walls) : null;
-      // Atomic replacement: a wrapper that already won (a concurrent start) keeps reading the old inode.
-      await Promise.all([
-        writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
-        writeFileAtomic(join(dir, L.hostfile), files.hostfile, user ? 0o640 : 0o644, shared),
-        writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
-        ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
-        ...(isolated && files.node ? [writeFileAtomic(join(dir, L.hosts), files.node.hosts, 0o644)] : []),
-        ...(isolated && record.netns ? [writeFileAtomic(join(dir, L.resolvConf), RESOLV_CONF, 0o644)] : []),
-        writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
-        ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
-      ]);
+      const confinement = this.options.confinement ?? (await jobConfinement());
+      const walls = confinement.walls ?? [];
+      // The cgroup is made while the files are written: neither needs the other, and each is a
+      // chain of file-system calls that waits on the worker's event loop between two calls.
+      const [cgroup, isolated] = await Promise.all([this.jobCgroup(record), this.writeJobFiles(dir, record, files, user, walls)]);
+      // What the job runs without: its log's first lines, limits first.
+      const without = [...('why' in cgroup ? [noLimitsLine(cgroup.why)] : []), ...(confinement.walls ? [] : [noNewPrivsLine(confinement.why)])];
+      if (without.length > 0) await appendFile(join(dir, L.log), without.join(''));
       // An isolated job's walls go up after its namespaces are set up (isolate.sh), not around the wrapper.
-      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record), cgroupProcs, confine: isolated ? [] : walls });
+      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record), cgroupProcs: cgroup.procs, confine: isolated ? [] : walls });
       return await this.removeEnvIfRefused(dir, this.waitForStart(job, dir, spawned.exited));
     }
     return await this.waitForStart(job, dir, null);
@@ -365,6 +357,36 @@ export class LocalBackend implements Backend {
       if (err instanceof SubmissionClosedError) await keepOnly(dir, RELEASED_JOB_FILES);
       throw err;
     }
+  }
+
+  /**
+   * The job's files (and its `ssh/` for inter-node SSH); the isolated launch's too when jobs are
+   * isolated, whose wrapper then runs it (returned). Written by atomic replacement: a wrapper that
+   * already won (a concurrent start) keeps reading the old inode.
+   */
+  private async writeJobFiles(
+    dir: string,
+    record: LocalInstanceRecord,
+    files: JobFiles,
+    user: RunUser | null,
+    walls: readonly string[],
+  ): Promise<{ launch: string; unshare: string } | null> {
+    // Readable by the run's group (its user), not by other runs' users; the scripts that run as root are root's alone.
+    const shared: FileOwner | null = user ? { uid: 0, gid: user.gid } : null;
+    // Inter-node SSH needs a port 22 of the node's own: netns mode only (node-ssh.ts).
+    const entry = files.ssh && record.netns ? await writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
+    const isolated = user ? await this.isolatedFiles(dir, record, user, entry, files.node ?? null, walls) : null;
+    await Promise.all([
+      writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
+      writeFileAtomic(join(dir, L.hostfile), files.hostfile, user ? 0o640 : 0o644, shared),
+      writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
+      ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
+      ...(isolated && files.node ? [writeFileAtomic(join(dir, L.hosts), files.node.hosts, 0o644)] : []),
+      ...(isolated && record.netns ? [writeFileAtomic(join(dir, L.resolvConf), RESOLV_CONF, 0o644)] : []),
+      writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
+      ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
+    ]);
+    return isolated;
   }
 
   /**
@@ -409,32 +431,18 @@ export class LocalBackend implements Backend {
   /**
    * Makes the job's cgroup with its limits; the files its wrapper joins it by. Where this machine
    * has no usable hierarchy (or the kernel refuses the cgroup: a v2 tree whose root holds processes,
-   * in a container), the job runs without limits and the first line of its log says why.
+   * in a container), the job runs without limits, and `why` is the first line of its log.
    */
-  private async jobCgroup(dir: string, record: LocalInstanceRecord): Promise<string[]> {
+  private async jobCgroup(record: LocalInstanceRecord): Promise<{ procs: string[] } | { procs: []; why: string }> {
     const h = await this.cgroups();
-    let why: string;
-    if (h.version === null) {
-      why = h.why;
-    } else {
-      const name = jobCgroupName(this.options.stateDir, record.instance_id);
-      try {
-        return await retryFdShortage(() => createJobCgroup(h, name, this.limitsOf(record)));
-      } catch (err) {
-        why = err instanceof Error ? err.message : String(err);
-        await removeJobCgroup(h, name).catch(() => undefined);
-      }
+    if (h.version === null) return { procs: [], why: h.why };
+    const name = jobCgroupName(this.options.stateDir, record.instance_id);
+    try {
+      return { procs: await retryFdShortage(() => createJobCgroup(h, name, this.limitsOf(record))) };
+    } catch (err) {
+      await removeJobCgroup(h, name).catch(() => undefined);
+      return { procs: [], why: err instanceof Error ? err.message : String(err) };
     }
-    await appendFile(join(dir, L.log), noLimitsLine(why));
-    return [];
-  }
-
-  /** The argv a job's first program runs under (job-privileges.ts); none where the machine cannot apply it, and the job's log says why. */
-  private async jobWalls(dir: string): Promise<readonly string[]> {
-    const c = this.options.confinement ?? (await jobConfinement());
-    if (c.walls) return c.walls;
-    await appendFile(join(dir, L.log), noNewPrivsLine(c.why));
-    return [];
   }
 
   /** The same for a probe: none where the machine cannot apply it (the job's log said so at its start). */

@@ -97,15 +97,20 @@ function defaultRoute(names: NodeLinkNames, address: string): string[] {
   return ['route', 'replace', 'default', 'dev', names.nodeLink, 'src', address];
 }
 
-/** Namespace, veth pair on the bridge, the node's address and loopback, all up. */
-export async function ensureNodeNetwork(names: NodeLinkNames, address: string): Promise<void> {
+/**
+ * Namespace, veth pair on the bridge, the node's address and loopback, all up. `beforeBridge`
+ * (the run's firewall wall, being set up meanwhile) is awaited before the node's port joins the
+ * bridge: the namespace and its links are made while it runs, the port is on the bridge only once
+ * it has resolved (and never if it throws).
+ */
+export async function ensureNodeNetwork(names: NodeLinkNames, address: string, beforeBridge?: () => Promise<void>): Promise<void> {
   // Every step is idempotent; workers provisioning the same node at once can still trip over each
   // other's half-done steps (a link seen between its creation and its move), so a failed pass is
   // run again before it counts.
-  if (await createNodeNetworkAtOnce(names, address)) return;
+  if (await createNodeNetworkAtOnce(names, address, beforeBridge)) return;
   for (let attempt = 1; ; attempt++) {
     try {
-      await ensureNodeNetworkOnce(names, address);
+      await ensureNodeNetworkOnce(names, address, beforeBridge);
       return;
     } catch (err) {
       if (attempt >= 4) throw err;
@@ -131,13 +136,14 @@ export function nodeMac(address: string): string {
   return ['02', '54', ...bytes].join(':');
 }
 
-async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string): Promise<boolean> {
+async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string, beforeBridge?: () => Promise<void>): Promise<boolean> {
   await ensureBridgeOnce();
   if ((await netnsExists(names.netns)) || (await linkExists(names.hostLink))) return false;
+  const joinBridge = `link set ${names.hostLink} master ${BRIDGE} up`;
   const outside = [
     `netns add ${names.netns}`,
     `link add ${names.hostLink} type veth peer name ${names.nodeLink} netns ${names.netns}`,
-    `link set ${names.hostLink} master ${BRIDGE} up`,
+    ...(beforeBridge ? [] : [joinBridge]),
   ];
   const inside = [
     `link set ${names.nodeLink} address ${nodeMac(address)}`,
@@ -148,10 +154,13 @@ async function createNodeNetworkAtOnce(names: NodeLinkNames, address: string): P
   ];
   // Names and addresses are ours (hex and dotted digits): nothing here needs quoting.
   const script = [`ip -batch - <<'OUT' || exit 1`, ...outside, 'OUT', `exec ip -n ${names.netns} -batch - <<'IN'`, ...inside, 'IN', ''].join('\n');
-  return (await spawner.run('sh', ['-c', script])).code === 0;
+  if ((await spawner.run('sh', ['-c', script])).code !== 0) return false;
+  if (!beforeBridge) return true;
+  await beforeBridge();
+  return (await ip(joinBridge.split(' '))).code === 0;
 }
 
-async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Promise<void> {
+async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string, beforeBridge?: () => Promise<void>): Promise<void> {
   await ensureBridge();
   await create(['netns', 'add', names.netns], () => netnsExists(names.netns));
   // Both ends of a veth pair are created in one step, so a bridge end without its peer in the
@@ -162,6 +171,7 @@ async function ensureNodeNetworkOnce(names: NodeLinkNames, address: string): Pro
     ['link', 'add', names.hostLink, 'type', 'veth', 'peer', 'name', names.nodeLink, 'netns', names.netns],
     async () => (await linkExists(names.hostLink)) && (await peerInside()),
   );
+  await beforeBridge?.();
   await ipOrThrow(['link', 'set', names.hostLink, 'master', BRIDGE, 'up']);
   await ipOrThrow(['-n', names.netns, 'link', 'set', names.nodeLink, 'address', nodeMac(address)]);
   await ipOrThrow(['-n', names.netns, 'addr', 'replace', `${address}/${PREFIX}`, 'dev', names.nodeLink]);
