@@ -61,6 +61,11 @@ export const DEPLOY_RESIZE_IDS = 1_000_000;
 /** …and the autoscaler's from here (autoscaling.ts). */
 export const AUTOSCALE_RESIZE_IDS = 2_000_000;
 
+/** Who resized, where a user would not guess it: the autoscaler's resizes say so. */
+function byWhom(id: number): string {
+  return id >= AUTOSCALE_RESIZE_IDS ? ' by the autoscaler' : '';
+}
+
 /** A deployment's own step: it holds no user's resize of its group up (the rollout takes that as a target). */
 export function isDeploymentStep(resize: Resize): boolean {
   return resize.id >= DEPLOY_RESIZE_IDS && resize.id < AUTOSCALE_RESIZE_IDS;
@@ -121,7 +126,7 @@ export function beginResize(core: RunCore, event: ResizeRequest, now: number, ef
     const victims = chosen.length === members.length - event.nodes ? chosen : [...members].sort((a, b) => b.job_num - a.job_num).slice(0, members.length - event.nodes);
     // A service's replicas leave the gateways first, and what is in flight to them finishes.
     if (core.service) return withNew(core, { ...resize, phase: 'draining', draining: victims.map((job) => job.job_num) });
-    return takeOut(withNew(core, resize), resize.id, group, victims, `${group.name} resized to ${event.nodes}`, now, effects);
+    return takeOut(withNew(core, resize), resize.id, group, victims, `${group.name} resized to ${event.nodes}${byWhom(resize.id)}`, now, effects);
   }
   return withNew(core, resize);
 }
@@ -268,7 +273,7 @@ function drained(core: RunCore, event: Extract<RunEvent, { kind: 'drained' }>, n
       : event.left > 0
         ? `; ${event.left} request${event.left === 1 ? '' : 's'} still in flight after ${DRAIN_TIMEOUT_S} s`
         : '';
-  return takeOut(core, resize.id, group, victims, `${group.name} resized to ${size}${cut}`, now, effects);
+  return takeOut(core, resize.id, group, victims, `${group.name} resized to ${size}${byWhom(resize.id)}${cut}`, now, effects);
 }
 
 /** The ranks out of the run at once (their jobs end), then stopped and their machines given back. */

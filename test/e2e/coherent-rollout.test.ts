@@ -7,7 +7,7 @@ import { applyServiceUpdate, rolloutControlUpdate, runStateQuery, scaleGroupUpda
 import type { RunState } from '../../src/contract/run-state';
 import type { Plan } from '../../src/plan/plan-schema';
 import { leftovers } from '../helpers/leftovers';
-import { chatThrough, standInPdServiceYaml, useStandInGateway } from '../helpers/stand-in-service';
+import { mixed, standInPdServiceYaml, steadyLoad as steadyLoadTo, useStandInGateway } from '../helpers/stand-in-service';
 import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
 /**
@@ -28,7 +28,7 @@ const { fleet, taskQueue, workers } = env;
 const name = `coh-${randomBytes(3).toString('hex')}`;
 const standInGateway = useStandInGateway(env, name);
 const standIn = standInGateway.script;
-const gatewayUrl = () => standInGateway.gateway().url;
+const steadyLoad = () => steadyLoadTo(() => `${standInGateway.gateway().url}/services/${name}/`, RATE);
 
 /**
  * The service; `more`: a command before decode's stand-in, its flags, `rollout:` lines. Its router is
@@ -40,41 +40,7 @@ function service(label: string, more: Partial<Parameters<typeof standInPdService
 }
 
 
-interface Chain {
-  router: string;
-  prefill: string;
-  decode: string;
-}
-
-/** A steady load until stopped: RATE requests a second, each answer's chain of revisions kept, each failure's reason. */
-function steadyLoad() {
-  const chains: Chain[] = [];
-  const failures: string[] = [];
-  const inFlight = new Set<Promise<void>>();
-  const one = async () => {
-    try {
-      const mark = await chatThrough(`${gatewayUrl()}/services/${name}/`);
-      chains.push({ router: mark.revision, prefill: mark.prefill.revision, decode: mark.decode.revision });
-    } catch (err) {
-      failures.push(String(err));
-    }
-  };
-  const timer = setInterval(() => {
-    const p = one().finally(() => inFlight.delete(p));
-    inFlight.add(p);
-  }, 1000 / RATE);
-  return {
-    chains,
-    failures,
-    async stop() {
-      clearInterval(timer);
-      await Promise.all([...inFlight]);
-    },
-  };
-}
-
 const live = (s: RunState) => s.jobs.filter((j) => !j.removed);
-const mixed = (chains: Chain[]) => chains.filter((c) => c.router !== c.prefill || c.router !== c.decode);
 
 describe('a coherent rollout of a running service', () => {
   it('moves every group to the new revision under load with 0 failed and 0 mixed chains; a revision that cannot start is rolled back', async () => {

@@ -106,7 +106,7 @@ describe('examples/pd-heal-local.yml through the CLI', () => {
     expect(shrunk.stdout).toMatch(/^decode: 2 nodes \(removed rank 5\), peers version \d+\n$/);
     expect(Number(/peers version (\d+)/.exec(shrunk.stdout)?.[1])).toBeGreaterThan(version);
     const after = await troupe('ps');
-    expect(after.stdout).toMatch(new RegExp(`\\n\\s+5\\s+decode\\s+2\\s+\\S+\\s+0\\s+.*removed by troupe scale`));
+    expect(after.stdout).toMatch(new RegExp(`\\n\\s+5\\s+decode\\s+2\\s+\\S+\\s+0\\s+.*TERMINATED_BY_SERVER: removed: decode resized to 2`));
 
     // The router's hook saw each version, the last with the two decode nodes left.
     const hooked = hookLines();

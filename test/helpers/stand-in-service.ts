@@ -160,3 +160,40 @@ export async function chatThrough(url: string): Promise<StandInMark & { prefill:
   if (res.status !== 200) throw new Error(`${res.status} revision ${res.headers.get('troupe-revision') ?? '-'}: ${text.trim()}`);
   return (JSON.parse(text) as { troupe: StandInMark & { prefill: StandInMark; decode: StandInMark } }).troupe;
 }
+
+/** The revisions one answer went through: the router's, and the prefill's and decode's it called. */
+export interface Chain {
+  router: string;
+  prefill: string;
+  decode: string;
+}
+
+/** Chains that crossed revisions (none may, with `coherence: revision`). */
+export const mixed = (chains: Chain[]) => chains.filter((c) => c.router !== c.prefill || c.router !== c.decode);
+
+/** A steady load until stopped: `rate` chat completions a second to `url()`, each answer's chain of revisions kept, each failure's reason. */
+export function steadyLoad(url: () => string, rate: number) {
+  const chains: Chain[] = [];
+  const failures: string[] = [];
+  const inFlight = new Set<Promise<void>>();
+  const one = async () => {
+    try {
+      const mark = await chatThrough(url());
+      chains.push({ router: mark.revision, prefill: mark.prefill.revision, decode: mark.decode.revision });
+    } catch (err) {
+      failures.push(String(err));
+    }
+  };
+  const timer = setInterval(() => {
+    const p = one().finally(() => inFlight.delete(p));
+    inFlight.add(p);
+  }, 1000 / rate);
+  return {
+    chains,
+    failures,
+    async stop() {
+      clearInterval(timer);
+      await Promise.all([...inFlight]);
+    },
+  };
+}

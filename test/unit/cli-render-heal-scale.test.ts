@@ -112,7 +112,7 @@ describe('ps and the live view', () => {
     expect(lines[1]).toMatch(/^ pd\s+router×1, prefill×2, decode×2 \(1\.\.3\)\s+RUNNING\s+local\s+now\s+peers version 8$/);
     expect(lines[5]).toMatch(/^\s+3\s+decode\s+0\s+RUNNING\s+2\s+local\s+127\.0\.0\.5$/);
     expect(lines[6]).toMatch(/^\s+4\s+decode\s+1\s+RUNNING\s+0\s+local\s+127\.0\.0\.6$/);
-    expect(lines[7]).toMatch(/^\s+5\s+decode\s+2\s+TERMINATED\s+0\s+local\s+127\.0\.0\.7\s+removed by troupe scale: TERMINATED_BY_SERVER$/);
+    expect(lines[7]).toMatch(/^\s+5\s+decode\s+2\s+TERMINATED\s+0\s+local\s+127\.0\.0\.7\s+removed: TERMINATED_BY_SERVER$/);
     expect(renderJobsTable(state, plain)[0]).toBe(' JOB  GROUP    NODE  STATUS      RESTARTS  HOST   ADDRESS    EXIT  REASON');
   });
 
@@ -177,6 +177,6 @@ describe('apply\'s live lines', () => {
       ...after,
       jobs: after.jobs.map((j) => (j.job_num === 4 ? { ...j, removed: true, status: 'TERMINATED', termination_reason: 'TERMINATED_BY_SERVER' } : j)),
     };
-    expect(describeStateChanges(after, removed, plain)).toEqual(['  job 4 decode/1: TERMINATED — removed by troupe scale: TERMINATED_BY_SERVER']);
+    expect(describeStateChanges(after, removed, plain)).toEqual(['  job 4 decode/1: TERMINATED — removed: TERMINATED_BY_SERVER']);
   });
 });

@@ -286,7 +286,7 @@ describe('the task planner and a service config', () => {
 describe('examples/services', () => {
   const dir = fileURLToPath(new URL('../../examples/services/', import.meta.url));
   // Values an example takes from the submitting shell (its header says how to set them); `troupe plan` warns of them.
-  const fromShell: Record<string, string[]> = { 'pd-service-local.yml': ['STAND_IN_MODEL'] };
+  const fromShell: Record<string, string[]> = { 'pd-service-local.yml': ['STAND_IN_MODEL'], 'zero-local.yml': ['STAND_IN_MODEL'] };
   it.each(readdirSync(dir).filter((f) => f.endsWith('.yml')))('%s plans', (file) => {
     const missing: string[] = [];
     const onMissingEnv = (err: Error) => missing.push(/variable (\S+) is not set/.exec(err.message)?.[1] ?? err.message);

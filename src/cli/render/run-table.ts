@@ -7,9 +7,9 @@ import { paint, paintStatus, type Style } from './style';
 import { renderTable } from './table';
 import { formatAge, formatDuration } from './time-text';
 
-/** Why a job ended, in one cell: the reason and its message; nothing for a clean finish. A node `troupe scale` removed says so first. */
+/** Why a job ended, in one cell: the reason and its message; nothing for a clean finish. A node removed (a resize: `troupe scale`, the autoscaler, a rollout) says so first, unless its message does. */
 export function jobReason(job: JobState): string {
-  const removed = job.removed ? 'removed by troupe scale' : '';
+  const removed = job.removed && !(job.message ?? '').startsWith('removed') ? 'removed' : '';
   const reason =
     job.termination_reason === null || job.termination_reason === 'DONE_BY_RUNNER'
       ? job.message ?? ''
