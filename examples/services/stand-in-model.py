@@ -13,7 +13,9 @@ DSTACK_NODE_GROUP_NODE_RANK) and, where its env has one, TROUPE_REVISION or TROU
                          only) and says in its answer which ones it used.
 
   --error-rate F         answers that share (0..1) of chat completions with HTTP 500 instead, as a bad
-                         revision of a model server would (also env STAND_IN_ERROR_RATE; default 0).
+                         revision of a model server would (also env STAND_IN_ERROR_RATE; default 0) —
+                         one that passes its health checks: a prompt of just `ping` (the probes') always
+                         answers.
 
 It listens on 0.0.0.0:PORT (--host to narrow it), serves requests concurrently and stops cleanly on SIGTERM.
 """
@@ -195,7 +197,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.error(400, 'the body wants {"messages": [{"role": "user", "content": "..."}]}')
         if body.get("stream"):
             return self.error(400, "the stand-in does not stream: send stream=false")
-        if args.error_rate and random.random() < args.error_rate:
+        # A bad revision that passes its health checks: the probes' `ping` always answers.
+        if args.error_rate and last_user_text(body) != "ping" and random.random() < args.error_rate:
             return self.error(500, f"a bad revision: this stand-in fails {args.error_rate:.0%} of chat completions (--error-rate {args.error_rate})")
         try:
             self.reply(200, answer(body))

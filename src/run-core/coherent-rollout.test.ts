@@ -6,6 +6,7 @@ import type { RunEvent } from './events';
 import { activeJobs, groupMembers } from './jobs';
 import { nextDeadline } from './decide';
 import { booksToStartWith } from './peers';
+import { withoutAttemptsToStart } from './live';
 import { rolloutDeadline } from './coherent-rollout';
 import { rolloutControlRefusal } from './rollout-control';
 import { revisionOf } from './revisions';
@@ -216,6 +217,65 @@ describe('a coherent rollout with a canary', () => {
     }
     return { core: state, seen };
   }
+
+  describe('a new replica that fails after READY, past what its group heals', () => {
+    const healing = (decode: string, onFailure: string) =>
+      openService(
+        ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2, on_failure: ${onFailure}, commands: [${decode}]}`],
+        ['rollout: {coherence: revision, canary: {traffic: 10, soak: 5s}}'],
+      );
+    /** Each canary reading answered with healthy figures; while `crashes` are left, a new decode exits 1 beside it. */
+    const crashing = (crashes: number) => {
+      let left = crashes;
+      return (at: RunCore, e: Effect): RunEvent[] => {
+        if (e.kind !== 'read-figures') return answersTo(at, e);
+        const victim = activeJobs(at.run).find((j) => j.group_index === DECODE && revisionOf(at, j.job_num) === 1 && j.status === 'READY');
+        if (left === 0 || !victim) return figures(0)(e);
+        left -= 1;
+        return [jobs(at, [exited(victim.job_num, 1, victim.attempt)]), ...figures(0)(e)];
+      };
+    };
+    /** Passes half a second apart; as the workflow does, a new attempt that runs is no longer waiting to start. */
+    function stepped(core: RunCore, effects: Effect[], from: number, answer: (at: RunCore, e: Effect) => RunEvent[]) {
+      let state = core;
+      let pending = effects;
+      let now = from;
+      for (let i = 0; i < 120 && !(state.service?.rollout?.over ?? true) && state.submission.ending === null; i++) {
+        const events = pending.flatMap((e) => answer(state, e));
+        now += 500;
+        const step = pass(state, events, now);
+        state = withoutAttemptsToStart(step.core, activeJobs(step.core.run).flatMap((j) => (j.running_at !== null ? [j.job_num] : [])));
+        pending = step.effects;
+      }
+      return state;
+    }
+
+    it('fail-run (the default): the rollout rolls back, the service goes on, the old revision untouched', () => {
+      const before = serving(healing('serve-v1', 'fail-run'));
+      const step = pass(before, [{ kind: 'deploy', id: 8, plan: healing('serve-v2', 'fail-run') }], T0 + 3000);
+      const core = stepped(step.core, step.effects, T0 + 3000, crashing(1));
+      expect(core.submission.ending).toBeNull();
+      expect(core.service?.rollout?.error).toMatch(/^deployment 1 rolled back: revision 1's job \d+ \(decode\/\d\) on local failed: CONTAINER_EXITED_WITH_ERROR: exited with code 1; revision 0 serves$/);
+      const oldRanks = activeJobs(before.run).map((j) => j.job_num);
+      expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(oldRanks);
+      expect(activeJobs(core.run).every((j) => j.status === 'READY' && j.restarts === 0)).toBe(true);
+    });
+
+    it('restart-node: a failure within its budget is healed and the rollout goes through; past it, rolled back naming the budget', () => {
+      const policy = '{action: restart-node, max_restarts: 1}';
+      const before = serving(healing('serve-v1', policy));
+      const once = pass(before, [{ kind: 'deploy', id: 8, plan: healing('serve-v2', policy) }], T0 + 3000);
+      const healed = stepped(once.core, once.effects, T0 + 3000, crashing(1));
+      expect(healed.service?.rollout).toMatchObject({ over: true, error: null });
+      expect(activeJobs(healed.run).every((j) => revisionOf(healed, j.job_num) === 1)).toBe(true);
+
+      const twice = pass(before, [{ kind: 'deploy', id: 8, plan: healing('serve-v2', policy) }], T0 + 3000);
+      const back = stepped(twice.core, twice.effects, T0 + 3000, crashing(2));
+      expect(back.submission.ending).toBeNull();
+      expect(back.service?.rollout?.error).toMatch(/^deployment 1 rolled back: revision 1's job \d+ \(decode\/\d\) on local failed: .* \(group decode's restart budget spent: max_restarts 1\); revision 0 serves$/);
+      expect(activeJobs(back.run).every((j) => revisionOf(back, j.job_num) === 0 && j.status === 'READY')).toBe(true);
+    });
+  });
 
   it('gives the new revision its share once whole, reads its figures over the soak, then moves all traffic and retires the old', () => {
     const before = serving(canaried('serve-v1'));

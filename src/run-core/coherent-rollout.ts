@@ -2,8 +2,9 @@ import type { Plan } from '../plan/plan-schema';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { judgeCanary } from './rollout-gates';
-import { groupMembers } from './jobs';
-import { revisionOf, servingRevision } from './revisions';
+import { activeJobs, describeJob, groupMembers } from './jobs';
+import { withoutAttemptsToStart } from './live';
+import { ofRevisionRolling, revisionOf, servingRevision } from './revisions';
 import { replicaUrl, routesSettled } from './routing';
 import { beginStep, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec, type StepPhase } from './rollout-steps';
 import type { JobState } from '../contract/run-state';
@@ -212,6 +213,28 @@ function checkThrough(core: RunCore, coherent: CoherentRollout, effects: Effect[
   );
   effects.push({ kind: 'check-revision', revision: coherent.revision, round: coherent.round, urls, probe: core.plan.service?.probes?.[0] ?? null });
   return withCoherent(core, { ...coherent, synthetic: { round: coherent.round, state: 'checking', note: null } });
+}
+
+/**
+ * A replica of the new revision failed past what its group heals (`on_failure: fail-run`, the default,
+ * or its restart budget spent; healing.ts leaves it to the rollout): it is taken out and the rollout
+ * turns back (held, with rollback: manual) — the serving revision goes on, where a plain failure would
+ * end the service. Run before the rollout's next move, and before the outcome judges the run.
+ */
+export function failedNew(core: RunCore, now: number, effects: Effect[]): RunCore {
+  const coherent = core.service?.rollout?.coherent;
+  if (!coherent) return core;
+  const failed = activeJobs(core.run).filter((job) => job.status === 'FAILED' && ofRevisionRolling(core, job.job_num));
+  const [first] = failed;
+  if (!first) return core;
+  for (const job of failed) {
+    job.removed = true;
+    if (job.instance) effects.push({ kind: 'give-back', job_num: job.job_num, attempt: job.attempt, instance: job.instance });
+  }
+  const group = core.plan.groups[first.group_index];
+  const budget = group?.on_failure && group.on_failure.action !== 'fail-run' ? ` (group ${group.name}'s restart budget spent: max_restarts ${group.on_failure.max_restarts})` : '';
+  const cause = `revision ${coherent.revision}'s ${describeJob(first)}${budget}`;
+  return turnBack(withoutAttemptsToStart(core, failed.map((j) => j.job_num)), coherent, cause, now);
 }
 
 /** Gate A's answer: passed, the round goes on; failed, the rollout turns back (held, with rollback: manual). */

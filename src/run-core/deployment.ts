@@ -3,7 +3,7 @@ import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { groupMembers, isJobFinished } from './jobs';
 import { answerWithRollout, resizeOf } from './scaling';
-import { advanceCoherent, beginCoherent, canaryRead, revisionChecked } from './coherent-rollout';
+import { advanceCoherent, beginCoherent, canaryRead, failedNew, revisionChecked } from './coherent-rollout';
 import { keepsRevisionsApart, revisionOf } from './revisions';
 import { rolloutStatusOf, steerRollout } from './rollout-control';
 import { beginStep, deploymentRefusal, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec } from './rollout-steps';
@@ -114,7 +114,7 @@ function decide(core: RunCore, event: RunEvent, now: number): Decision<RunCore> 
   if (event.kind === 'revision-checked') return { state: revisionChecked(core, event, now, effects), effects };
   if (event.kind === 'rollout-control') return { state: steerRollout(core, event.action, now, effects), effects };
   if (event.kind !== 'tick' || !service.rollout || service.rollout.over) return { state: core, effects };
-  return { state: service.rollout.coherent ? advanceCoherent(core, now, effects) : advance(core, now, effects), effects };
+  return { state: service.rollout.coherent ? advanceCoherent(failedNew(core, now, effects), now, effects) : advance(core, now, effects), effects };
 }
 
 function deploy(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { kind: 'deploy' }>, now: number, effects: Effect[]): RunCore {

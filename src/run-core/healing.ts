@@ -6,6 +6,7 @@ import { describeJob, groupMembers, nextAttempt, activeJobs } from './jobs';
 import { dependentsOf, withoutAttemptsToStart, type LiveCore } from './live';
 import type { RunCore } from './state';
 import { isJobReady } from './startup-order';
+import { ofRevisionRolling } from './revisions';
 
 /**
  * Groups that heal (Troupe's `on_failure`): a failed node is replaced by a new machine at the same
@@ -32,6 +33,8 @@ export function decideHealing(core: RunCore, event: RunEvent, now: number): Deci
       continue;
     }
     const healed = heal(next, job, now, effects);
+    // A new revision's replica past its budget turns its rollout back instead (coherent-rollout.ts: failedNew); the serving revision goes on.
+    if ('failure' in healed && ofRevisionRolling(next, job.job_num)) continue;
     if ('failure' in healed) {
       effects.push({ kind: 'end-submission', ending: healed.failure });
       return { state: { ...next, submission: { ...next.submission, ending: healed.failure } }, effects };

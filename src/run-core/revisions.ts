@@ -17,6 +17,16 @@ export function keepsRevisionsApart(plan: Plan): boolean {
 }
 
 /** The revision a rank's current replica belongs to. */
+/**
+ * A replica of the new revision of a rollout by revision under way (not rolling back): its failure
+ * past what its group heals turns the rollout back instead of failing the service (coherent-rollout.ts).
+ */
+export function ofRevisionRolling(core: RunCore, jobNum: number): boolean {
+  const rollout = core.service?.rollout;
+  const coherent = rollout?.coherent;
+  return !!coherent && !rollout?.over && coherent.phase !== 'rolling-back' && revisionOf(core, jobNum) === coherent.revision;
+}
+
 export function revisionOf(core: RunCore, jobNum: number): number {
   return core.service?.revision_of[jobNum] ?? 0;
 }

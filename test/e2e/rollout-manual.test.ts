@@ -16,7 +16,8 @@ import { kill9, startWorkerProcess, useWorkerProcesses, waitForRunState } from '
  * rolled back — paused, given no new request, its replicas kept running. The worker is SIGKILLed
  * while it is held; the next one keeps it held. Rolled back by hand (the rolloutControl Update that
  * `troupe rollout rollback` and the SDK send): the apply's Update answers with both reasons, the old
- * revision serves and was never restarted, and only requests the canary took failed.
+ * revision serves and was never restarted, and only requests the canary took failed. Then a revision
+ * whose decode is killed once READY: held too, not the service failed; rolled back by hand.
  */
 
 const RATE = 20;
@@ -25,13 +26,14 @@ const { fleet, taskQueue, workers } = env;
 const name = `man-${randomBytes(3).toString('hex')}`;
 const standInGateway = useStandInGateway(env, name);
 
-function service(label: string, decodeFlags = ''): Plan {
+function service(label: string, decodeFlags = '', decode?: string): Plan {
   const yaml = standInPdServiceYaml({
     name,
     script: standInGateway.script,
     label,
     coherence: 'revision',
     decodeFlags,
+    ...(decode ? { decode } : {}),
     rollout: ['  canary: {traffic: 30, soak: 8s}', '  rollback: manual'],
   });
   return serviceRunPlan(loadServicePlan(yaml, 'svc.yml', { environ: {} }), null);
@@ -83,6 +85,17 @@ describe('a rollout held for a decision (rollback: manual)', () => {
     const after = await waitForRunState(handle, (s) => live(s).length === 5);
     expect(live(after).map((j) => `${j.job_num}:${j.instance?.instance_id}`)).toEqual(serving);
     expect(after.jobs.every((j) => j.restarts === 0)).toBe(true);
+
+    // A revision whose decode is killed 6 s after it starts (READY by then): where the same failure of a
+    // serving replica would end the service (on_failure: fail-run, the default), it holds the rollout.
+    const crashing = await handle.startUpdate(applyServiceUpdate, { args: [{ plan: service('v3', '', '(sleep 6; kill -9 $$) &') }], waitForStage: WorkflowUpdateStage.ACCEPTED });
+    const crashed = await waitForRunState(handle, (s) => s.service?.rollout?.held != null, 120_000);
+    expect(crashed.status).toBe('RUNNING');
+    expect(crashed.service?.rollout?.held).toMatch(/^revision 2's job \d+ \(decode\/\d\) on local failed: /);
+    await handle.executeUpdate(rolloutControlUpdate, { args: [{ action: 'rollback' }] });
+    expect(await crashing.result().then(() => 'answered', errorOf)).toMatch(/^deployment 2 rolled back: revision 2's job \d+ \(decode\/\d\) on local failed: .*; rolled back by hand; revision 0 serves$/);
+    const kept = await waitForRunState(handle, (s) => live(s).length === 5);
+    expect(live(kept).map((j) => `${j.job_num}:${j.instance?.instance_id}`)).toEqual(serving);
 
     await stopLeavingNothing(handle, fleet.stateDir);
   }, 300_000);
