@@ -19,7 +19,11 @@
  *   named gateway, gateway×2, …
  *   --baseline DIR also runs the gateway of another checkout (DIR/bin/troupe.js, e.g. a worktree of main)
  *   as a fourth target, `baseline`: a change's before and after in one run, under the same load.
- *   GATEWAY_PROF=DIR also writes the gateway process's CPU profile (node --cpu-prof) into DIR.
+ *   GATEWAY_PROF=DIR also writes the gateway process's CPU profile (node --cpu-prof) into DIR. That
+ *   profile samples wall-clock time: on a loaded machine it charges the time the thread lost to other
+ *   processes to whatever it was in, most often a socket write.
+ *   GATEWAY_PERF=1 starts the one-process gateway with --perf-basic-prof and prints its pid, for
+ *   `perf record -g -p PID` during the closed loop: CPU samples, JS frames named (BENCHMARKS.md §7).
  * Without nginx (scripts/setup.sh --bench installs it) the bench says so and prints the other columns.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -87,7 +91,8 @@ s.listen(0, '127.0.0.1', () => console.log('replica on http://127.0.0.1:' + s.ad
 
 /** `troupe gateway` of this checkout, or of `checkout` (the baseline), with the bench's table pushed. */
 async function startGateway(replica: string, checkout = root, workers = 1): Promise<string> {
-  const prof = process.env.GATEWAY_PROF && checkout === root && workers === 1 ? ['--cpu-prof', '--cpu-prof-dir', process.env.GATEWAY_PROF] : [];
+  const own = checkout === root && workers === 1;
+  const prof = [...(process.env.GATEWAY_PROF && own ? ['--cpu-prof', '--cpu-prof-dir', process.env.GATEWAY_PROF] : []), ...(process.env.GATEWAY_PERF && own ? ['--perf-basic-prof'] : [])];
   const out = await start(
     process.execPath,
     [...prof, join(checkout, 'bin/troupe.js'), 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', ...(workers > 1 ? ['--workers', String(workers)] : [])],
@@ -279,6 +284,7 @@ try {
   for (const workers of values['gateway-workers'].split(',').map(Number)) {
     const gateway = await startGateway(replica, root, workers);
     const gatewayPid = lastChild();
+    if (process.env.GATEWAY_PERF && workers === 1) process.stdout.write(`gateway pid ${gatewayPid}: perf record -g -p ${gatewayPid}\n`);
     // A clustered gateway's CPU is its primary's and its workers'.
     targets.push({ name: workers > 1 ? `gateway×${workers}` : 'gateway', origin: gateway, path: '/services/bench/v1/chat/completions', pids: () => [gatewayPid, ...childrenOf(gatewayPid)] });
   }

@@ -44,6 +44,7 @@ async function listening(server: Server): Promise<string> {
 /**
  * A replica: `/stream` answers chunked, `first <name>\n` at once and `last <name>\n` after release();
  * `/echo` answers the request's body; `/hang` never answers; `/health` as `healthy` says (not in `seen`);
+ * `/headers` answers two Set-Cookie lines and a header its Connection names (hop-by-hop);
  * anything else `{"name", "path"}`.
  */
 async function standIn(name: string): Promise<StandIn> {
@@ -67,6 +68,11 @@ async function standIn(name: string): Promise<StandIn> {
       return;
     }
     if (req.url === '/hang') return;
+    if (req.url === '/headers') {
+      res.writeHead(200, [['Set-Cookie', 'a=1'], ['Set-Cookie', 'b=2'], ['Connection', 'keep-alive, X-Hop'], ['X-Hop', 'gone'], ['X-Replica', name], ['Content-Length', '2']]);
+      res.end('ok');
+      return;
+    }
     if (req.url === '/echo') {
       res.writeHead(200, { 'x-replica': name });
       req.pipe(res);
@@ -193,6 +199,20 @@ describe('the gateway routes', () => {
     const unknown = await get(`${gw.url}/services/gamma/`);
     expect(unknown.status).toBe(404);
     expect(unknown.body).toContain('gamma');
+  });
+
+  it("passes the replica's answer headers on, repeated ones as they came, without the hop-by-hop ones", async () => {
+    const a = await standIn('a');
+    const gw = await gateway();
+    await put(gw, table('alpha', [{ url: a.url }]));
+    const res = await get(`${gw.url}/services/alpha/headers`);
+    expect(res.status).toBe(200);
+    expect(res.body).toBe('ok');
+    expect(res.headers.getSetCookie()).toEqual(['a=1', 'b=2']);
+    expect(res.headers.get('x-hop')).toBeNull();
+    expect(res.headers.get('x-replica')).toBe('a');
+    expect(res.headers.get('content-length')).toBe('2');
+    expect(res.headers.get('troupe-revision')).toBe('0');
   });
 
   it('streams a request body to the replica and its answer back', async () => {
