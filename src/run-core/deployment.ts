@@ -112,7 +112,7 @@ function decide(core: RunCore, event: RunEvent, now: number): Decision<RunCore> 
   }
   if (event.kind === 'figures') return { state: canaryRead(core, event, now, effects), effects };
   if (event.kind === 'revision-checked') return { state: revisionChecked(core, event, now, effects), effects };
-  if (event.kind === 'rollout-control') return { state: steerRollout(core, event.action, now, effects), effects };
+  if (event.kind === 'rollout-control') return { state: steerRollout(core, event.action, now, effects, event.why), effects };
   if (event.kind !== 'tick' || !service.rollout || service.rollout.over) return { state: core, effects };
   return { state: service.rollout.coherent ? advanceCoherent(failedNew(core, now, effects), now, effects) : advance(core, now, effects), effects };
 }

@@ -54,7 +54,7 @@ export type RunEvent =
   /** Gate A's synthetic requests answered: null error, each passed (`note` says how); else the first that failed. */
   | { kind: 'revision-checked'; revision: number; round: number; note: string | null; error: string | null }
   /** The rollout under way paused, resumed or rolled back by hand (the rolloutControl Update, once accepted). */
-  | { kind: 'rollout-control'; action: 'pause' | 'resume' | 'rollback' }
+  | { kind: 'rollout-control'; action: 'pause' | 'resume' | 'rollback'; why?: string }
   /** The deployment's Update has its answer: it is forgotten. */
   | { kind: 'deploy-answered'; id: number }
   /** Look again: time passed, or a step outside the core changed the jobs. */

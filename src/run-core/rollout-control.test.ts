@@ -5,7 +5,7 @@ import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, groupMembers } from './jobs';
 import { revisionOf } from './revisions';
-import { lastGoodPlan, rolloutControlRefusal } from './rollout-control';
+import { lastGoodPlan, revertOf, rolloutControlRefusal } from './rollout-control';
 import { rolloutDeadline } from './coherent-rollout';
 import { rolloutRefusal } from './scaling';
 import type { RunCore } from './state';
@@ -156,3 +156,22 @@ describe('a rollout steered by hand', () => {
     expect(rolloutRefusal(rolling)).toBe('deployment 1 of pd rolls as dstack does (rollout.coherence: independent); resize a group once it ends');
   });
 });
+
+describe('a revert: the spec a rollout under way replaces, applied again', () => {
+  it('is recognised by its revision and rolls the rollout back, saying so; any other spec is not a revert', () => {
+    const before = servingCore(service('serve-v1'));
+    const deploying = pass(before, [{ kind: 'deploy', id: 1, plan: service('serve-v2') }], T0 + 3000);
+    const starting = play(deploying.core, deploying.effects, T0 + 3000, slow).core;
+    expect(starting.service?.rollout?.coherent?.phase).toBe('starting');
+    expect(revertOf(starting, service('serve-v1'))).toBe("reverted by an apply of revision 0's spec");
+    expect(revertOf(starting, service('serve-v3'))).toBeNull();
+    expect(revertOf(before, service('serve-v1'))).toBeNull();
+    expect(revertOf(starting, null)).toBeNull();
+    const back = pass(starting, [{ kind: 'rollout-control', action: 'rollback', why: "reverted by an apply of revision 0's spec" }], T0 + 5000);
+    const { core } = play(back.core, back.effects, T0 + 5000);
+    expect(core.service?.rollout?.error).toBe("deployment 1 rolled back: reverted by an apply of revision 0's spec; revision 0 serves");
+    expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(activeJobs(before.run).map((j) => j.job_num));
+    expect(decodeCommands(core)).toEqual(['serve-v1', 'serve-v1']);
+  });
+});
+

@@ -40,8 +40,19 @@ export function rolloutControlRefusal(core: RunCore, action: RolloutAction, stop
   return null;
 }
 
-/** The rolloutControl event, once accepted: the rollout paused, resumed or turned back. */
-export function steerRollout(core: RunCore, action: RolloutAction, now: number, effects: Effect[]): RunCore {
+/**
+ * An apply, while a rollout by revision is under way, of the spec it replaces (the serving revision's):
+ * a revert, taken as a rollback by hand — the old revision still serves, so nothing new is started.
+ */
+export function revertOf(core: RunCore, plan: Pick<Plan, 'service'> | null | undefined): string | null {
+  const rollout = core.service?.rollout;
+  const coherent = rollout?.coherent;
+  if (!rollout || rollout.over || !coherent || plan?.service?.revision !== coherent.undo.service.revision) return null;
+  return `reverted by an apply of revision ${coherent.from}'s spec`;
+}
+
+/** The rolloutControl event, once accepted: the rollout paused, resumed or turned back (`why`: a revert's words instead of "by hand"). */
+export function steerRollout(core: RunCore, action: RolloutAction, now: number, effects: Effect[], why = 'rolled back by hand'): RunCore {
   const service = serviceOf(core);
   const rollout = service.rollout;
   const coherent = rollout?.coherent;
@@ -60,7 +71,7 @@ export function steerRollout(core: RunCore, action: RolloutAction, now: number, 
     return advanceCoherent(withService(core, { ...service, rollout: { ...rollout, coherent: resumed } }), now, effects);
   }
   // Held for a decision (rollback: manual): the reason it was held comes first.
-  const cause = coherent.cause === null ? 'rolled back by hand' : `${coherent.cause}; rolled back by hand`;
+  const cause = coherent.cause === null ? why : `${coherent.cause}; ${why}`;
   return advanceCoherent(rollBack(core, { ...coherent, paused_at_ms: null }, cause), now, effects);
 }
 

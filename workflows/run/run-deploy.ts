@@ -6,7 +6,7 @@ import { groupMembers } from '../../src/run-core/jobs';
 import { routesSettled } from '../../src/run-core/routing';
 import type { Plan } from '../../src/plan/plan-schema';
 import { applyServiceUpdate, rolloutControlUpdate, type ApplyServiceResult, type RolloutControlResult } from '../../src/contract/messages';
-import { lastGoodPlan, rolloutControlRefusal } from '../../src/run-core/rollout-control';
+import { lastGoodPlan, revertOf, rolloutControlRefusal } from '../../src/run-core/rollout-control';
 import { refuseWhileHandingOver, stopAsked, type Run } from './run-context';
 
 /**
@@ -20,6 +20,17 @@ export function setDeployHandler(run: Run): void {
     applyServiceUpdate,
     async ({ plan: given }) => {
       const plan = await checkedPlan(given);
+      // The spec a rollout under way replaces, applied again: that rollout rolled back, and this Update answers once it is.
+      const revert = revertOf(run.core, plan);
+      const under = run.core.service?.rollout;
+      if (revert && under) {
+        run.inbox.push({ kind: 'rollout-control', action: 'rollback', why: revert });
+        const error = await rolloutEnded(run, under.id);
+        if (error !== null && !error.includes(revert)) throw ApplicationFailure.nonRetryable(error, FailureType.DeployFailed);
+        await condition(() => routesSettled(run.core) || run.state.status !== 'RUNNING');
+        const { groups } = run.core.plan;
+        return { deployment: under.number, rolled: [], groups: groups.map((g) => ({ name: g.name, replicas: groupMembers(run.state.jobs, g.index).length })) } satisfies ApplyServiceResult;
+      }
       const id = (run.deploysAsked += 1);
       run.inbox.push({ kind: 'deploy', id, plan });
       const rolloutOf = () => (run.core.service?.rollout?.id === id ? run.core.service.rollout : null);
@@ -91,6 +102,11 @@ async function rolloutEnded(run: Run, id: number): Promise<string | null> {
 /** Refusals say what to change; nothing of a refused deployment reaches the run's history. */
 function validate(run: Run, plan: Plan): void {
   refuseWhileHandingOver(run);
+  if (revertOf(run.core, plan)) {
+    const cannot = rolloutControlRefusal(run.core, 'rollback', stopAsked(run));
+    if (cannot) throw new Error(cannot);
+    return;
+  }
   const refused = deploymentRefusal(run.core, stopAsked(run));
   if (refused) throw new Error(refused);
   let change: ReturnType<typeof deploymentChange>;
