@@ -317,7 +317,9 @@ export function dataPlaneHandler(services: GatewayServices, metrics: GatewayMetr
     if (verdict === 'missing') return refuse(401, `service "${table.run}" wants a token: Authorization: Bearer <token>`, 'unauthenticated', { 'www-authenticate': 'Bearer' });
     if (verdict === 'wrong') return refuse(403, `this token does not open service "${table.run}"`, 'forbidden');
     const forward = (now: ServedService) => {
-      const entry = chooseRevision(now.entries, Math.random() * 100);
+      const roll = Math.random() * 100;
+      // No revision with a replica whose probes pass: the one with a ready replica all the same (chooseReplica's panic).
+      const entry = chooseRevision(now.entries, roll) ?? chooseRevision(now.entries.map((e) => ({ ...e, ready: e.listed })), roll);
       const first = entry && chooseReplica(entry.candidates, load, services.nextTurn());
       if (!entry || !first) return hold(now);
       const strip = now.table.strip_prefix;

@@ -19,8 +19,10 @@ export interface Entry {
   candidates: EntryCandidate[];
   /** The percent of new requests it gets: its `traffic`, or for the current revision what the others leave. */
   share: number;
-  /** Has a ready replica. */
+  /** Has a ready replica whose probes pass. */
   ready: boolean;
+  /** Has a ready replica, whatever its probes say: what a request falls back to when no revision has a passing one. */
+  listed: boolean;
 }
 
 /** One service as the gateway serves it: its table and the state that lives beside it. */
@@ -61,7 +63,8 @@ function entriesOf(table: ServiceTable, failing: ReadonlySet<string>): Entry[] {
         g.replicas.map((replica) => ({ group: g.name, replica, key: inflightKey(table.run, revision.number, g.name, replica.url), origin: new URL(replica.url).origin, probesFailing: failing.has(replica.url) })),
       );
     const share = revision.number === table.current_revision ? 100 - others : (revision.traffic ?? 0);
-    return { revision: revision.number, groups: revision.entry, candidates, share, ready: candidates.some((c) => c.replica.state === 'ready' && !c.probesFailing) };
+    const listed = candidates.some((c) => c.replica.state === 'ready');
+    return { revision: revision.number, groups: revision.entry, candidates, share, ready: candidates.some((c) => c.replica.state === 'ready' && !c.probesFailing), listed };
   });
   return entries.sort((a, b) => Number(b.revision === table.current_revision) - Number(a.revision === table.current_revision));
 }

@@ -11,11 +11,15 @@ const NONE: ReadonlySet<string> = new Set();
 
 /**
  * The replica a new request goes to: a ready one of the entry groups whose probes pass, the least loaded (fewest requests
- * in flight), ties taken in turn from `turn` so equal replicas share the load round-robin.
+ * in flight), ties taken in turn from `turn` so equal replicas share the load round-robin. Where every ready
+ * one fails its probes after READY, any ready one (a panic, as Envoy's): probes alone never make the outage
+ * they are there to avoid — one failed probe of a service's only router would otherwise refuse every request.
  * `skip`: origins already tried for this request (a connect error).
  */
 export function chooseReplica<C extends Candidate>(candidates: readonly C[], inflight: (c: C) => number, turn: number, skip: ReadonlySet<string> = NONE): C | undefined {
-  const ready = candidates.filter((c) => c.replica.state === 'ready' && c.probesFailing !== true && !skip.has(c.replica.url));
+  const listed = candidates.filter((c) => c.replica.state === 'ready' && !skip.has(c.replica.url));
+  const passing = listed.filter((c) => c.probesFailing !== true);
+  const ready = passing.length > 0 ? passing : listed;
   if (ready.length === 0) return undefined;
   let best: C | undefined;
   let bestLoad = Infinity;
