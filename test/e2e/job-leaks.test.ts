@@ -33,8 +33,9 @@ describe('a job starts with nothing of the worker but what it is given', () => {
       'type: task',
       `name: leaks-${env.taskQueue.slice(-8)}`,
       'commands:',
-      // Listed once the child is `sleep` (before its exec it is a copy of the shell, with the shell's own fds).
-      `  - sleep 30 & p=$!; until [ "$(cat /proc/$p/comm)" = sleep ]; do :; done; ls /proc/$p/fd | tr '\\n' ' ' > ${S()}/fds; kill $p`,
+      // Listed once the child is `sleep` and asleep: before its exec it is a copy of the shell, with the shell's
+      // own fds, and the kernel names it `sleep` before it closes the close-on-exec ones (seen once under load).
+      `  - sleep 30 & p=$!; until [ "$(cat /proc/$p/comm)" = sleep ] && grep -q '^State:.*(sleeping)' /proc/$p/status; do :; done; ls /proc/$p/fd | tr '\\n' ' ' > ${S()}/fds; kill $p`,
       `  - printf %s "$PATH" > ${S()}/path`,
       '',
     ].join('\n');
