@@ -15,20 +15,27 @@ import type { ServiceTable, TableProbe } from './routing-table';
 /** One probe of one replica: whether it passed. `signal` aborts it (the replica or service removed). */
 export type ProbeCheck = (origin: string, probe: TableProbe, signal: AbortSignal) => Promise<boolean>;
 
-/** dstack's test (httpx's `is_success`, redirects not followed): a 2xx answer within the timeout, its body read. */
-export const httpProbe: ProbeCheck = async (origin, probe, signal) => {
+/** A probe's request as written (method, headers, body; redirects not followed) within its timeout, its body read: the answer's status. Rejects when there is no answer. */
+export async function probeStatus(origin: string, probe: Pick<TableProbe, 'url' | 'method' | 'headers' | 'body' | 'timeout_s'>, signal?: AbortSignal): Promise<number> {
   const headers = new Headers();
   for (const h of probe.headers) headers.append(h.name, h.value);
+  const timeout = AbortSignal.timeout(probe.timeout_s * 1000);
+  const res = await fetch(`${origin}${probe.url}`, {
+    method: probe.method.toUpperCase(),
+    headers,
+    body: probe.body,
+    redirect: 'manual',
+    signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+/** dstack's test (httpx's `is_success`, redirects not followed): a 2xx answer within the timeout. */
+export const httpProbe: ProbeCheck = async (origin, probe, signal) => {
   try {
-    const res = await fetch(`${origin}${probe.url}`, {
-      method: probe.method.toUpperCase(),
-      headers,
-      body: probe.body,
-      redirect: 'manual',
-      signal: AbortSignal.any([signal, AbortSignal.timeout(probe.timeout_s * 1000)]),
-    });
-    await res.arrayBuffer();
-    return res.status >= 200 && res.status < 300;
+    const status = await probeStatus(origin, probe, signal);
+    return status >= 200 && status < 300;
   } catch {
     return false;
   }
