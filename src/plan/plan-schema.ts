@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { scalesFromZero } from './scale-from-zero';
 import { ResourcesSchema } from '../config/resources-schema';
 
 /**
@@ -232,8 +233,7 @@ export const PlanSchema = z.object({
   // A group starts with no node only where the gateways hold its requests while it wakes: a service's entry group that scales from zero.
   for (const group of plan.groups) {
     if (group.nodes > 0) continue;
-    const scalesFromZero = plan.service?.entry.includes(group.index) === true && group.nodes_range?.min === 0 && group.scaling != null;
-    if (!scalesFromZero) ctx.addIssue({ code: 'custom', path: ['groups', group.index, 'nodes'], message: `group ${group.name} starts with no node: only a service's entry group that scales from zero (replicas: 0..N with scaling) may` });
+    if (!scalesFromZero(plan, group)) ctx.addIssue({ code: 'custom', path: ['groups', group.index, 'nodes'], message: `group ${group.name} starts with no node: only a service's entry group that scales from zero (replicas: 0..N with scaling) may` });
   }
   if (plan.jobs.length === 0 && plan.groups.some((g) => g.nodes > 0)) ctx.addIssue({ code: 'custom', path: ['jobs'], message: 'a plan whose groups start with nodes needs their jobs' });
 });

@@ -3,7 +3,7 @@ import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { judgeCanary } from './rollout-gates';
 import { activeJobs, describeJob, groupMembers } from './jobs';
-import { withoutAttemptsToStart } from './live';
+import { takeOutFailed } from './live';
 import { ofRevisionRolling, revisionOf, servingRevision } from './revisions';
 import { replicaUrl, routesSettled } from './routing';
 import { beginStep, rolloutOver, serviceOf, specOf, withLiveResizes, withService, withSpec, type StepPhase } from './rollout-steps';
@@ -227,14 +227,11 @@ export function failedNew(core: RunCore, now: number, effects: Effect[]): RunCor
   const failed = activeJobs(core.run).filter((job) => job.status === 'FAILED' && ofRevisionRolling(core, job.job_num));
   const [first] = failed;
   if (!first) return core;
-  for (const job of failed) {
-    job.removed = true;
-    if (job.instance) effects.push({ kind: 'give-back', job_num: job.job_num, attempt: job.attempt, instance: job.instance });
-  }
+  const out = takeOutFailed(core, failed, effects);
   const group = core.plan.groups[first.group_index];
   const budget = group?.on_failure && group.on_failure.action !== 'fail-run' ? ` (group ${group.name}'s restart budget spent: max_restarts ${group.on_failure.max_restarts})` : '';
   const cause = `revision ${coherent.revision}'s ${describeJob(first)}${budget}`;
-  return turnBack(withoutAttemptsToStart(core, failed.map((j) => j.job_num)), coherent, cause, now);
+  return turnBack(out, coherent, cause, now);
 }
 
 /** Gate A's answer: passed, the round goes on; failed, the rollout turns back (held, with rollback: manual). */

@@ -3,7 +3,7 @@ import type { Failure } from './ending';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { describeJob, groupMembers, nextAttempt, activeJobs } from './jobs';
-import { dependentsOf, withoutAttemptsToStart, type LiveCore } from './live';
+import { dependentsOf, takeOutFailed, type LiveCore } from './live';
 import type { RunCore } from './state';
 import { isJobReady } from './startup-order';
 import { ofRevisionRolling } from './revisions';
@@ -27,9 +27,7 @@ export function decideHealing(core: RunCore, event: RunEvent, now: number): Deci
     if (job.status !== 'FAILED') continue;
     const live: LiveCore = next.live ?? core.live;
     if (live.added_by_resize.includes(job.job_num)) {
-      job.removed = true;
-      next = withoutAttemptsToStart(next, [job.job_num]);
-      if (job.instance) effects.push({ kind: 'give-back', job_num: job.job_num, attempt: job.attempt, instance: job.instance });
+      next = takeOutFailed(next, [job], effects);
       continue;
     }
     const healed = heal(next, job, now, effects);

@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import type { GroupPlan, JobPlan, Plan } from '../plan/plan-schema';
 import type { LiveCoreSchema, ResizeSchema } from '../contract/core-state-schema';
 import type { JobState } from '../contract/run-state';
+import type { Effect } from './effects';
 
 /**
  * What a live run (one that heals, resizes or keeps live peers: Troupe's extensions) keeps in its
@@ -77,6 +78,19 @@ export function withoutAttemptsToStart<C extends HasLive>(core: C, jobNums: read
     for (const n of jobNums) delete left[n];
     return { ...live, attempts_to_start: left };
   });
+}
+
+/**
+ * Failed ranks taken out of the run rather than healed (a resize's growth that failed, a rolling-out
+ * revision's replica): removed (the outcome no longer counts them), no longer waiting to start, their
+ * machines given back. The job records change in place, as the policies' do.
+ */
+export function takeOutFailed<C extends HasLive>(core: C, jobs: readonly JobState[], effects: Effect[]): C {
+  for (const job of jobs) {
+    job.removed = true;
+    if (job.instance) effects.push({ kind: 'give-back', job_num: job.job_num, attempt: job.attempt, instance: job.instance });
+  }
+  return withoutAttemptsToStart(core, jobs.map((j) => j.job_num));
 }
 
 /** Ranks a resize adds (`added`) or whose addition is over, either way (`added: false`). */

@@ -1,4 +1,5 @@
 import type { ServiceTableInput } from '../gateway/routing-table';
+import { scalesFromZero } from '../plan/scale-from-zero';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, isJobFinished } from './jobs';
@@ -37,8 +38,7 @@ export const SCALE_FROM_ZERO_HOLD_S = 300;
 
 /** A service whose entry groups may have no replica (`replicas: 0..N`): the gateways hold its requests while one wakes. */
 export function scalesToZero(core: RunCore): boolean {
-  const entry = core.plan.service?.entry ?? [];
-  return core.plan.groups.some((g) => entry.includes(g.index) && g.nodes_range?.min === 0 && g.scaling != null);
+  return core.plan.groups.some((g) => scalesFromZero(core.plan, g));
 }
 
 
