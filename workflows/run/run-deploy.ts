@@ -27,9 +27,7 @@ export function setDeployHandler(run: Run): void {
         run.inbox.push({ kind: 'rollout-control', action: 'rollback', why: revert });
         const error = await rolloutEnded(run, under.id);
         if (error !== null && !error.includes(revert)) throw ApplicationFailure.nonRetryable(error, FailureType.DeployFailed);
-        await condition(() => routesSettled(run.core) || run.state.status !== 'RUNNING');
-        const { groups } = run.core.plan;
-        return { deployment: under.number, rolled: [], groups: groups.map((g) => ({ name: g.name, replicas: groupMembers(run.state.jobs, g.index).length })) } satisfies ApplyServiceResult;
+        return await answerOnceRouted(run, under.number, []);
       }
       const id = (run.deploysAsked += 1);
       run.inbox.push({ kind: 'deploy', id, plan });
@@ -39,13 +37,7 @@ export function setDeployHandler(run: Run): void {
       run.inbox.push({ kind: 'deploy-answered', id });
       if (!rollout?.over) throw ApplicationFailure.nonRetryable(`the run ended (${run.state.status}) before its deployment was over`, FailureType.DeployFailed);
       if (rollout.error) throw ApplicationFailure.nonRetryable(rollout.error, FailureType.DeployFailed);
-      await condition(() => routesSettled(run.core) || run.state.status !== 'RUNNING');
-      const { groups } = run.core.plan;
-      return {
-        deployment: rollout.number,
-        rolled: rollout.rolled.map((g) => groups[g]?.name ?? String(g)),
-        groups: groups.map((g) => ({ name: g.name, replicas: groupMembers(run.state.jobs, g.index).length })),
-      } satisfies ApplyServiceResult;
+      return await answerOnceRouted(run, rollout.number, rollout.rolled);
     },
     { validator: ({ plan }) => validate(run, plan) },
   );
@@ -89,6 +81,17 @@ export function setRolloutControlHandler(run: Run): void {
       },
     },
   );
+}
+
+/** An apply's answer once the gateways route by the run's table: the deployment, the groups it rolled, each group's replicas now. */
+async function answerOnceRouted(run: Run, deployment: number, rolled: readonly number[]): Promise<ApplyServiceResult> {
+  await condition(() => routesSettled(run.core) || run.state.status !== 'RUNNING');
+  const { groups } = run.core.plan;
+  return {
+    deployment,
+    rolled: rolled.map((g) => groups[g]?.name ?? String(g)),
+    groups: groups.map((g) => ({ name: g.name, replicas: groupMembers(run.state.jobs, g.index).length })),
+  };
 }
 
 /** Until rollout `id` is over (or the run is not RUNNING any more): why it did not go through, or null. */
