@@ -261,6 +261,32 @@ describe('a coherent rollout with a canary', () => {
       expect(activeJobs(core.run).every((j) => j.status === 'READY' && j.restarts === 0)).toBe(true);
     });
 
+    it('another new replica failing while the rollout is held (rollback: manual) only goes; rolled back by hand, the service never fails', () => {
+      const plan = (decode: string, rollback: string) =>
+        openService(
+          ['{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}', `{name: decode, replicas: 2, commands: [${decode}]}`],
+          [`rollout: {coherence: revision, canary: {traffic: 10, soak: 5s}, rollback: ${rollback}}`],
+        );
+      const newDecode = (at: RunCore) => activeJobs(at.run).find((j) => j.group_index === DECODE && revisionOf(at, j.job_num) === 1 && j.status === 'READY');
+      for (const rollback of ['manual']) {
+        const before = serving(plan('serve-v1', rollback));
+        const step = pass(before, [{ kind: 'deploy', id: 8, plan: plan('serve-v2', rollback) }], T0 + 3000);
+        const crashed = stepped(step.core, step.effects, T0 + 3000, crashing(1));
+        const firstCause = crashed.service?.rollout?.coherent?.cause;
+        expect(firstCause).toMatch(/^revision 1's job \d+ \(decode\/\d\)/);
+        const second = newDecode(crashed);
+        expect(second, rollback).toBeDefined();
+        let at = pass(crashed, [jobs(crashed, [exited(second!.job_num, 1, second!.attempt)])], T0 + 200_000);
+        expect(at.core.submission.ending).toBeNull();
+        expect(at.core.service?.rollout?.coherent?.cause).toBe(firstCause);
+        if (rollback === 'manual') at = pass(at.core, [...at.effects.flatMap((e) => answersTo(at.core, e)), { kind: 'rollout-control', action: 'rollback' }], T0 + 201_000);
+        const core = stepped(at.core, at.effects, T0 + 202_000, answersTo);
+        expect(core.submission.ending).toBeNull();
+        expect(core.service?.rollout).toMatchObject({ over: true });
+        expect(activeJobs(core.run).every((j) => revisionOf(core, j.job_num) === 0 && j.status === 'READY')).toBe(true);
+      }
+    });
+
     it('restart-node: a failure within its budget is healed and the rollout goes through; past it, rolled back naming the budget', () => {
       const policy = '{action: restart-node, max_restarts: 1}';
       const before = serving(healing('serve-v1', policy));

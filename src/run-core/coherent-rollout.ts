@@ -219,7 +219,8 @@ function checkThrough(core: RunCore, coherent: CoherentRollout, effects: Effect[
  * A replica of the new revision failed past what its group heals (`on_failure: fail-run`, the default,
  * or its restart budget spent; healing.ts leaves it to the rollout): it is taken out and the rollout
  * turns back (held, with rollback: manual) — the serving revision goes on, where a plain failure would
- * end the service. Run before the rollout's next move, and before the outcome judges the run.
+ * end the service; one failing while the rollout rolls back or is held only goes. Run before the
+ * rollout's next move, and before the outcome judges the run.
  */
 export function failedNew(core: RunCore, now: number, effects: Effect[]): RunCore {
   const coherent = core.service?.rollout?.coherent;
@@ -228,6 +229,8 @@ export function failedNew(core: RunCore, now: number, effects: Effect[]): RunCor
   const [first] = failed;
   if (!first) return core;
   const out = takeOutFailed(core, failed, effects);
+  // Rolling back already, or held for a decision: the failed replica only goes (its revision is going, or waits on that decision).
+  if (coherent.phase === 'rolling-back' || coherent.cause !== null) return out;
   const group = core.plan.groups[first.group_index];
   const budget = group?.on_failure && group.on_failure.action !== 'fail-run' ? ` (group ${group.name}'s restart budget spent: max_restarts ${group.on_failure.max_restarts})` : '';
   const cause = `revision ${coherent.revision}'s ${describeJob(first)}${budget}`;

@@ -18,13 +18,14 @@ export function keepsRevisionsApart(plan: Plan): boolean {
 
 /** The revision a rank's current replica belongs to. */
 /**
- * A replica of the new revision of a rollout by revision under way (not rolling back): its failure
- * past what its group heals turns the rollout back instead of failing the service (coherent-rollout.ts).
+ * A replica of the new revision of a rollout by revision under way (rolling back too): its failure
+ * past what its group heals turns the rollout back, or only takes it out, instead of failing the
+ * service (coherent-rollout.ts: failedNew).
  */
 export function ofRevisionRolling(core: RunCore, jobNum: number): boolean {
   const rollout = core.service?.rollout;
   const coherent = rollout?.coherent;
-  return !!coherent && !rollout?.over && coherent.phase !== 'rolling-back' && revisionOf(core, jobNum) === coherent.revision;
+  return !!coherent && !rollout?.over && revisionOf(core, jobNum) === coherent.revision;
 }
 
 export function revisionOf(core: RunCore, jobNum: number): number {
