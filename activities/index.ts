@@ -3,6 +3,7 @@ import { atTheBoundary } from './activity-failure';
 import { createFleetActivities } from './fleet';
 import { createGatewayRouteActivities } from './gateway-routes';
 import { createSyntheticRequestActivities } from './synthetic-request';
+import { createReplicaMetricsActivities } from './replica-metrics';
 import { createJobBatchActivities } from './job-batches';
 import { createJobActivities } from './jobs';
 import { createPeersActivities } from './peers';
@@ -28,6 +29,7 @@ export function createActivities(backends: BackendRegistry, options: ActivityOpt
     ...createPeersActivities(backends),
     ...createFleetActivities(),
     ...createSyntheticRequestActivities(),
+    ...createReplicaMetricsActivities(),
     ...createRunIdentityActivities(),
     ...createGatewayRouteActivities(options.gateways ?? []),
   });

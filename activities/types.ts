@@ -118,6 +118,16 @@ export interface DrainReplicasResult {
 }
 
 /** Gate A of a rollout: a synthetic request to each of the new revision's entry replicas (activities/synthetic-request.ts). */
+export interface ReadReplicaMetricsInput {
+  /** Each replica's metrics URL, its group, and the metrics to sum. */
+  targets: Array<{ group: number; url: string; names: string[] }>;
+}
+
+/** Per replica: the sums by metric name (a name with no sample is absent), or why it could not be read. */
+export interface ReadReplicaMetricsResult {
+  replicas: Array<{ group: number; url: string; values: Record<string, number> | null; error: string | null }>;
+}
+
 export interface CheckRevisionInput {
   urls: string[];
   /** The entry group's first probe, or null: `GET /`. */

@@ -17,6 +17,11 @@ DSTACK_NODE_GROUP_NODE_RANK) and, where its env has one, TROUPE_REVISION or TROU
                          one that passes its health checks: a prompt of just `ping` (the probes') always
                          answers.
 
+  GET /metrics           its own traffic in Prometheus' text format, as a model server exports it:
+                         stand_in_chat_completions_total (a counter of the chat completions it answered,
+                         by HTTP status) and stand_in_chat_completions_running (a gauge: those it is
+                         answering now); what Troupe's `scaling.replica_metrics` reads.
+
 It listens on 0.0.0.0:PORT (--host to narrow it), serves requests concurrently and stops cleanly on SIGTERM.
 """
 
@@ -77,6 +82,26 @@ READY_AT = time.monotonic() + args.warmup
 # One counter per worker group: requests go round the ready replicas in turn.
 TURNS = {args.prefill_group: itertools.count(), args.decode_group: itertools.count()}
 TURNS_LOCK = threading.Lock()
+# Its own traffic (GET /metrics): chat completions answered, by status, and those being answered now.
+ANSWERED = {}
+RUNNING = 0
+COUNTS_LOCK = threading.Lock()
+
+
+def exposition():
+    """The counters in Prometheus' text format (0.0.4)."""
+    with COUNTS_LOCK:
+        answered = sorted(ANSWERED.items())
+        running = RUNNING
+    lines = [
+        "# HELP stand_in_chat_completions_total Chat completions this replica answered, by HTTP status.",
+        "# TYPE stand_in_chat_completions_total counter",
+        *(f'stand_in_chat_completions_total{{group="{GROUP}",status="{code}"}} {n}' for code, n in answered),
+        "# HELP stand_in_chat_completions_running Chat completions this replica is answering now.",
+        "# TYPE stand_in_chat_completions_running gauge",
+        f'stand_in_chat_completions_running{{group="{GROUP}"}} {running}',
+    ]
+    return ("\n".join(lines) + "\n").encode()
 
 
 class Unavailable(Exception):
@@ -161,6 +186,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def reply(self, status, body):
+        self.counted(status)
         raw = (json.dumps(body) + "\n").encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -177,11 +203,41 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/health":
             loading = time.monotonic() < READY_AT
             return self.reply(503 if loading else 200, {"status": "loading" if loading else "ok", **MARK})
+        if path == "/metrics":
+            raw = exposition()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
         if path == "/v1/models":
             return self.reply(200, {"object": "list", "data": [{"id": args.model, "object": "model", "owned_by": "troupe-stand-in", "troupe": MARK}]})
         self.error(404, f"no GET {path}: try /health, /v1/models or POST /v1/chat/completions")
 
     def do_POST(self):
+        global RUNNING
+        if self.path.split("?", 1)[0] != "/v1/chat/completions":
+            return self.completion_post()
+        with COUNTS_LOCK:
+            RUNNING += 1
+        self.counting = True
+        try:
+            self.completion_post()
+        finally:
+            self.counted(0)
+
+    def counted(self, status):
+        """A chat completion answered (before its answer goes out, so a client that reads /metrics next sees it)."""
+        global RUNNING
+        if not getattr(self, "counting", False):
+            return
+        self.counting = False
+        with COUNTS_LOCK:
+            RUNNING -= 1
+            ANSWERED[status] = ANSWERED.get(status, 0) + 1
+
+    def completion_post(self):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""

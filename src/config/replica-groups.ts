@@ -50,6 +50,40 @@ function scalingWindow(value: unknown): number {
 export { ScalingMetricSchema } from '../plan/plan-schema';
 import { ScalingMetricSchema } from '../plan/plan-schema';
 
+/** A Prometheus metric name (the exposition format's rule). */
+const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
+
+function metricName(value: unknown): string {
+  if (typeof value !== 'string' || !METRIC_NAME.test(value)) throw new ScalarError(`expected a Prometheus metric name such as vllm:num_requests_running, got ${describeValue(value)}`);
+  return value;
+}
+
+
+function metricsPath(value: unknown): string {
+  if (typeof value !== 'string' || !value.startsWith('/') || /[\s\x00-\x1f\x7f]/.test(value)) throw new ScalarError(`expected a path starting with /, such as /metrics, got ${describeValue(value)}`);
+  return value;
+}
+
+/**
+ * Troupe's extension: where a group behind the router reads its OWN traffic — each replica's
+ * Prometheus endpoint (`http://ADDRESS:port/path`), a counter of the requests it answered (for
+ * `metric: rps`) or a gauge of those it is serving now (for `metric: concurrency`), each summed over
+ * the metric's series.
+ */
+export const ReplicaMetricsInputSchema = closedObject(
+  {
+    port: scalar('a port number 1..65535', (v) => {
+      const n = toInt(v);
+      return n !== undefined && n >= 1 && n <= 65535 ? n : undefined;
+    }),
+    path: parsed(metricsPath).optional(),
+    requests: parsed(metricName).optional(),
+    inflight: parsed(metricName).optional(),
+  },
+  { what: '`replica_metrics`' },
+);
+export type ReplicaMetricsInput = z.output<typeof ReplicaMetricsInputSchema>;
+
 export const ScalingInputSchema = closedObject(
   {
     metric: scalar('rps (requests per second per replica) or concurrency (requests in flight per replica)', (v) => ScalingMetricSchema.safeParse(v).data),
@@ -61,6 +95,7 @@ export const ScalingInputSchema = closedObject(
     window: parsed(scalingWindow).nullish(),
     scale_up_delay: parsed(nonNegativeDuration).optional(),
     scale_down_delay: parsed(nonNegativeDuration).optional(),
+    replica_metrics: ReplicaMetricsInputSchema.nullish(),
   },
   { what: '`scaling`' },
 );

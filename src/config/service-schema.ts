@@ -3,7 +3,7 @@ import { closedObject, ruleIssue } from './closed-object';
 import { parseDuration } from './duration';
 import { parsePort } from './ports';
 import { RolloutInputSchema } from './rollout';
-import { parseReplicas, ReplicaGroupInputSchema, ScalingInputSchema, type ReplicaCount, type ReplicaGroupInput } from './replica-groups';
+import { parseReplicas, ReplicaGroupInputSchema, ScalingInputSchema, type ReplicaCount, type ReplicaGroupInput, type ScalingInput } from './replica-groups';
 import { booleanSchema, intAtLeast, parsed, REQUIRED, ScalarError, scalar, textSchema, toNumber } from './scalars';
 import { checkDependencies, checkGroupNames, checkGroupPolicies, MAX_GROUPS, runShape, UNSUPPORTED_TASK_FIELDS } from './task-schema';
 import { describeValue } from './yaml-source';
@@ -166,6 +166,7 @@ export const ServiceConfigSchema = closedObject(serviceShape, {
       ctx.addIssue(ruleIssue(['commands'], 'either `commands` or `image` must be set'));
     }
     checkScaling(service.replicas ?? { min: 1, max: 1 }, service.scaling, [], ctx);
+    checkReplicaMetrics(service.scaling, [], 'the service', ctx);
     return;
   }
   if (service.replicas !== null && service.replicas !== undefined) {
@@ -207,7 +208,31 @@ export const ServiceConfigSchema = closedObject(serviceShape, {
   });
   checkDependencies(service.startup_order ?? null, groups, ctx);
   checkNoDependencyOnZero(names, groups, ctx);
+  groups.forEach((group, index) => {
+    const entry = router === undefined || router === index;
+    checkReplicaMetrics(group.scaling, ['groups', index], entry ? `group "${names[index] ?? index}", an entry group,` : null, ctx);
+  });
 });
+
+/**
+ * Troupe's `scaling.replica_metrics`: only for a group behind the router (the gateways count an entry
+ * group's own traffic already: `entry` names it, else null), with the metric its `scaling.metric` reads.
+ */
+function checkReplicaMetrics(scaling: ScalingInput | null | undefined, at: (string | number)[], entry: string | null, ctx: z.RefinementCtx): void {
+  const metrics = scaling?.replica_metrics;
+  if (!scaling || !metrics) return;
+  const path = [...at, 'scaling', 'replica_metrics'];
+  if (entry !== null) {
+    ctx.addIssue(ruleIssue(path, `${entry} takes the requests the gateways send, and they count its own traffic: \`replica_metrics\` is for a group behind the router`, 'key'));
+    return;
+  }
+  if (scaling.metric === 'rps' && metrics.requests === undefined) {
+    ctx.addIssue(ruleIssue(path, '`metric: rps` reads a counter of the requests each replica answered: name it in `requests` (e.g. vllm:request_success_total)'));
+  }
+  if (scaling.metric === 'concurrency' && metrics.inflight === undefined) {
+    ctx.addIssue(ruleIssue(path, '`metric: concurrency` reads a gauge of the requests each replica is serving: name it in `inflight` (e.g. vllm:num_requests_running)'));
+  }
+}
 
 /** Troupe's rule: a group cannot wait at start for a group that starts with no replica (it would wait for traffic). */
 function checkNoDependencyOnZero(names: readonly string[], groups: readonly ReplicaGroupInput[], ctx: z.RefinementCtx): void {

@@ -191,6 +191,10 @@ export const CoherentRolloutSchema = z.object({
 
 export type CoherentRollout = z.infer<typeof CoherentRolloutSchema>;
 
+/** One reading of a replica's own metrics (null: the metric is not read, or the replica did not export it). */
+export const ReplicaSampleSchema = z.object({ url: z.string(), group: z.number().int(), at_ms: z.number(), requests: z.number().nullable(), inflight: z.number().nullable() });
+export type ReplicaSample = z.infer<typeof ReplicaSampleSchema>;
+
 export const ServiceCoreSchema = z.object({
   /** The generation of the last table asked for (0: none yet); a gateway refuses an older one. */
   generation: z.number().int().nonnegative(),
@@ -249,8 +253,12 @@ export const ServiceCoreSchema = z.object({
       resizes_made: z.number().int().nonnegative(),
       /** Why the last reading failed, or null. */
       problem: z.string().nullable(),
+      /** A reading of replicas' own metrics (replica-traffic.ts) is asked and not answered yet. */
+      scraping: z.boolean().default(false),
+      /** Groups behind the router with `replica_metrics`: their replicas' samples over the longest window. */
+      samples: z.array(ReplicaSampleSchema).default([]),
     })
-    .default({ reading: [], read_at_ms: null, sizes: [], last: [], resizes_made: 0, problem: null }),
+    .default({ reading: [], read_at_ms: null, sizes: [], last: [], resizes_made: 0, problem: null, scraping: false, samples: [] }),
 });
 
 export const RunCoreSchema = z.object({

@@ -4,6 +4,7 @@ import type { RunEvent } from './events';
 import { AUTOSCALE_RESIZE_IDS, beginResize, isDeploymentStep, resizeRefusal, rolloutRefusal, sizeNow } from './scaling';
 import { serviceOf } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
+import { ownTraffic, replicaTargets, withReading } from './replica-traffic';
 
 /**
  * A service's autoscaler: each group with `scaling` (dstack's `scaling: {metric: rps, target, window,
@@ -12,7 +13,9 @@ import type { RunCore, ServiceCore } from './state';
  * reading failed). An entry group (the router
  * group, or every group of a service without one) is sized on its own traffic: the requests the
  * gateways sent it over the window (rps), or those in flight to it now (concurrency); a group behind
- * the entry is sized on the service's traffic through its entry groups, as dstack sizes every group.
+ * the entry is sized on the service's traffic through its entry groups, as dstack sizes every group —
+ * or, with Troupe's `scaling.replica_metrics`, on its own: its replicas' own Prometheus figures, read
+ * beside the gateways' (replica-traffic.ts).
  * It wants ⌈value ÷ target⌉ replicas within its range; it grows once its size is `scale_up_delay`
  * old, shrinks once it is `scale_down_delay` old. An entry group with no replica (`replicas: 0..N`,
  * scaled to zero) gets none of the traffic it would take: the gateways hold its requests instead
@@ -47,23 +50,28 @@ export function decideAutoscaling(core: RunCore, event: RunEvent, now: number): 
   const service = core.service;
   if (!service || !core.live) return { state: core, effects };
   if (event.kind === 'figures' && event.purpose === 'autoscale') return { state: figuresRead(core, service, event, now, effects), effects };
+  if (event.kind === 'replica-metrics') return { state: replicasRead(core, event, now, effects), effects };
   if (event.kind !== 'tick') return { state: core, effects };
   // Its resizes are answered to no one: forgotten once over.
   const forgotten = forgetOwnResizes(core);
   if (!active(forgotten)) return { state: forgotten, effects };
   const auto = serviceOf(forgotten).autoscale;
   const due = nextReadAt(auto);
-  if (auto.reading.length > 0 || (due !== null && now < due)) return { state: forgotten, effects };
-  const windows = [...new Set(scaled(forgotten).map((g) => g.scaling?.window_s ?? 30))].sort((a, b) => a - b);
+  if (auto.reading.length > 0 || auto.scraping || (due !== null && now < due)) return { state: forgotten, effects };
+  const groups = scaled(forgotten);
+  const own = groups.filter((g) => readsOwnReplicas(forgotten, g));
+  const windows = [...new Set(groups.filter((g) => !readsOwnReplicas(forgotten, g)).map((g) => g.scaling?.window_s ?? 30))].sort((a, b) => a - b);
   for (const window_s of windows) effects.push({ kind: 'read-figures', window_s, purpose: 'autoscale' });
-  return { state: withAutoscale(forgotten, { ...auto, reading: windows, read_at_ms: now }), effects };
+  const targets = replicaTargets(forgotten, own);
+  if (targets.length > 0) effects.push({ kind: 'read-replica-metrics', targets });
+  return { state: withAutoscale(forgotten, { ...auto, reading: windows, scraping: targets.length > 0, read_at_ms: now }), effects };
 }
 
 /** When the loop must look again for the next reading (epoch ms), or null. */
 export function autoscaleDeadline(core: RunCore): number | null {
   if (!active(core)) return null;
   const auto = serviceOf(core).autoscale;
-  if (auto.reading.length > 0) return null;
+  if (auto.reading.length > 0 || auto.scraping) return null;
   return nextReadAt(auto) ?? 0;
 }
 
@@ -75,7 +83,31 @@ function figuresRead(core: RunCore, service: ServiceCore, event: Extract<RunEven
   let next = withAutoscale(core, { ...auto, reading, problem: null });
   if (!active(next)) return next;
   for (const group of scaled(next)) {
-    if (group.scaling?.window_s === event.window_s) next = sizeGroup(next, group, event, now, effects);
+    if (group.scaling?.window_s !== event.window_s || readsOwnReplicas(next, group)) continue;
+    const waking = sizeNow(next, group.index) === 0 && (next.plan.service?.entry ?? []).includes(group.index) && (event.held > 0 || event.held_total > 0);
+    next = sizeGroup(next, group, metricOf(next, group, event), waking ? event.held_total : null, now, effects);
+  }
+  return next;
+}
+
+/** A group behind the router that reads its own traffic on its replicas (Troupe's `scaling.replica_metrics`; an entry group's is the gateways'). */
+function readsOwnReplicas(core: RunCore, group: GroupPlan): boolean {
+  return Boolean(group.scaling?.replica_metrics) && !(core.plan.service?.entry ?? []).includes(group.index);
+}
+
+/** Replicas' own figures are in: kept as samples; each such group gets a verdict once its traffic can be told. */
+function replicasRead(core: RunCore, event: Extract<RunEvent, { kind: 'replica-metrics' }>, now: number, effects: Effect[]): RunCore {
+  const auto = serviceOf(core).autoscale;
+  const own = scaled(core).filter((g) => readsOwnReplicas(core, g));
+  const keep_ms = Math.max(0, ...own.map((g) => (g.scaling?.window_s ?? 30) * 1000)) + AUTOSCALE_RETRY_MS;
+  const failed = event.replicas.filter((r) => r.error !== null);
+  const problem = failed[0] ? `${failed.length} of ${event.replicas.length} replicas' metrics could not be read: ${failed[0].url}: ${failed[0].error}` : null;
+  let next = withAutoscale(core, { ...auto, scraping: false, samples: withReading(core, auto.samples, event, now, keep_ms), problem: problem ?? auto.problem });
+  if (!active(next)) return next;
+  for (const group of own) {
+    const urls = event.replicas.filter((r) => r.group === group.index).map((r) => r.url);
+    const value = ownTraffic(group, serviceOf(next).autoscale.samples, urls, now);
+    if (value !== null) next = sizeGroup(next, group, value, null, now, effects);
   }
   return next;
 }
@@ -90,7 +122,8 @@ export function metricOf(core: RunCore, group: GroupPlan, event: Extract<RunEven
   return rows.reduce((n, g) => n + g.requests, 0) / event.window_s;
 }
 
-function sizeGroup(core: RunCore, group: GroupPlan, event: Extract<RunEvent, { kind: 'figures' }>, now: number, effects: Effect[]): RunCore {
+/** A verdict for `group` on its metric's `value` (`held`: requests held that wake it from zero, else null), and a resize where one is due. */
+function sizeGroup(core: RunCore, group: GroupPlan, value: number, held: number | null, now: number, effects: Effect[]): RunCore {
   const scaling = group.scaling;
   const range = group.nodes_range;
   if (!scaling || !range) return core;
@@ -98,11 +131,10 @@ function sizeGroup(core: RunCore, group: GroupPlan, event: Extract<RunEvent, { k
   const nodes = sizeNow(core, group.index);
   const seen = auto.sizes[group.index];
   const size = seen && seen.nodes === nodes ? seen : { nodes, since_ms: now };
-  const value = metricOf(core, group, event);
-  const waking = nodes === 0 && (core.plan.service?.entry ?? []).includes(group.index) && (event.held > 0 || event.held_total > 0);
+  const waking = held !== null;
   const wanted = Math.min(range.max, Math.max(range.min, waking ? 1 : 0, Math.ceil(value / scaling.target - 1e-9)));
   const sizes = withIndex(auto.sizes, group.index, size);
-  const last = withIndex(auto.last, group.index, { value, wanted, at_ms: now, ...(waking ? { held: event.held_total } : {}) });
+  const last = withIndex(auto.last, group.index, { value, wanted, at_ms: now, ...(held !== null ? { held } : {}) });
   const noted = withAutoscale(core, { ...auto, sizes, last });
   const delay = wanted > nodes ? (nodes === 0 ? 0 : scaling.scale_up_delay_s) : scaling.scale_down_delay_s;
   if (wanted === nodes || now < size.since_ms + delay * 1000) return noted;

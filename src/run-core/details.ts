@@ -47,7 +47,8 @@ export function runDetails(core: RunCore, steps: readonly string[]): string {
     const last = auto.last[group.index];
     if (!group.scaling || !last) return [];
     const unit = group.scaling.metric === 'rps' ? 'rps' : 'in flight';
-    return [`- ${group.name}: ${Math.round(last.value * 10) / 10} ${unit} (target ${group.scaling.target} per replica)${last.held ? `, ${last.held} held waking it from zero` : ''} → ${last.wanted} wanted`];
+    const own = group.scaling.replica_metrics ? ", its replicas' own" : '';
+    return [`- ${group.name}: ${Math.round(last.value * 10) / 10} ${unit}${own} (target ${group.scaling.target} per replica)${last.held ? `, ${last.held} held waking it from zero` : ''} → ${last.wanted} wanted`];
   });
   if (verdicts.length > 0 || auto.problem) lines.push('', '**Autoscaling**', ...verdicts, ...(auto.problem ? [`- ${auto.problem}`] : []));
   return lines.join('\n');

@@ -49,6 +49,8 @@ export type Effect =
   | { kind: 'drain'; resize: number; urls: string[]; timeout_s: number }
   /** Read the service's figures per revision and entry group over the last `window_s` seconds on every gateway; report `figures` with the same purpose. */
   | { kind: 'read-figures'; window_s: number; purpose: FiguresPurpose }
+  /** Read these replicas' Prometheus endpoints (each metric summed over its series); report `replica-metrics`. */
+  | { kind: 'read-replica-metrics'; targets: Array<{ group: number; url: string; names: string[] }> }
   /** Gate A: a synthetic request (`probe`, or `GET /` without one) to each of the new revision's entry replicas; report `revision-checked`. */
   | { kind: 'check-revision'; revision: number; round: number; urls: string[]; probe: ServiceProbe | null }
   /** After teardown: submit the whole run again, after this back-off. */

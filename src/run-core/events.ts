@@ -51,6 +51,11 @@ export type RunEvent =
       held_total: number;
       error: string | null;
     }
+  /**
+   * A reading of replicas' own metrics (read-replica-metrics): each replica's values by metric name
+   * (summed over its series), or why it could not be read.
+   */
+  | { kind: 'replica-metrics'; replicas: Array<{ group: number; url: string; values: Record<string, number> | null; error: string | null }> }
   /** Gate A's synthetic requests answered: null error, each passed (`note` says how); else the first that failed. */
   | { kind: 'revision-checked'; revision: number; round: number; note: string | null; error: string | null }
   /** The rollout under way paused, resumed or rolled back by hand (the rolloutControl Update, once accepted). */

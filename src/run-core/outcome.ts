@@ -42,6 +42,7 @@ export function decideOutcome(core: RunCore, event: RunEvent, now: number): Deci
     case 'deploy':
     case 'deploy-answered':
     case 'figures':
+    case 'replica-metrics':
     case 'revision-checked':
     case 'rollout-control':
       return { state: core, effects };

@@ -11,10 +11,13 @@ import { startWorkerProcess, useWorkerProcesses, waitForRunState } from '../help
 /**
  * The autoscaler on the local fleet behind a real gateway: the stand-in PD service with decode
  * `replicas: 1..3, scaling: {metric: rps, target: 20, window: 30s, scale_up_delay: 0s,
- * scale_down_delay: 5s}` under an open-loop load stepped from 10 to 60 requests a second. decode is
- * sized on the service's traffic through its router (the gateways' figures, read every 2 s): it grows
- * to 3 while the load is high — the new replicas answering — and, once the load is gone, back to 1
- * after its scale_down_delay, drained. Not one request fails.
+ * scale_down_delay: 5s, replica_metrics: {port: 8000, requests: stand_in_chat_completions_total}}`
+ * under an open-loop load stepped from 10 to 60 chat completions a second. decode is sized on its OWN
+ * traffic (Troupe's `replica_metrics`: its replicas' counters, read every 2 s), not the service's:
+ * 50 more requests a second that the router answers itself (`GET /v1/models`) leave it at 1, where
+ * dstack's rule (the service's traffic) would want 2. It grows to 3 while the completions are many —
+ * the new replicas answering — and, once the load is gone, back to 1 after its scale_down_delay,
+ * drained. Not one request fails.
  */
 
 const env = useWorkerProcesses('autoscale');
@@ -56,6 +59,34 @@ function openLoad(rate: () => number) {
   };
 }
 
+/** `rate` GET /v1/models a second through the gateway, which the router answers itself (no decode sees them). */
+function modelsLoad(rate: number) {
+  const failures: string[] = [];
+  const inFlight = new Set<Promise<void>>();
+  let answered = 0;
+  const timer = setInterval(() => {
+    const p = fetch(`${gatewayUrl()}/services/${name}/v1/models`, { signal: AbortSignal.timeout(20_000) })
+      .then(async (res) => {
+        await res.arrayBuffer();
+        if (res.status === 200) answered += 1;
+        else failures.push(`GET /v1/models: HTTP ${res.status}`);
+      })
+      .catch((err: unknown) => void failures.push(String(err)))
+      .finally(() => inFlight.delete(p));
+    inFlight.add(p);
+  }, 1000 / rate);
+  return {
+    failures,
+    get answered() {
+      return answered;
+    },
+    async stop() {
+      clearInterval(timer);
+      await Promise.all([...inFlight]);
+    },
+  };
+}
+
 const live = (s: RunState) => s.jobs.filter((j) => !j.removed);
 const decodes = (s: RunState) => live(s).filter((j) => j.group_name === 'decode');
 
@@ -68,17 +99,24 @@ describe('a service that sizes itself', () => {
       label: 'v1',
       coherence: 'revision',
       decodeReplicas: '1..3',
-      decodeScaling: '{metric: rps, target: 20, window: 30s, scale_up_delay: 0s, scale_down_delay: 5s}',
+      decodeScaling: '{metric: rps, target: 20, window: 30s, scale_up_delay: 0s, scale_down_delay: 5s, replica_metrics: {port: 8000, requests: stand_in_chat_completions_total}}',
     });
     const plan = serviceRunPlan(loadServicePlan(yaml, 'svc.yml', { environ: {} }), null);
     const handle = await env.client.workflow.start('RunWorkflow', { taskQueue, workflowId: runWorkflowId(name), args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }] });
     await waitForRunState(handle, (s) => live(s).length === 4 && live(s).every((j) => j.status === 'READY') && (s.service?.table_generation ?? 0) > 0, 120_000);
 
-    // 10 rps: one decode is enough (20 per replica).
+    // 10 completions a second: one decode is enough (20 per replica), though 50 GET /v1/models a
+    // second go through the router too: 60 rps over the service, 32 on average over its 30 s window
+    // after 16 s (2 decodes by dstack's rule).
     let rate = 10;
     const load = openLoad(() => rate);
-    await new Promise((r) => setTimeout(r, 6000));
-    expect(decodes(await handle.query(runStateQuery))).toHaveLength(1);
+    const models = modelsLoad(50);
+    await new Promise((r) => setTimeout(r, 16_000));
+    await models.stop();
+    const low = await handle.query(runStateQuery);
+    expect(decodes(low)).toHaveLength(1);
+    expect(models.failures.slice(0, 5)).toEqual([]);
+    expect(models.answered).toBeGreaterThan(600);
     // 60 rps: the 30 s average passes 40 (3 wanted) ~18 s after the step.
     rate = 60;
     const stepAt = Date.now();
@@ -88,7 +126,7 @@ describe('a service that sizes itself', () => {
     const added = decodes(grown).map((j) => j.group_job_index);
     // The Web UI's current details say why: the autoscaler's last verdict for decode.
     const meta = (await handle.query<{ currentDetails?: string }>('__temporal_workflow_metadata')).currentDetails ?? '';
-    expect(meta).toMatch(/\*\*Autoscaling\*\*\n- decode: [\d.]+ rps \(target 20 per replica\) → 3 wanted/);
+    expect(meta).toMatch(/\*\*Autoscaling\*\*\n- decode: [\d.]+ rps, its replicas' own \(target 20 per replica\) → 3 wanted/);
     await new Promise((r) => setTimeout(r, 3000));
     // The new decodes answer.
     expect(new Set(load.decodes.filter((d) => d.at > grownAt).map((d) => d.replica))).toEqual(new Set(added));

@@ -5,7 +5,7 @@ import { announceStatus, type Run } from './run-context';
 import { askNewAttempts } from './run-attempts';
 import { attemptRefsOf } from './run-job-refs';
 import { publishPeers } from './run-peers';
-import { drainReplicas, pushRoutes, readFigures, checkRevision } from './run-routes';
+import { drainReplicas, pushRoutes, readFigures, readReplicaMetrics, checkRevision } from './run-routes';
 import { releaseRemoved } from './run-scaling';
 
 /**
@@ -52,6 +52,9 @@ function apply(run: Run, effect: Effect): void {
       break;
     case 'read-figures':
       readFigures(run, effect);
+      break;
+    case 'read-replica-metrics':
+      readReplicaMetrics(run, effect);
       break;
     case 'check-revision':
       checkRevision(run, effect);

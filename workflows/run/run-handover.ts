@@ -59,6 +59,7 @@ function isQuiet(run: Run, submission: Submission): boolean {
     routesSettled(run.core) &&
     !run.core.service?.rollout &&
     (run.core.service?.autoscale.reading.length ?? 0) === 0 &&
+    !run.core.service?.autoscale.scraping &&
     allHandlersFinished()
   );
 }

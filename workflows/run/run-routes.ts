@@ -85,6 +85,18 @@ export function readFigures(run: Run, effect: Extract<Effect, { kind: 'read-figu
     );
 }
 
+/** Replicas' own metrics read (a group behind the router sized on its own traffic); the loop hears back with `replica-metrics`. */
+export function readReplicaMetrics(run: Run, effect: Extract<Effect, { kind: 'read-replica-metrics' }>): void {
+  const { targets } = effect;
+  const groups = [...new Set(targets.map((t) => run.core.plan.groups[t.group]?.name ?? String(t.group)))].join(', ');
+  void figuresActivities.readReplicaMetrics
+    .executeWithOptions({ summary: `${groups}: own traffic on ${targets.length} replica${targets.length === 1 ? '' : 's'}` }, [{ targets }])
+    .then(
+      ({ replicas }) => run.inbox.push({ kind: 'replica-metrics', replicas }),
+      (err: unknown) => run.inbox.push({ kind: 'replica-metrics', replicas: targets.map((t) => ({ group: t.group, url: t.url, values: null, error: rootMessage(err) })) }),
+    );
+}
+
 /**
  * Before a graceful teardown: the table that lists no replica on every gateway (the core decided it
  * with the run's end; `settle` feeds the answers of the pushes to the core), then the replicas'

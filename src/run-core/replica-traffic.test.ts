@@ -1,0 +1,125 @@
+import { describe, expect, it } from 'vitest';
+import type { Plan } from '../plan/plan-schema';
+import { answersTo, openService, pass, play, servingCore, T0 } from '../../test/helpers/run-core';
+import type { Effect } from './effects';
+import type { RunEvent } from './events';
+import { groupMembers } from './jobs';
+import { autoscaleDeadline } from './autoscaling';
+import { replicaTargets } from './replica-traffic';
+import type { RunCore } from './state';
+
+/**
+ * A group behind the router sized on its OWN traffic (Troupe's `scaling.replica_metrics`): the loop
+ * reads its READY replicas' Prometheus endpoints beside the gateways' figures; its rps is each
+ * replica's counter increase over the window ÷ the samples' span, summed; its concurrency the sum of
+ * the gauges. The group that reads the service's traffic (dstack's way) is sized on the router's.
+ */
+
+const COUNTER = 'stand_in_chat_completions_total';
+const GAUGE = 'stand_in_chat_completions_running';
+
+const pd = (decodeScaling: string): Plan =>
+  openService([
+    '{name: router, replicas: 1, router: {type: smg}, depends_on: [prefill, decode], commands: [route]}',
+    '{name: prefill, replicas: 1..3, scaling: {metric: rps, target: 10, window: 30s, scale_up_delay: 0s}, commands: [prefill]}',
+    `{name: decode, replicas: 1..3, scaling: {${decodeScaling}}, commands: [decode]}`,
+  ]);
+
+const ownRps = `metric: rps, target: 10, window: 30s, scale_up_delay: 0s, scale_down_delay: 20s, replica_metrics: {port: 9000, requests: ${COUNTER}}`;
+
+const figures = (requests: number): RunEvent => ({
+  kind: 'figures',
+  purpose: 'autoscale',
+  window_s: 30,
+  revisions: [],
+  groups: [{ revision: 0, group: 'router', requests, inflight: 0 }],
+  held: 0,
+  held_total: 0,
+  error: null,
+});
+
+/** The replicas read now answer `values` (by url; null: it cannot be read). */
+const metrics = (core: RunCore, values: (url: string) => Record<string, number> | null): RunEvent => ({
+  kind: 'replica-metrics',
+  replicas: replicaTargets(core, core.plan.groups).map((t) => {
+    const v = values(t.url);
+    return { group: t.group, url: t.url, values: v, error: v === null ? 'connect ECONNREFUSED' : null };
+  }),
+});
+
+const scrapes = (effects: Effect[]) => effects.flatMap((e) => (e.kind === 'read-replica-metrics' ? [e] : []));
+const size = (core: RunCore, group: number) => groupMembers(core.run.jobs, group).length;
+
+/** The reading under way answered at `now` (the router's `requests`, the replicas' `values`), and what follows played out (the next reading, asked meanwhile, left unanswered). */
+function reading(core: RunCore, now: number, routerRequests: number, values: (url: string) => Record<string, number> | null): RunCore {
+  const step = pass(core, [figures(routerRequests), metrics(core, values)], now);
+  return play(step.core, step.effects, now, (at, e) => (e.kind === 'read-figures' || e.kind === 'read-replica-metrics' ? [] : answersTo(at, e))).core;
+}
+
+describe("a group behind the router on its replicas' own figures", () => {
+  it("asks decode's READY replicas for its metric beside the gateways' figures for prefill, one reading at a time", () => {
+    const core = servingCore(pd(ownRps));
+    // The figures of the reading under way answered, the replicas not yet: no next reading.
+    const half = pass(core, [figures(0)], T0 + 5000);
+    expect(autoscaleDeadline(half.core)).toBeNull();
+    expect(scrapes(pass(half.core, [], T0 + 9000).effects)).toEqual([]);
+    // Both answered: the next one is asked, of both.
+    const next = pass(half.core, [metrics(core, () => ({ [COUNTER]: 0 }))], T0 + 5100);
+    expect(next.effects.filter((e) => e.kind === 'read-figures')).toEqual([{ kind: 'read-figures', window_s: 30, purpose: 'autoscale' }]);
+    const decodes = groupMembers(core.run.jobs, 2);
+    expect(scrapes(next.effects).map((e) => e.targets)).toEqual([decodes.map((j) => ({ group: 2, url: `http://${j.instance?.internal_ip}:9000/metrics`, names: [COUNTER] }))]);
+  });
+
+  it("grows decode on its own rate while prefill follows the router's: 40 rps through the router, 25 rps to decode", () => {
+    let core = servingCore(pd(ownRps));
+    // First sample: no rate yet, nothing sized for decode; prefill sees 40 rps → 3 (its range's top).
+    core = reading(core, T0 + 5000, 1200, () => ({ [COUNTER]: 100 }));
+    expect(size(core, 1)).toBe(3);
+    expect(size(core, 2)).toBe(1);
+    expect(core.service?.autoscale.last[2] ?? null).toBeNull();
+    // 2 s later: +50 requests on the one decode replica → 25 rps → 3 wanted.
+    core = reading(core, T0 + 7000, 1200, () => ({ [COUNTER]: 150 }));
+    expect(core.service?.autoscale.last[2]).toMatchObject({ value: 25, wanted: 3 });
+    expect(size(core, 2)).toBe(3);
+  });
+
+  it('keeps decode at 1 when its own traffic is small, whatever goes through the router', () => {
+    let core = servingCore(pd(ownRps));
+    core = reading(core, T0 + 5000, 1800, () => ({ [COUNTER]: 0 }));
+    core = reading(core, T0 + 7000, 1800, () => ({ [COUNTER]: 4 }));
+    expect(core.service?.autoscale.last[2]).toMatchObject({ value: 2, wanted: 1 });
+    expect(size(core, 2)).toBe(1);
+    // dstack's way (the service's traffic) would want 6 of it: prefill, which reads it, is at its top.
+    expect(core.service?.autoscale.last[1]).toMatchObject({ value: 60, wanted: 3 });
+  });
+
+  it('sums the replicas, reads a counter that went down as restarted from 0, and keeps the samples of a replica it could not read', () => {
+    let core = servingCore(
+      openService([
+        '{name: router, replicas: 1, router: {type: smg}, depends_on: [decode], commands: [route]}',
+        '{name: decode, replicas: 2..4, scaling: {metric: rps, target: 10, window: 30s, scale_up_delay: 0s, scale_down_delay: 60s, replica_metrics: {port: 9000, requests: c}}, commands: [decode]}',
+      ]),
+    );
+    const [a, b] = groupMembers(core.run.jobs, 1).map((j) => `http://${j.instance?.internal_ip}:9000/metrics`);
+    let count = { a: 1000, b: 50 };
+    core = reading(core, T0 + 5000, 0, (url) => ({ c: url === a ? count.a : count.b }));
+    // a +60; b restarted (50 → 10): 10 since → 70 requests in 2 s = 35 rps → 4 wanted.
+    count = { a: 1060, b: 10 };
+    core = reading(core, T0 + 7000, 0, (url) => ({ c: url === a ? count.a : count.b }));
+    expect(core.service?.autoscale.last[1]).toMatchObject({ value: 35, wanted: 4 });
+    expect(size(core, 1)).toBe(4);
+    // b cannot be read: the problem is said, and its samples kept (its last rate still counts): a 80 in 4 s, b 10 in 2 s; the two new replicas' first samples count from the next reading.
+    const failed = reading(core, T0 + 9000, 0, (url) => (url === b ? null : { c: 1080 }));
+    expect(failed.service?.autoscale.problem).toMatch(/^1 of 4 replicas' metrics could not be read: http:\/\/.*:9000\/metrics: connect ECONNREFUSED$/);
+    expect(failed.service?.autoscale.samples.filter((s) => s.url === b)).toHaveLength(2);
+    expect(failed.service?.autoscale.last[1]).toMatchObject({ value: 25, wanted: 3 });
+  });
+
+  it('concurrency: the sum of the gauges read now', () => {
+    const serving = servingCore(pd(`metric: concurrency, target: 2, window: 30s, scale_up_delay: 0s, replica_metrics: {port: 9000, inflight: ${GAUGE}}`));
+    expect(replicaTargets(serving, serving.plan.groups).map((t) => t.names)).toEqual([[GAUGE]]);
+    const core = reading(serving, T0 + 5000, 0, () => ({ [GAUGE]: 5 }));
+    expect(core.service?.autoscale.last[2]).toMatchObject({ value: 5, wanted: 3 });
+    expect(size(core, 2)).toBe(3);
+  });
+});
