@@ -48,8 +48,9 @@ describe('readiness loop on the host', () => {
     expect(told).toBe(`ready ${dir}`);
   });
 
+  // The failing probe's budget leaves room for a slow bash on a loaded machine (500 ms timed out its first attempt at load 50).
   it('records the last answer when the time is up, and a timed-out attempt as 124', async () => {
-    const failing = jobDir('echo; echo "  http://10.0.0.7:8000/health → HTTP 503  "; exit 1', 500);
+    const failing = jobDir('echo; echo "  http://10.0.0.7:8000/health → HTTP 503  "; exit 1', 3000);
     expect(await failing.run()).toBe(0);
     expect(parseReadiness(readFileSync(join(failing.dir, READINESS_FILE), 'utf8'))).toEqual({
       state: 'not-ready',
