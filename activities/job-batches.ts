@@ -147,7 +147,7 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       await whileHeartbeating(async () => {
         const addresses = input.addresses ?? (await Promise.race([addressBookOf(ctx, input.run_workflow_id, input.run_uid, input.submission), ctx.cancelled]));
         const run = await Promise.race([sealingRunOf(ctx, input), ctx.cancelled]);
-        const started = await Promise.race([startBatch(target, input, addresses, details.started_ms, run, temporalSealFacts(ctx.client, ctx.client.options.namespace)), ctx.cancelled]);
+        const started = await Promise.race([startBatch(target, input, addresses, details.started_ms, run, temporalSealFacts(ctx.client)), ctx.cancelled]);
         if (!(await send(started.events))) return;
         const watched = watchJobMetrics(target, input, started.running);
         const ends = pushedEnds(target, started.running, input.interval_ms);

@@ -4,17 +4,20 @@ import { dirname, join } from 'node:path';
 import { SecretKeyError, secretKeyFile, type SealedEntry } from './sealed-env';
 
 /**
- * A submission's seal nonce belongs to the first run execution that carries it in its input: the
- * run's workflow id and its first execution's run id, both as Temporal reports them (never from
- * the run's input). A later run that reuses the workflow id once the first has closed, with values
- * copied from the first run's input, is refused: an earlier execution of that id carries the nonce.
+ * A submission's seal nonce belongs to the first run execution that received it (in its start
+ * input, or in an apply's update to a running service): the run's workflow id and its first
+ * execution's run id, both as Temporal reports them (never from the run's input). A later run that
+ * reuses the workflow id once the first has closed, with values copied from the first run's
+ * history, is refused: an earlier execution of that id carries the nonce.
  *
  * Temporal is the record every worker of a namespace shares (nothing a client could create first
- * decides): a worker that has not seen a nonce asks it when the run started and which earlier
- * executions of its workflow id carry the nonce (seal-history.ts), and decides with
- * decideSealOpening. The seal time bounds the question: a value first opens in a run started within
- * OPEN_WINDOW_MS of its sealing, and the executions started since (the namespace's retention must
- * outlast that window) are all still listed.
+ * decides): a worker that has not seen a nonce asks it when the run started and which executions of
+ * its workflow id, started before the run and closed since the sealing, carry the nonce
+ * (seal-history.ts), and decides with decideSealOpening. The seal time bounds the question: such an
+ * execution stays listed for the namespace's retention after it closed, so a worker answers only
+ * within the retention after the sealing (clocks of the sealing side and the service within
+ * SEAL_CLOCK_SKEW_MS); and a value first opens in a run started no later than OPEN_WINDOW_MS after
+ * its sealing (a submission's run starts at once; an apply's run was already going).
  *
  * What a worker decided is kept as a file per nonce (named by the nonce's hash) in a directory
  * beside the secret key (TROUPE_SEAL_BINDINGS_DIR overrides it), mode 0700, files 0600, created
@@ -37,7 +40,7 @@ export const OPEN_WINDOW_MS = 60 * 60_000;
 export interface SealFacts {
   /** When the run's first execution started (the service's clock). */
   runStartMs: number;
-  /** Run ids of the executions of the same workflow id started before it whose input carries the nonce. */
+  /** Run ids of the executions of the same workflow id, started before it and closed since the sealing, whose history carries the nonce. */
   earlierCarrying: readonly string[];
   /** The namespace's retention of closed executions. */
   retentionMs: number;
@@ -49,7 +52,7 @@ export type SealFactsOf = (run: RunExecution, seal: { nonce: string; sealedAtMs:
 export type SealOpening =
   | { kind: 'open' }
   | { kind: 'retention-too-short' }
-  | { kind: 'sealed-after-start' }
+  | { kind: 'sealed-in-future' }
   | { kind: 'started-too-late' }
   | { kind: 'too-old-to-prove' }
   | { kind: 'earlier-run'; runId: string };
@@ -57,14 +60,15 @@ export type SealOpening =
 /**
  * Pure: whether a run may first open a submission sealed at `sealedAtMs`. Refused when the
  * retention does not outlast the window (an earlier run could vanish from the listing), when the
- * run started before the sealing or more than OPEN_WINDOW_MS after it, when so long has passed
- * since the sealing that an earlier run may have been deleted, or when an earlier run carries it.
+ * sealing clock is ahead of this one (the bounds below would not hold), when the run started more
+ * than OPEN_WINDOW_MS after the sealing, when so long has passed since the sealing that an earlier
+ * run may have been deleted, or when an earlier run carries it.
  */
 export function decideSealOpening(sealedAtMs: number, facts: SealFacts, nowMs: number): SealOpening {
   if (facts.retentionMs <= OPEN_WINDOW_MS + SEAL_CLOCK_SKEW_MS) return { kind: 'retention-too-short' };
-  if (facts.runStartMs < sealedAtMs - SEAL_CLOCK_SKEW_MS) return { kind: 'sealed-after-start' };
+  if (sealedAtMs > nowMs + SEAL_CLOCK_SKEW_MS) return { kind: 'sealed-in-future' };
   if (facts.runStartMs > sealedAtMs + OPEN_WINDOW_MS) return { kind: 'started-too-late' };
-  // An earlier run started after the sealing: it stays listed for the retention after it closed.
+  // An earlier run that carries the nonce closed after the sealing: it stays listed for the retention after that.
   if (nowMs >= sealedAtMs - SEAL_CLOCK_SKEW_MS + facts.retentionMs) return { kind: 'too-old-to-prove' };
   const [earlier] = facts.earlierCarrying;
   return earlier === undefined ? { kind: 'open' } : { kind: 'earlier-run', runId: earlier };
@@ -108,8 +112,10 @@ function refusal(name: string, run: RunExecution, sealedAtMs: number, facts: Sea
       return new SecretKeyError(
         `env ${name}: the namespace keeps closed workflows for ${hours(facts.retentionMs)}, too short to tell whose a sealed value is: set its retention above ${hours(OPEN_WINDOW_MS + SEAL_CLOCK_SKEW_MS)} (temporal operator namespace update --retention)`,
       );
-    case 'sealed-after-start':
-      return new SecretKeyError(`env ${name}: this sealed value was sealed at ${iso(sealedAtMs)}, after ${execution} started (${iso(facts.runStartMs)}); ${again}`);
+    case 'sealed-in-future':
+      return new SecretKeyError(
+        `env ${name}: this sealed value was sealed at ${iso(sealedAtMs)}, later than this worker's clock says it is: the clock of the machine that submitted it is ahead; set it right and submit again with troupe apply`,
+      );
     case 'started-too-late':
       return new SecretKeyError(
         `env ${name}: ${execution} started at ${iso(facts.runStartMs)}, more than ${hours(OPEN_WINDOW_MS)} after this value was sealed (${iso(sealedAtMs)}); ${again}`,

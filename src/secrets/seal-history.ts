@@ -1,12 +1,14 @@
 import type { Client } from '@temporalio/client';
 import type { Payload } from '@temporalio/common';
+import type { temporal } from '@temporalio/proto';
 import { SEAL_CLOCK_SKEW_MS, type RunExecution, type SealFacts, type SealFactsOf } from './seal-binding';
 
 /**
  * Temporal's answers for decideSealOpening (seal-binding.ts), read with the worker's client: when
  * the run's first execution started, which earlier executions of its workflow id carry the
- * submission's nonce in their input (decoded with the client's own codec), and the namespace's
- * retention. Only what the service records is read: nothing a client names or creates decides.
+ * submission's nonce in what a client gave them (start input, signals, updates; decoded with the
+ * client's own codec), and the namespace's retention. Only what the service records is read:
+ * nothing a client names or creates decides.
  */
 
 /** How long to wait for visibility to list the run itself (then the executions before it are listed too). */
@@ -39,13 +41,22 @@ async function startMsOf(client: Client, run: RunExecution): Promise<number> {
   return first.startTime.getTime();
 }
 
-/** The workflow id's executions started since `sinceMs`, once the run's first execution is among them. */
-async function listedSince(client: Client, run: RunExecution, sinceMs: number): Promise<Array<{ runId: string; startMs: number }>> {
-  const query = `WorkflowId = ${quoted(run.workflowId)} AND StartTime >= "${new Date(sinceMs).toISOString()}"`;
+interface Listed {
+  runId: string;
+  startMs: number;
+  closeMs: number | null;
+}
+
+/** The workflow id's executions started up to the run's first execution, once it is among them (then so are those before it). */
+async function listedUpTo(client: Client, run: RunExecution, runStartMs: number): Promise<Listed[]> {
+  // A millisecond more: the service keeps start times finer than the ISO text.
+  const query = `WorkflowId = ${quoted(run.workflowId)} AND StartTime <= "${new Date(runStartMs + 1).toISOString()}"`;
   const deadline = Date.now() + LISTED_WITHIN_MS;
   for (;;) {
-    const listed: Array<{ runId: string; startMs: number }> = [];
-    for await (const info of client.workflow.list({ query })) listed.push({ runId: info.runId, startMs: info.startTime.getTime() });
+    const listed: Listed[] = [];
+    for await (const info of client.workflow.list({ query })) {
+      listed.push({ runId: info.runId, startMs: info.startTime.getTime(), closeMs: info.closeTime?.getTime() ?? null });
+    }
     if (listed.some((e) => e.runId === run.firstRunId)) return listed;
     // Not a SecretKeyError: the activity is retried, the run is not refused for a slow index.
     if (Date.now() > deadline) throw new Error(`Temporal's visibility does not list execution ${run.firstRunId} of ${run.workflowId} after ${LISTED_WITHIN_MS / 1000} s`);
@@ -53,24 +64,35 @@ async function listedSince(client: Client, run: RunExecution, sinceMs: number): 
   }
 }
 
-/** Whether an execution's input (its first history event), decoded, carries `nonce`. */
-async function inputCarries(client: Client, namespace: string, workflowId: string, runId: string, nonce: string): Promise<boolean> {
-  const { history } = await client.workflowService.getWorkflowExecutionHistory({ namespace, execution: { workflowId, runId }, maximumPageSize: 1 });
-  let payloads = (history?.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads ?? []) as Payload[];
+/** What a client gave an execution: its start input, signals' and updates' arguments. */
+function clientPayloads(event: temporal.api.history.v1.IHistoryEvent): Payload[] {
+  const given = [
+    event.workflowExecutionStartedEventAttributes?.input,
+    event.workflowExecutionSignaledEventAttributes?.input,
+    event.workflowExecutionUpdateAdmittedEventAttributes?.request?.input?.args,
+    event.workflowExecutionUpdateAcceptedEventAttributes?.acceptedRequest?.input?.args,
+  ];
+  return given.flatMap((p) => (p?.payloads ?? []) as Payload[]);
+}
+
+/** Whether an execution's history, decoded, carries `nonce` in what a client gave it. */
+async function historyCarries(client: Client, workflowId: string, runId: string, nonce: string): Promise<boolean> {
+  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+  let payloads = (history.events ?? []).flatMap(clientPayloads);
   const converter = client.options.loadedDataConverter;
   for (const codec of [...converter.payloadCodecs].reverse()) payloads = await codec.decode(payloads);
   return payloads.some((p) => JSON.stringify(converter.payloadConverter.fromPayload(p)).includes(nonce));
 }
 
-export function temporalSealFacts(client: Client, namespace: string): SealFactsOf {
+export function temporalSealFacts(client: Client): SealFactsOf {
   return async (run, { nonce, sealedAtMs }): Promise<SealFacts> => {
-    const [retentionMs, runStartMs] = await Promise.all([retentionOf(client, namespace), startMsOf(client, run)]);
-    // From the earlier of the window's start and the run's own: the run is always in the listing.
-    const listed = await listedSince(client, run, Math.min(sealedAtMs - SEAL_CLOCK_SKEW_MS, runStartMs));
-    // Its continue-as-new successors start after it; what started before it is another run.
-    const earlier = listed.filter((e) => e.runId !== run.firstRunId && e.startMs < runStartMs);
+    const [retentionMs, runStartMs] = await Promise.all([retentionOf(client, client.options.namespace), startMsOf(client, run)]);
+    const listed = await listedUpTo(client, run, runStartMs);
+    // Its continue-as-new successors start after it: what started before it is another run, and
+    // one that closed before the sealing never had the nonce.
+    const earlier = listed.filter((e) => e.runId !== run.firstRunId && e.startMs < runStartMs && (e.closeMs ?? Infinity) >= sealedAtMs - SEAL_CLOCK_SKEW_MS);
     const carrying: string[] = [];
-    for (const e of earlier) if (await inputCarries(client, namespace, run.workflowId, e.runId, nonce)) carrying.push(e.runId);
+    for (const e of earlier) if (await historyCarries(client, run.workflowId, e.runId, nonce)) carrying.push(e.runId);
     return { runStartMs, earlierCarrying: carrying, retentionMs };
   };
 }

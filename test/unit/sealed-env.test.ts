@@ -60,17 +60,18 @@ const fresh: SealFacts = { runStartMs: T + 60_000, earlierCarrying: [], retentio
 describe('decideSealOpening: whether a run may first open a submission', () => {
   it('opens for a run started within the window with no earlier run carrying the nonce', () => {
     expect(decideSealOpening(T, fresh, T + 2 * 60_000)).toEqual({ kind: 'open' });
-    // The edges: started up to the clock skew before the sealing, up to the window after it.
-    expect(decideSealOpening(T, { ...fresh, runStartMs: T - SEAL_CLOCK_SKEW_MS }, T)).toEqual({ kind: 'open' });
+    // Up to the window after the sealing; and a service's run started days before an apply sealed its new plan.
     expect(decideSealOpening(T, { ...fresh, runStartMs: T + OPEN_WINDOW_MS }, T + OPEN_WINDOW_MS)).toEqual({ kind: 'open' });
+    expect(decideSealOpening(T, { ...fresh, runStartMs: T - 72 * HOUR }, T + 60_000)).toEqual({ kind: 'open' });
   });
 
   it('refuses when an earlier execution of the workflow id carries the nonce', () => {
     expect(decideSealOpening(T, { ...fresh, earlierCarrying: ['r-victim'] }, T + HOUR)).toEqual({ kind: 'earlier-run', runId: 'r-victim' });
   });
 
-  it('refuses a run that started before the value was sealed (beyond the clock skew)', () => {
-    expect(decideSealOpening(T, { ...fresh, runStartMs: T - SEAL_CLOCK_SKEW_MS - 1 }, T)).toEqual({ kind: 'sealed-after-start' });
+  it('refuses a value sealed later than the worker clock says it is (beyond the clock skew)', () => {
+    expect(decideSealOpening(T, fresh, T - SEAL_CLOCK_SKEW_MS)).toEqual({ kind: 'open' });
+    expect(decideSealOpening(T, fresh, T - SEAL_CLOCK_SKEW_MS - 1)).toEqual({ kind: 'sealed-in-future' });
   });
 
   it('refuses a run started more than the window after the sealing', () => {
@@ -143,7 +144,6 @@ describe('a seal nonce is bound to the first execution that used it', () => {
 
   it('names the variable and what to do in each refusal', async () => {
     const cases: Array<[Partial<SealFacts>, RegExp]> = [
-      [{ runStartMs: T - HOUR }, /^env A_TOKEN: this sealed value was sealed at 2026-01-01T12:00:00.000Z, after execution r-9 of run\/x started/],
       [{ runStartMs: T + 2 * HOUR }, /^env A_TOKEN: execution r-9 of run\/x started at .*, more than 1 h after this value was sealed/],
       [{ retentionMs: HOUR }, /^env A_TOKEN: the namespace keeps closed workflows for 1 h, .*set its retention above 1.17 h \(temporal operator namespace update --retention\)/],
     ];
@@ -154,6 +154,9 @@ describe('a seal nonce is bound to the first execution that used it', () => {
     const { factsOf } = temporal();
     await expect(bindSealNonces([{ name: 'A_TOKEN', nonce: newSealNonce(), sealedAtMs: T }], first, factsOf, { dir, now: () => T + 30 * HOUR })).rejects.toThrow(
       /^env A_TOKEN: this sealed value was sealed at .*, longer ago than the namespace's retention \(24 h\), and this worker machine has not opened it before/,
+    );
+    await expect(bindSealNonces([{ name: 'A_TOKEN', nonce: newSealNonce(), sealedAtMs: T }], first, factsOf, { dir, now: () => T - HOUR })).rejects.toThrow(
+      /^env A_TOKEN: this sealed value was sealed at 2026-01-01T12:00:00.000Z, later than this worker's clock says it is: .*submit again/,
     );
   });
 });
