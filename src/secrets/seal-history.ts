@@ -1,6 +1,7 @@
 import type { Client } from '@temporalio/client';
 import type { Payload } from '@temporalio/common';
 import type { temporal } from '@temporalio/proto';
+import { UnencryptedPayloadError } from '../codec/payload-codec';
 import { SEAL_CLOCK_SKEW_MS, type RunExecution, type SealFacts, type SealFactsOf } from './seal-binding';
 
 /**
@@ -75,13 +76,30 @@ function clientPayloads(event: temporal.api.history.v1.IHistoryEvent): Payload[]
   return given.flatMap((p) => (p?.payloads ?? []) as Payload[]);
 }
 
-/** Whether an execution's history, decoded, carries `nonce` in what a client gave it. */
+/**
+ * Whether a payload carries `nonce`: decoded with the client's codecs, or read as it is when it was
+ * sent in clear (a client without the codec key can still send a copied value). One that does not
+ * decode (another key, altered) counts as carrying it: nothing can be said of it, and refusing is
+ * the safe side.
+ */
+async function payloadCarries(client: Client, payload: Payload, nonce: string): Promise<boolean> {
+  const converter = client.options.loadedDataConverter;
+  let decoded = [payload];
+  try {
+    for (const codec of [...converter.payloadCodecs].reverse()) decoded = await codec.decode(decoded);
+  } catch (err) {
+    if (err instanceof UnencryptedPayloadError) return Buffer.from(payload.data ?? new Uint8Array()).toString('utf8').includes(nonce);
+    return true;
+  }
+  const [plain] = decoded;
+  return plain !== undefined && JSON.stringify(converter.payloadConverter.fromPayload(plain)).includes(nonce);
+}
+
+/** Whether an execution's history carries `nonce` in what a client gave it. */
 async function historyCarries(client: Client, workflowId: string, runId: string, nonce: string): Promise<boolean> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-  let payloads = (history.events ?? []).flatMap(clientPayloads);
-  const converter = client.options.loadedDataConverter;
-  for (const codec of [...converter.payloadCodecs].reverse()) payloads = await codec.decode(payloads);
-  return payloads.some((p) => JSON.stringify(converter.payloadConverter.fromPayload(p)).includes(nonce));
+  for (const payload of (history.events ?? []).flatMap(clientPayloads)) if (await payloadCarries(client, payload, nonce)) return true;
+  return false;
 }
 
 export function temporalSealFacts(client: Client): SealFactsOf {
