@@ -13,7 +13,8 @@ import { hasSealedValues, openSecrets, viewOfBook, renderFilesFor, runSshKeysFor
 import type { BackendRegistry, RunJobsInput, WaitRunnersInput } from './types';
 import { runExecutionOf } from './run-execution';
 import { SecretKeyError } from '../src/secrets/sealed-env';
-import type { RunExecution } from '../src/secrets/seal-binding';
+import type { RunExecution, SealFactsOf } from '../src/secrets/seal-binding';
+import { temporalSealFacts } from '../src/secrets/seal-history';
 import { countJobEvents, watchJobMetrics } from './job-metrics';
 import { traceJobStart } from './job-tracing';
 import { pushedEnds } from './pushed-ends';
@@ -146,7 +147,7 @@ export function createJobBatchActivities(backends: BackendRegistry) {
       await whileHeartbeating(async () => {
         const addresses = input.addresses ?? (await Promise.race([addressBookOf(ctx, input.run_workflow_id, input.run_uid, input.submission), ctx.cancelled]));
         const run = await Promise.race([sealingRunOf(ctx, input), ctx.cancelled]);
-        const started = await Promise.race([startBatch(target, input, addresses, details.started_ms, run), ctx.cancelled]);
+        const started = await Promise.race([startBatch(target, input, addresses, details.started_ms, run, temporalSealFacts(ctx.client)), ctx.cancelled]);
         if (!(await send(started.events))) return;
         const watched = watchJobMetrics(target, input, started.running);
         const ends = pushedEnds(target, started.running, input.interval_ms);
@@ -189,12 +190,13 @@ async function startBatch(
   addresses: AddressBook,
   startedMs: number,
   run: RunExecution | SecretKeyError | null,
+  sealFacts: SealFactsOf,
 ): Promise<{ events: JobEvent[]; running: JobRef[] }> {
   let env: Record<string, string>;
   let sshKeys: RunSshKeys | null;
   try {
     if (run instanceof SecretKeyError) throw run;
-    env = openSecrets(input.run.env, run);
+    env = await openSecrets(input.run.env, run, sealFacts);
     sshKeys = runSshKeysFor(input.run_uid, input.submission, addresses.job_ips.length);
   } catch (err) {
     if (err instanceof SecretKeyError) return { events: input.jobs.map(({ ref }) => failed(ref, jobFailureOf(err, FailureType.SecretKey))), running: [] };

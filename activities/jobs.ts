@@ -5,7 +5,7 @@ import { buildClusterInfo } from '../src/runner/cluster-info';
 import { renderJobFiles } from '../src/runner/job-files';
 import { deriveRunSshKeys, type RunSshKeys } from '../src/secrets/run-ssh-keys';
 import { loadSecretKey, openEnv, sealedEntries, SecretKeyError } from '../src/secrets/sealed-env';
-import { bindSealNonces, type RunExecution } from '../src/secrets/seal-binding';
+import { bindSealNonces, type RunExecution, type SealFactsOf } from '../src/secrets/seal-binding';
 import { backendFor } from './backend-lookup';
 import type { BackendRegistry, ReadLogInput, RunOfJob } from './types';
 
@@ -58,14 +58,15 @@ export function hasSealedValues(env: Readonly<Record<string, string>>): boolean 
 /**
  * The job's env with its sealed values opened: only here, on the way to the node, and only for
  * the run they were sealed for (`run`, as Temporal reports it). Opened first, bound second: a
- * value that does not open for this run never binds its nonce.
+ * value that does not open for this run never binds its nonce; `factsOf` is what Temporal says
+ * of a nonce this machine has not seen.
  */
-export function openSecrets(env: Readonly<Record<string, string>>, run: RunExecution | null): Record<string, string> {
+export async function openSecrets(env: Readonly<Record<string, string>>, run: RunExecution | null, factsOf: SealFactsOf): Promise<Record<string, string>> {
   const entries = sealedEntries(env);
   if (entries.length === 0) return { ...env };
   if (run === null) throw new SecretKeyError('sealed env values with no run to open them for');
   const opened = openEnv(env, () => loadSecretKey({ create: false }), run.workflowId);
-  bindSealNonces(entries, run);
+  await bindSealNonces(entries, run, factsOf);
   return opened;
 }
 

@@ -73,7 +73,7 @@ describe('secrets', () => {
 
     const history = await fullHistory(handle.workflowId);
     expect(history).toContain('plain-value');
-    expect(history).toContain('sealed:v2:');
+    expect(history).toContain('sealed:v3:');
     expect(history).not.toContain(token);
     expect(history).not.toContain(apiKey);
     expect(history).not.toContain(marked);

@@ -67,7 +67,7 @@ describe('a sealed value copied out of its run', () => {
 
     const stolenInput = await inputOf(victim.workflowId);
     const stolen = stolenInput.plan.env.HF_TOKEN ?? '';
-    expect(stolen).toMatch(/^sealed:v2:/);
+    expect(stolen).toMatch(/^sealed:v3:/);
 
     // 1. Another run name: the thief's own plan with the victim's sealed value in it.
     const thiefName = `thief-${tag}`;
