@@ -171,6 +171,10 @@ export function renderNodeSsh(input: NodeSshInput): NodeSshFiles {
     '  [ "$(id -u)" != 0 ] || mkdir -p /run/sshd',
     `  ${q(input.sshd)} -D -e -f "$dir/${SshLayout.dir}/${SshLayout.serverConfig}" >> ${state}/${SshLayout.serverLog}" 2>&1 < /dev/null &`,
     '  sshd_pid=$!',
+    // Naps by a read that times out on a pipe nobody writes (one process, made once), not a
+    // `sleep` each: on a loaded machine sshd takes seconds to start, and a thousand nodes each
+    // forking 50 sleeps a second while they wait loaded it more (BENCHMARKS.md §2).
+    '  exec {nap}<> <(:)',
     // The pid file is written once the server listens: the job counts as running only then.
     `  until [ -s ${state}/${SshLayout.pidFile}" ]; do`,
     '    if ! kill -0 "$sshd_pid" 2>/dev/null; then',
@@ -178,8 +182,9 @@ export function renderNodeSsh(input: NodeSshInput): NodeSshFiles {
     `      cat ${state}/${SshLayout.serverLog}" >&2`,
     `      exit ${SSH_SERVER_FAILED_EXIT_CODE}`,
     '    fi',
-    '    sleep 0.02',
+    '    read -r -t 0.02 -u "$nap" _',
     '  done',
+    '  exec {nap}<&-',
     'fi',
     `export PATH="$dir/${SshLayout.dir}/${SshLayout.bin}:$PATH"`,
     `bash "$dir/${L.launchScript}"`,

@@ -1,4 +1,5 @@
 import { watch, type FSWatcher } from 'node:fs';
+import { dirname } from 'node:path';
 
 /**
  * Waits on files that a job's processes write (its start claim, its namespaces' `ns_init`, its SSH
@@ -10,7 +11,14 @@ import { watch, type FSWatcher } from 'node:fs';
  * Use: add the folders, look at the files, then `changed()`, and look again. A folder that is not
  * there yet is tried again at each `changed()`, which returns at once when it is newly watched (what
  * happened in it before the watch is then looked at).
+ *
+ * Once every folder is watched (or its parent is), a wait without a change lasts WATCHED_LOOK_MS, not `maxMs`: the
+ * changes come by inotify, and that look is only for what no folder tells (a process that died
+ * without writing). In a 1,000-node start in netns mode, whose starts wait seconds each for their
+ * SSH servers, looks every 50 ms were the largest part of the worker's CPU (BENCHMARKS.md §2).
  */
+const WATCHED_LOOK_MS = 1_000;
+
 export class FolderWatch {
   private readonly watchers = new Map<string, FSWatcher | null>();
   private changedSince = false;
@@ -21,20 +29,32 @@ export class FolderWatch {
     this.attach();
   }
 
-  /** Resolves when something changed in a watched folder since the last call, or after `maxMs`. */
+  /**
+   * Resolves when something changed in a watched folder (or `nudge()` was called) since the last
+   * call, or after `maxMs` while a folder is not watched yet, nor its parent (WATCHED_LOOK_MS once
+   * all are).
+   */
   async changed(maxMs: number): Promise<void> {
     if (this.attach() || this.changedSince) {
       this.changedSince = false;
       return;
     }
+    // A folder not there yet is told too when its parent is watched: its creation is a change there.
+    const allWatched = [...this.watchers].every(([folder, w]) => w !== null || this.watchers.get(dirname(folder)));
     let timer: NodeJS.Timeout | undefined;
     await new Promise<void>((resolve) => {
       this.wake = resolve;
-      timer = setTimeout(resolve, maxMs);
+      timer = setTimeout(resolve, allWatched ? Math.max(maxMs, WATCHED_LOOK_MS) : maxMs);
     });
     clearTimeout(timer);
     this.wake = null;
     this.changedSince = false;
+  }
+
+  /** Something the folders do not tell happened (a process ended): the wait returns now. */
+  nudge(): void {
+    this.changedSince = true;
+    this.wake?.();
   }
 
   close(): void {

@@ -48,7 +48,7 @@ import { cgroupPlan, jobLimits, noLimitsLine, outOfMemoryReason, pidsMaxFrom, ty
 import { cgroupHierarchy, createJobCgroup, jobCgroupsNamed, jobCgroupUsage, jobOomKills, removeJobCgroup } from './job-cgroup';
 import { addToRunWall, firewallUnavailable, removeFromRunWall, removeWalls } from './firewall';
 import { chooseNetworkMode } from './network-mode';
-import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork } from './netns';
+import { BRIDGE_ADDRESS, BRIDGE_SUBNET, ensureNodeNetwork, netnsAvailable, netnsInode, nodeNetworkReady, removeNodeNetwork, removeNodeNetworks } from './netns';
 import { checkIsolationUsable, enterJobCommand, hiddenDirectories, isolationTools, readNamespaceInit, userEnv, type IsolationTools } from './job-isolation';
 import { isolationWanted } from './isolation-mode';
 import { execOnNode } from './node-exec';
@@ -494,19 +494,23 @@ export class LocalBackend implements Backend {
   /** The pid of whichever wrapper won the claim; refuses a job that a stop claimed first. */
   private async waitForStart(job: JobRef, dir: string, wrapperExited: Promise<number | null> | null): Promise<{ pid: number }> {
     let exitCode: number | null = null;
-    void wrapperExited?.then((code) => {
-      exitCode = code;
-    });
     const deadline = Date.now() + CLAIM_WAIT_MS;
     // What the wrapper writes (its claim and pid, then isolate.sh's ns_init, then the node's SSH
     // server its pid file) is waited for by inotify on those folders: looked at when they change.
-    const folders = new FolderWatch([dir, join(dir, L.started), join(dir, SshLayout.dir, SshLayout.state)]);
+    // The SSH server's folder only when the node has one: a folder never made would keep the
+    // looks at FOLDER_LOOK_MS (folder-watch.ts).
+    const ssh = await pathExists(join(dir, SshLayout.dir, SshLayout.run));
+    const folders = new FolderWatch([dir, join(dir, L.started), ...(ssh ? [join(dir, SshLayout.dir, SshLayout.state)] : [])]);
+    void wrapperExited?.then((code) => {
+      exitCode = code;
+      folders.nudge();
+    });
     try {
       for (;;) {
         const claim = await readClaim(dir);
         if (claim.kind === 'started') {
           if (this.isolation) await this.waitForNamespaces(dir, claim.leader, folders);
-          if (await pathExists(join(dir, SshLayout.dir, SshLayout.run))) await waitForSshServer(dir, claim.leader, CLAIM_WAIT_MS, folders);
+          if (ssh) await waitForSshServer(dir, claim.leader, CLAIM_WAIT_MS, folders);
           return { pid: claim.leader.pid };
         }
         if (claim.kind === 'stopped') {
@@ -616,6 +620,8 @@ export class LocalBackend implements Backend {
     await this.removeRunUserOf(runId, submission);
     // Before the records: a worker killed in between leaves records, so the reaper comes back.
     if (records.some((r) => r.netns)) await this.removeWalls(runId, submission);
+    // The namespaces in a few `ip` processes; forget() then finds them gone (or finishes the job).
+    await removeNodeNetworks(records.flatMap((r) => linkNames(r) ?? []));
     await forEachJob(records, (record) => this.forget(record));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);
