@@ -255,10 +255,12 @@ export const ServiceCoreSchema = z.object({
       problem: z.string().nullable(),
       /** A reading of replicas' own metrics (replica-traffic.ts) is asked and not answered yet. */
       scraping: z.boolean().default(false),
+      /** The last reading of the gateways' figures showed requests held (now or in the window): a group that scales from zero keeps one replica at least. */
+      held_seen: z.boolean().default(false),
       /** Groups behind the router with `replica_metrics`: their replicas' samples over the longest window. */
       samples: z.array(ReplicaSampleSchema).default([]),
     })
-    .default({ reading: [], read_at_ms: null, sizes: [], last: [], resizes_made: 0, problem: null, scraping: false, samples: [] }),
+    .default({ reading: [], read_at_ms: null, sizes: [], last: [], resizes_made: 0, problem: null, scraping: false, held_seen: false, samples: [] }),
 });
 
 export const RunCoreSchema = z.object({

@@ -235,10 +235,10 @@ export const PlanSchema = z.object({
   /** A service's run (`type: service`): what it pushes to the gateways. Absent for a task. */
   service: ServiceRunSchema.optional(),
 }).superRefine((plan, ctx) => {
-  // A group starts with no node only where the gateways hold its requests while it wakes: a service's entry group that scales from zero.
+  // A group starts with no node only where the gateways hold requests while it wakes: a service's group that scales from zero.
   for (const group of plan.groups) {
     if (group.nodes > 0) continue;
-    if (!scalesFromZero(plan, group)) ctx.addIssue({ code: 'custom', path: ['groups', group.index, 'nodes'], message: `group ${group.name} starts with no node: only a service's entry group that scales from zero (replicas: 0..N with scaling) may` });
+    if (!scalesFromZero(plan, group)) ctx.addIssue({ code: 'custom', path: ['groups', group.index, 'nodes'], message: `group ${group.name} starts with no node: only a service's group that scales from zero (replicas: 0..N with scaling) may` });
   }
   if (plan.jobs.length === 0 && plan.groups.some((g) => g.nodes > 0)) ctx.addIssue({ code: 'custom', path: ['jobs'], message: 'a plan whose groups start with nodes needs their jobs' });
 });

@@ -1,7 +1,14 @@
 /**
- * A service's entry group that may have no replica (`replicas: 0..N` with scaling): the gateways hold
- * its requests while it wakes. Plain (no zod, no import): the plan's schema and the run's routing both ask it.
+ * A service's group that may have no replica (`replicas: 0..N` with scaling). The gateways hold the
+ * service's requests while it wakes: those to it where it is an entry group, and every request of the
+ * service where it is behind the router (the router would have no one to pass them to).
+ * Plain (no zod, no import): the plan's schema and the run's routing both ask it.
  */
-export function scalesFromZero(plan: { service?: { entry: number[] } }, group: { index: number; nodes_range?: { min: number } | null; scaling?: unknown }): boolean {
-  return plan.service?.entry.includes(group.index) === true && group.nodes_range?.min === 0 && group.scaling != null;
+export function scalesFromZero(plan: { service?: { entry: number[] } | null }, group: { index: number; nodes_range?: { min: number } | null; scaling?: unknown }): boolean {
+  return plan.service != null && group.nodes_range?.min === 0 && group.scaling != null;
+}
+
+/** A group behind the router that may have no replica: while it has none ready, the service's entry takes no request (the gateways hold them). */
+export function sleepsBehindRouter(plan: { service?: { entry: number[] } | null }, group: { index: number; nodes_range?: { min: number } | null; scaling?: unknown }): boolean {
+  return scalesFromZero(plan, group) && plan.service?.entry.includes(group.index) === false;
 }

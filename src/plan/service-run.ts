@@ -22,13 +22,6 @@ export class ServiceRunError extends Error {}
 export function serviceRunPlan(service: ServicePlan, tokenSha256: readonly string[] | null): Plan {
   if (service.auth && (tokenSha256 === null || tokenSha256.length === 0)) throw new ServiceRunError('a service with auth needs at least one token hash');
   const router = service.router_group;
-  // The gateways hold a request while its group wakes only at the service's entry: between a router and the groups behind it nothing would.
-  const zero = router === null ? undefined : service.groups.find((g) => g.replicas.min === 0);
-  if (zero) {
-    throw new ServiceRunError(
-      `group "${zero.name}" starts with 0 replicas behind the router group: Troupe scales to zero only a service's entry groups (no router: every group), where the gateway holds requests while a replica starts; start it with at least 1 (replicas: 1..${zero.replicas.max})`,
-    );
-  }
   const groups = service.groups.map((g) => groupOf(service, g));
   return PlanSchema.parse({
     run_name: service.run_name,

@@ -177,6 +177,17 @@ describe('a group that scales to zero', () => {
     expect(size(c)).toBe(1);
   });
 
+  it('keeps the replica it woke while requests are still held, though none was answered yet (a replica slower to start than scale_down_delay)', () => {
+    let c = started(zero('metric: rps, target: 10, window: 30s, scale_down_delay: 5s'));
+    c = readAndPlay(pass(c, [], T0 + 10_000).core, figures(30, [], { now: 2, total: 2 }), T0 + 10_100).core;
+    expect(size(c)).toBe(1);
+    // 20 s on, still held and nothing answered: one wanted, kept.
+    c = readAndPlay(pass(c, [], T0 + 12_000).core, figures(30, [], { now: 2, total: 2 }), T0 + 12_100).core;
+    c = readAndPlay(pass(c, [], T0 + 30_000).core, figures(30, [], { now: 2, total: 2 }), T0 + 30_100).core;
+    expect(c.service?.autoscale.last[0]).toMatchObject({ value: 0, wanted: 1 });
+    expect(size(c)).toBe(1);
+  });
+
   it('is woken only where the gateways hold requests: a group that still has a replica is sized on its traffic alone', () => {
     const plan = openService([
       '{name: a, replicas: 1..3, scaling: {metric: rps, target: 10, window: 30s, scale_up_delay: 0s}, commands: [a]}',

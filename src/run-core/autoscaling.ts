@@ -5,6 +5,7 @@ import { AUTOSCALE_RESIZE_IDS, beginResize, isDeploymentStep, resizeRefusal, rol
 import { serviceOf } from './rollout-steps';
 import type { RunCore, ServiceCore } from './state';
 import { ownTraffic, replicaTargets, withReading } from './replica-traffic';
+import { scalesFromZero } from '../plan/scale-from-zero';
 
 /**
  * A service's autoscaler: each group with `scaling` (dstack's `scaling: {metric: rps, target, window,
@@ -15,7 +16,8 @@ import { ownTraffic, replicaTargets, withReading } from './replica-traffic';
  * gateways sent it over the window (rps), or those in flight to it now (concurrency); a group behind
  * the entry is sized on the service's traffic through its entry groups, as dstack sizes every group —
  * or, with Troupe's `scaling.replica_metrics`, on its own: its replicas' own Prometheus figures, read
- * beside the gateways' (replica-traffic.ts).
+ * beside the gateways' (replica-traffic.ts). A group behind the router scaled to zero takes the
+ * entry off the table (routing.ts), so the gateways hold every request of the service; those wake it.
  * It wants ⌈value ÷ target⌉ replicas within its range; it grows once its size is `scale_up_delay`
  * old, shrinks once it is `scale_down_delay` old. An entry group with no replica (`replicas: 0..N`,
  * scaled to zero) gets none of the traffic it would take: the gateways hold its requests instead
@@ -60,7 +62,8 @@ export function decideAutoscaling(core: RunCore, event: RunEvent, now: number): 
   if (auto.reading.length > 0 || auto.scraping || (due !== null && now < due)) return { state: forgotten, effects };
   const groups = scaled(forgotten);
   const own = groups.filter((g) => readsOwnReplicas(forgotten, g));
-  const windows = [...new Set(groups.filter((g) => !readsOwnReplicas(forgotten, g)).map((g) => g.scaling?.window_s ?? 30))].sort((a, b) => a - b);
+  // The gateways' figures for every group: a group on its replicas' own figures still wakes from zero on the requests they hold.
+  const windows = [...new Set(groups.map((g) => g.scaling?.window_s ?? 30))].sort((a, b) => a - b);
   for (const window_s of windows) effects.push({ kind: 'read-figures', window_s, purpose: 'autoscale' });
   const targets = replicaTargets(forgotten, own);
   if (targets.length > 0) effects.push({ kind: 'read-replica-metrics', targets });
@@ -82,10 +85,14 @@ function figuresRead(core: RunCore, service: ServiceCore, event: Extract<RunEven
   if (event.error !== null) return withAutoscale(core, { ...auto, reading, problem: `the gateways' figures could not be read: ${event.error}` });
   let next = withAutoscale(core, { ...auto, reading, problem: null });
   if (!active(next)) return next;
+  const held = event.held > 0 || event.held_total > 0;
+  next = withAutoscale(next, { ...serviceOf(next).autoscale, held_seen: held });
   for (const group of scaled(next)) {
-    if (group.scaling?.window_s !== event.window_s || readsOwnReplicas(next, group)) continue;
-    const waking = sizeNow(next, group.index) === 0 && (next.plan.service?.entry ?? []).includes(group.index) && (event.held > 0 || event.held_total > 0);
-    next = sizeGroup(next, group, metricOf(next, group, event), waking ? event.held_total : null, now, effects);
+    if (group.scaling?.window_s !== event.window_s) continue;
+    // A group with no replica wakes on the requests the gateways hold (an entry group's, or every request where it sleeps behind the router).
+    const waking = sizeNow(next, group.index) === 0 && scalesFromZero(next.plan, group) && held;
+    if (readsOwnReplicas(next, group) && !waking) continue;
+    next = sizeGroup(next, group, readsOwnReplicas(next, group) ? 0 : metricOf(next, group, event), waking ? event.held_total : null, now, effects);
   }
   return next;
 }
@@ -131,8 +138,10 @@ function sizeGroup(core: RunCore, group: GroupPlan, value: number, held: number 
   const nodes = sizeNow(core, group.index);
   const seen = auto.sizes[group.index];
   const size = seen && seen.nodes === nodes ? seen : { nodes, since_ms: now };
-  const waking = held !== null;
-  const wanted = Math.min(range.max, Math.max(range.min, waking ? 1 : 0, Math.ceil(value / scaling.target - 1e-9)));
+  // Requests held (now or in the window) keep a group that scales from zero at one replica at least: the
+  // one they woke may still be starting, its traffic not counted yet.
+  const floor = held !== null || (scalesFromZero(core.plan, group) && auto.held_seen) ? 1 : 0;
+  const wanted = Math.min(range.max, Math.max(range.min, floor, Math.ceil(value / scaling.target - 1e-9)));
   const sizes = withIndex(auto.sizes, group.index, size);
   const last = withIndex(auto.last, group.index, { value, wanted, at_ms: now, ...(held !== null ? { held } : {}) });
   const noted = withAutoscale(core, { ...auto, sizes, last });

@@ -114,6 +114,14 @@ export function peersSettled(core: RunCore): boolean {
   return JSON.stringify(groupsOf(core, null)) === key && behind(core, live, book.version).length === 0 && hooksDue(core, live, book).length === 0;
 }
 
+/** This node has the book as the run's state makes it now (a router that reads it sees every ready replica the table counts on). */
+export function hasCurrentBook(core: RunCore, job: JobState): boolean {
+  const live = core.live;
+  if (!live?.peers.book) return true;
+  const sent = live.peers.sent[job.job_num];
+  return sent?.attempt === job.attempt && sent.version === live.peers.book.version && JSON.stringify(groupsOf(core, null)) === live.peers.key;
+}
+
 /** A problem of the book's is not the run's end: it is left out of the final message. */
 export function withoutPeersProblem(core: RunCore): RunCore {
   const problem = core.live?.peers.problem;

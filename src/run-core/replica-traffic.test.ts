@@ -6,6 +6,7 @@ import type { RunEvent } from './events';
 import { groupMembers } from './jobs';
 import { autoscaleDeadline } from './autoscaling';
 import { replicaTargets } from './replica-traffic';
+import { SCALE_FROM_ZERO_HOLD_S, tableOf } from './routing';
 import type { RunCore } from './state';
 
 /**
@@ -121,5 +122,59 @@ describe("a group behind the router on its replicas' own figures", () => {
     const core = reading(serving, T0 + 5000, 0, () => ({ [GAUGE]: 5 }));
     expect(core.service?.autoscale.last[2]).toMatchObject({ value: 5, wanted: 3 });
     expect(size(core, 2)).toBe(3);
+  });
+});
+
+describe('a group behind the router that scales to zero', () => {
+  const plan = openService([
+    '{name: router, replicas: 1, router: {type: smg}, commands: [route]}',
+    `{name: decode, replicas: 0..2, scaling: {metric: rps, target: 10, window: 30s, scale_up_delay: 5m, scale_down_delay: 10s, replica_metrics: {port: 9000, requests: ${COUNTER}}}, commands: [decode]}`,
+  ]);
+  const routerRows = (c: RunCore) => tableOf(c).revisions[0]?.groups.find((g) => g.name === 'router')?.replicas ?? [];
+  const held = (n: number): RunEvent => ({ ...figures(0), held: n, held_total: n } as RunEvent);
+
+  it('serves with the router off the table while decode sleeps (the gateways hold), wakes it on a held request, and lists the router again once decode is READY', () => {
+    let c = servingCore(plan);
+    expect(c.run.status).toBe('RUNNING');
+    expect(size(c, 1)).toBe(0);
+    expect(tableOf(c)).toMatchObject({ hold_s: SCALE_FROM_ZERO_HOLD_S });
+    expect(routerRows(c)).toEqual([]);
+    // Nothing held: it sleeps on. No replica to read, so no reading of replicas is asked; the gateways' is.
+    const quiet = pass(c, [figures(0)], T0 + 5000);
+    expect(scrapes(quiet.effects)).toEqual([]);
+    expect(quiet.effects.some((e) => e.kind === 'read-figures')).toBe(true);
+    c = play(quiet.core, quiet.effects, T0 + 5000, (at, e) => (e.kind === 'read-figures' ? [] : answersTo(at, e))).core;
+    expect(size(c, 1)).toBe(0);
+    // A held request wakes one decode at once (scale_up_delay is 5 min), and the router is listed once it is READY.
+    const woke = pass(c, [held(1)], T0 + 7000);
+    c = play(woke.core, woke.effects, T0 + 7000, (at, e) => (e.kind === 'read-figures' || e.kind === 'read-replica-metrics' ? [] : answersTo(at, e))).core;
+    expect(size(c, 1)).toBe(1);
+    expect(c.service?.autoscale.last[1]).toMatchObject({ wanted: 1, held: 1 });
+    expect(routerRows(c)).toHaveLength(1);
+  });
+
+  it("goes back to zero on its own idle figures after scale_down_delay: the router off the table first, then the router's requests in flight drained with decode's", () => {
+    let c = servingCore(plan);
+    const woke = pass(c, [held(2)], T0 + 5000);
+    c = play(woke.core, woke.effects, T0 + 5000, (at, e) => (e.kind === 'read-figures' || e.kind === 'read-replica-metrics' ? [] : answersTo(at, e))).core;
+    expect(size(c, 1)).toBe(1);
+    // Its counter still: 0 rps, none wanted; not before its size is 10 s old (first judged at 9 s, its second sample).
+    c = reading(c, T0 + 7000, 0, () => ({ [COUNTER]: 2 }));
+    c = reading(c, T0 + 9000, 0, () => ({ [COUNTER]: 2 }));
+    expect(size(c, 1)).toBe(1);
+    c = reading(c, T0 + 17_000, 0, () => ({ [COUNTER]: 2 }));
+    expect(size(c, 1)).toBe(1);
+    // (Job records change in place as the loop goes: the urls now.)
+    const urls = (group: number) => c.run.jobs.filter((j) => j.group_index === group && !j.removed).map((j) => `http://${j.instance?.internal_ip}:8000`);
+    const [decodeUrls, routerUrls] = [urls(1), urls(0)];
+    const step = pass(c, [figures(0), metrics(c, () => ({ [COUNTER]: 2 }))], T0 + 19_000);
+    const { core: slept, seen } = play(step.core, step.effects, T0 + 19_000, (at, e) => (e.kind === 'read-figures' || e.kind === 'read-replica-metrics' ? [] : answersTo(at, e)));
+    expect(size(slept, 1)).toBe(0);
+    const drain = seen.find(({ effect }) => effect.kind === 'drain');
+    expect(drain?.effect).toMatchObject({ urls: [...decodeUrls, ...routerUrls] });
+    // When the drain was asked, the table on the gateways already listed no router.
+    expect(drain && routerRows(drain.core)).toEqual([]);
+    expect(slept.run.status).toBe('RUNNING');
+    expect(routerRows(slept)).toEqual([]);
   });
 });

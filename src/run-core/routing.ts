@@ -1,5 +1,5 @@
 import type { ServiceTableInput } from '../gateway/routing-table';
-import { scalesFromZero } from '../plan/scale-from-zero';
+import { scalesFromZero, sleepsBehindRouter } from '../plan/scale-from-zero';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, isJobFinished } from './jobs';
@@ -7,6 +7,7 @@ import { drainingRanks } from './live';
 import type { RunCore, ServiceCore } from './state';
 import type { JobState } from '../contract/run-state';
 import { canaryShare, keepsRevisionsApart, revisionOf, servingRevision } from './revisions';
+import { hasCurrentBook } from './peers';
 
 /**
  * A service's routing: the table every gateway routes its requests by (src/gateway/routing-table.ts),
@@ -32,11 +33,12 @@ export const DRAIN_TIMEOUT_S = 30;
 
 /**
  * How long the gateways hold a request of a service that scales to zero while no entry replica is
- * ready (its first replica starting), before answering 503: the table's `hold_s`.
+ * listed (an entry group's first replica starting, or a group behind the router waking), before
+ * answering 503: the table's `hold_s`.
  */
 export const SCALE_FROM_ZERO_HOLD_S = 300;
 
-/** A service whose entry groups may have no replica (`replicas: 0..N`): the gateways hold its requests while one wakes. */
+/** A service with a group that may have no replica (`replicas: 0..N`): the gateways hold its requests while one wakes. */
 export function scalesToZero(core: RunCore): boolean {
   return core.plan.groups.some((g) => scalesFromZero(core.plan, g));
 }
@@ -73,13 +75,20 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
   const draining = drainingRanks(core.live);
   const jobs = activeJobs(core.run).filter((job) => !draining.has(job.job_num));
   const entry = service.entry.map((index) => plan.groups[index]?.name ?? String(index));
+  const ready = (job: JobState) => job.ready_at !== null && !isJobFinished(job);
+  // A group behind the router with no ready replica (scaled to zero, waking): the entry takes no request
+  // of that pool, so the gateways hold them (hold_s) instead of the router answering 503; once it has
+  // one, an entry replica takes requests once its node has the book that says so (the router reads it).
+  const sleepers = plan.groups.filter((group) => sleepsBehindRouter(plan, group));
+  const asleep = (visible: (job: JobState) => boolean) => sleepers.some((group) => !jobs.some((job) => job.group_index === group.index && visible(job) && ready(job)));
+  const told = (job: JobState) => sleepers.length === 0 || !service.entry.includes(job.group_index) || hasCurrentBook(core, job);
   const pool = (visible: (job: JobState) => boolean) =>
     plan.groups.map((group) => ({
       name: group.name,
-      replicas: ending
+      replicas: ending || (service.entry.includes(group.index) && asleep(visible))
         ? []
         : jobs.flatMap((job) => {
-            const url = job.group_index === group.index && visible(job) && job.ready_at !== null && !isJobFinished(job) ? replicaUrl(core, job) : null;
+            const url = job.group_index === group.index && visible(job) && ready(job) && told(job) ? replicaUrl(core, job) : null;
             return url ? [{ url, state: 'ready' as const }] : [];
           }),
     }));

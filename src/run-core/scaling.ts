@@ -10,6 +10,7 @@ import type { RunCore } from './state';
 import { peersSettled } from './peers';
 import { isJobReady } from './startup-order';
 import { DRAIN_TIMEOUT_S, replicaUrl, routesSettled } from './routing';
+import { sleepsBehindRouter } from '../plan/scale-from-zero';
 
 /**
  * Resizing a running group within its `nodes: MIN..MAX` (Troupe's extension; the scaleGroup
@@ -256,6 +257,11 @@ function draining(core: RunCore, resize: Resize, effects: Effect[]): RunCore {
     const job = core.run.jobs[n];
     return job ? (replicaUrl(core, job) ?? []) : [];
   });
+  // A group behind the router going to zero: the entry is off the table with it (the gateways hold new
+  // requests), and the requests the router is passing on to it are the entry's in flight.
+  const last = groupMembers(core.run.jobs, group.index).length === resize.draining.length;
+  const entry = last && sleepsBehindRouter(core.plan, group) ? core.run.jobs.filter((j) => core.plan.service?.entry.includes(j.group_index) && !j.removed && !isJobFinished(j)) : [];
+  urls.push(...entry.flatMap((job) => replicaUrl(core, job) ?? []));
   effects.push({ kind: 'drain', resize: resize.id, urls, timeout_s: DRAIN_TIMEOUT_S });
   return withResize(core, resize.id, (r) => ({ ...r, drain_asked: true }));
 }

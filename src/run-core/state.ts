@@ -25,7 +25,7 @@ export function newSubmissionCore(): SubmissionCore {
 
 /** The autoscaler before its first reading. */
 export function newAutoscale(): ServiceCore['autoscale'] {
-  return { reading: [], read_at_ms: null, sizes: [], last: [], resizes_made: 0, problem: null, scraping: false, samples: [] };
+  return { reading: [], read_at_ms: null, sizes: [], last: [], resizes_made: 0, problem: null, scraping: false, held_seen: false, samples: [] };
 }
 
 /** A service before its first routing table. */

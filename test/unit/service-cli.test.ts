@@ -56,18 +56,3 @@ describe('troupe plan -f SERVICE', () => {
   });
 });
 
-describe('troupe apply -f SERVICE', () => {
-  it('refuses a group behind the router starting with 0 replicas with one line and exit 3, before connecting', () => {
-    const file = join(scratch, 'zero.yml');
-    writeFileSync(
-      file,
-      'type: service\nport: 8000\nauth: false\ngroups:\n  - {name: router, replicas: 1, router: {type: smg}, commands: [route]}\n  - {name: decode, replicas: 0..2, scaling: {metric: rps, target: 1}, commands: [serve]}\n',
-    );
-    const { code, stdout, stderr } = troupe(['apply', '-f', file, '-y', '--address', '127.0.0.1:1']);
-    expect(code).toBe(3);
-    expect(stdout).toBe('');
-    expect(stderr.trim()).toBe(
-      `${file}: group "decode" starts with 0 replicas behind the router group: Troupe scales to zero only a service's entry groups (no router: every group), where the gateway holds requests while a replica starts; start it with at least 1 (replicas: 1..2)`,
-    );
-  });
-});

@@ -57,15 +57,18 @@ describe('serviceRunPlan', () => {
     expect(run.groups[0]?.ready?.check).toEqual({ kind: 'http', port: 9000, path: '/ready', method: 'PUT', headers: [{ name: 'X-A', value: 'b' }], body: 'hi' });
   });
 
-  it('starts an entry group that scales to zero with no node; refuses one behind a router, and auth without a token', () => {
+  it('starts a group that scales to zero with no node, at the entry or behind a router; refuses auth without a token', () => {
     const zero = plan('type: service\nport: 80\nauth: false\ncommands: [a]\nreplicas: 0..2\nscaling: {metric: rps, target: 1}\n', null);
     expect(zero.groups[0]).toMatchObject({ nodes: 0, nodes_range: { min: 0, max: 2 } });
     expect(zero.jobs).toEqual([]);
     expect(zero.nodes_num).toBe(0);
     const behind = 'type: service\nport: 80\nauth: false\ngroups:\n  - {name: r, replicas: 1, router: {type: smg}, commands: [r]}\n  - {name: d, replicas: 0..2, scaling: {metric: rps, target: 1}, commands: [d]}\n';
-    expect(() => plan(behind, null)).toThrow(/group "d" starts with 0 replicas behind the router group/);
+    const pd = plan(behind, null);
+    expect(pd.groups.map((g) => g.nodes)).toEqual([1, 0]);
+    expect(pd.jobs.map((j) => j.node_group_name)).toEqual(['r']);
+    expect(pd.service?.entry).toEqual([0]);
     // A plan started straight on Temporal may not start a task's group, or a service's group without a range from 0, with no node.
-    expect(PlanSchema.safeParse({ ...zero, service: undefined }).error?.issues[0]?.message).toMatch(/group 0 starts with no node: only a service's entry group that scales from zero/);
+    expect(PlanSchema.safeParse({ ...zero, service: undefined }).error?.issues[0]?.message).toMatch(/group 0 starts with no node: only a service's group that scales from zero/);
     expect(PlanSchema.safeParse({ ...zero, groups: [{ ...zero.groups[0], nodes_range: null }] }).success).toBe(false);
     expect(() => plan('type: service\nport: 80\ncommands: [a]\n', null)).toThrow(/needs at least one token hash/);
   });

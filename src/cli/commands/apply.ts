@@ -43,8 +43,7 @@ const help = renderUsage(
     "follows job 0's log until the run ends. Ctrl-C detaches; the run goes on.",
     'A service (`type: service`) runs the same way; with `auth` (the default) its token is made here and',
     'printed once: the gateways and the run keep only its hash.',
-    'Exit code: 0 when the run is DONE, 1 when it FAILED or was TERMINATED (or could not start), 2 on bad usage,',
-    '3 for a service Troupe cannot run yet (a group behind a router starting with 0 replicas).',
+    'Exit code: 0 when the run is DONE, 1 when it FAILED or was TERMINATED (or could not start), 2 on bad usage.',
   ].join('\n'),
   [
     ['-f, --file FILE', 'the config: a task (type: task) or a service (type: service)'],
@@ -174,7 +173,7 @@ function readPlan(text: string, file: string, name: string | undefined, fleet: s
     const token = service.auth ? randomBytes(24).toString('base64url') : null;
     return { plan: withFleet(serviceRunPlan(service, token === null ? null : [tokenHash(token)])), service, token };
   } catch (err) {
-    if (err instanceof ServiceRunError) throw new CliError(`${file}: ${err.message}`, 3);
+    if (err instanceof ServiceRunError) throw new CliError(`${file}: ${err.message}`, 1);
     throw cliErrorOf(err);
   }
 }
