@@ -287,6 +287,41 @@ describe('a coherent rollout with a canary', () => {
       }
     });
 
+    it('rollback: auto — a second new replica failing while the rollout rolls back only goes: the old revision serves, the service never fails', () => {
+      const before = serving(healing('serve-v1', 'fail-run'));
+      const step = pass(before, [{ kind: 'deploy', id: 8, plan: healing('serve-v2', 'fail-run') }], T0 + 3000);
+      // Until the first crash turns it back: stepped by hand, one pass at a time, stopping once it rolls back with a new decode still READY.
+      let state = step.core;
+      let pending = step.effects;
+      let now = T0 + 3000;
+      const answer = crashing(1);
+      const newReady = (at: RunCore) => activeJobs(at.run).filter((j) => j.group_index === DECODE && revisionOf(at, j.job_num) === 1 && j.status === 'READY');
+      for (let i = 0; i < 120 && !(state.service?.rollout?.coherent?.phase === 'rolling-back' && newReady(state).length > 0); i++) {
+        const events = pending.flatMap((e) => answer(state, e));
+        now += 500;
+        const next = pass(state, events, now);
+        state = withoutAttemptsToStart(next.core, activeJobs(next.core.run).flatMap((j) => (j.running_at !== null ? [j.job_num] : [])));
+        pending = next.effects;
+      }
+      expect(state.service?.rollout?.coherent?.phase).toBe('rolling-back');
+      const firstCause = state.service?.rollout?.coherent?.cause;
+      expect(firstCause).toMatch(/^revision 1's job \d+ \(decode\/\d\)/);
+      const second = newReady(state)[0];
+      expect(second).toBeDefined();
+      if (!second) return;
+      // The second crash, in the middle of the rollback: with the answers to what the last pass asked.
+      const crash = pass(state, [...pending.flatMap((e) => answersTo(state, e)), jobs(state, [exited(second.job_num, 1, second.attempt)])], now + 500);
+      expect(crash.core.submission.ending).toBeNull();
+      expect(crash.core.service?.rollout?.coherent?.cause).toBe(firstCause);
+      const core = stepped(crash.core, crash.effects, now + 500, answersTo);
+      expect(core.submission.ending).toBeNull();
+      expect(core.service?.rollout).toMatchObject({ over: true });
+      expect(core.service?.rollout?.error).toMatch(/^deployment 1 rolled back: revision 1's job \d+ \(decode\/\d\) on local failed: CONTAINER_EXITED_WITH_ERROR: exited with code 1; revision 0 serves$/);
+      const oldRanks = activeJobs(before.run).map((j) => j.job_num);
+      expect(activeJobs(core.run).map((j) => j.job_num)).toEqual(oldRanks);
+      expect(activeJobs(core.run).every((j) => revisionOf(core, j.job_num) === 0 && j.status === 'READY' && j.restarts === 0)).toBe(true);
+    });
+
     it('restart-node: a failure within its budget is healed and the rollout goes through; past it, rolled back naming the budget', () => {
       const policy = '{action: restart-node, max_restarts: 1}';
       const before = serving(healing('serve-v1', policy));
