@@ -1,7 +1,9 @@
 /**
  * A service that sizes itself, on the LOCAL fleet (network namespaces, real processes, as root): the
  * stand-in PD service (examples/services/stand-in-model.py), router 1 / prefill 2 / decode `1..3` with
- * `scaling: {metric: rps, target: 20, window: 30s, scale_up_delay: 0s, scale_down_delay: 5s}`, behind
+ * `scaling: {metric: rps, target: 20, window: 30s, scale_up_delay: 0s, scale_down_delay: 5s,
+ * replica_metrics: …}` — decode sized on its own figures, its replicas' counters (the probes' one chat
+ * completion a second through the router counts there too) —, behind
  * a gateway in this process, served by a worker process with the real local fleet, on its own
  * Temporal dev server. An open loop through the gateway (127.0.0.1 only) whose rate changes; latency
  * from each request's scheduled send time. The run's state is read every POLL_MS; each answer says
@@ -53,7 +55,8 @@ const POLL_MS = 150;
 const REQUEST_TIMEOUT_MS = 20_000;
 const WAIT_LIMIT_MS = 180_000;
 const SCALING = { target: 20, window_s: 30, scale_up_delay_s: 0, scale_down_delay_s: 5 };
-const DECODE_SCALING = `{metric: rps, target: ${SCALING.target}, window: ${SCALING.window_s}s, scale_up_delay: ${SCALING.scale_up_delay_s}s, scale_down_delay: ${SCALING.scale_down_delay_s}s}`;
+/** decode is sized on its OWN traffic: its replicas' counters of the chat completions they answered (Troupe's `replica_metrics`). */
+const DECODE_SCALING = `{metric: rps, target: ${SCALING.target}, window: ${SCALING.window_s}s, scale_up_delay: ${SCALING.scale_up_delay_s}s, scale_down_delay: ${SCALING.scale_down_delay_s}s, replica_metrics: {port: 8000, requests: stand_in_chat_completions_total}}`;
 /** Prefill may be resized by hand (`2..3` needs a `scaling`); a target no load here reaches keeps the autoscaler from wanting more than 2. */
 const PREFILL_SCALING = '{metric: rps, target: 1000, window: 30s}';
 const STEP = { low_rps: 10, low_s: 40, high_rps: 60, high_s: 60, tail_rps: 0.5, tail_limit_s: 120 };
@@ -230,11 +233,18 @@ function firstSeen(polls: Poll[], check: (s: RunState) => boolean, from_s = 0): 
   return null;
 }
 
-/** The average rate over the window ending at t (requests sent in (t - window, t] ÷ window), from the bench's own send log. */
+/**
+ * What decode answers besides the bench's requests: the gateway probes the router after READY with the
+ * service's probe, a chat completion every second (STAND_IN_PROBE_YAML), which passes one decode; its
+ * own counters count it, so its average is the send log's plus this.
+ */
+const PROBE_RPS = 1;
+
+/** decode's average rate over the window ending at t (requests sent in (t - window, t] ÷ window, from the bench's own send log, plus the probes'). */
 function windowAverage(sent: number[], t: number, window_s: number): number {
   let n = 0;
   for (const s of sent) if (s > t - window_s && s <= t) n += 1;
-  return n / window_s;
+  return n / window_s + PROBE_RPS;
 }
 /** The first time from `from` (10 ms steps) the window average is past `level` (up: above it; down: below it). */
 function crossing(sent: number[], from: number, to: number, level: number, up: boolean): number | null {

@@ -5,15 +5,14 @@ import type { Effect } from './effects';
 import type { RunEvent } from './events';
 import { groupMembers } from './jobs';
 import { autoscaleDeadline } from './autoscaling';
-import { replicaTargets } from './replica-traffic';
+import { ownTraffic, replicaTargets } from './replica-traffic';
 import { SCALE_FROM_ZERO_HOLD_S, tableOf } from './routing';
 import type { RunCore } from './state';
 
 /**
  * A group behind the router sized on its OWN traffic (Troupe's `scaling.replica_metrics`): the loop
- * reads its READY replicas' Prometheus endpoints beside the gateways' figures; its rps is each
- * replica's counter increase over the window ÷ the samples' span, summed; its concurrency the sum of
- * the gauges. The group that reads the service's traffic (dstack's way) is sized on the router's.
+ * reads its READY replicas' Prometheus endpoints beside the gateways' figures; its rps is what its
+ * replicas answered over the window's samples ÷ their span; its concurrency the sum of the gauges. The group that reads the service's traffic (dstack's way) is sized on the router's.
  */
 
 const COUNTER = 'stand_in_chat_completions_total';
@@ -109,11 +108,23 @@ describe("a group behind the router on its replicas' own figures", () => {
     core = reading(core, T0 + 7000, 0, (url) => ({ c: url === a ? count.a : count.b }));
     expect(core.service?.autoscale.last[1]).toMatchObject({ value: 35, wanted: 4 });
     expect(size(core, 1)).toBe(4);
-    // b cannot be read: the problem is said, and its samples kept (its last rate still counts): a 80 in 4 s, b 10 in 2 s; the two new replicas' first samples count from the next reading.
-    const failed = reading(core, T0 + 9000, 0, (url) => (url === b ? null : { c: 1080 }));
+    // b cannot be read: the problem is said, and its samples kept (what it answered still counts). Over the
+    // window's 4 s: a 80, b 10, and the two replicas started since then 4 each (their counters from 0).
+    const failed = reading(core, T0 + 9000, 0, (url) => (url === b ? null : url === a ? { c: 1080 } : { c: 4 }));
     expect(failed.service?.autoscale.problem).toMatch(/^1 of 4 replicas' metrics could not be read: http:\/\/.*:9000\/metrics: connect ECONNREFUSED$/);
     expect(failed.service?.autoscale.samples.filter((s) => s.url === b)).toHaveLength(2);
-    expect(failed.service?.autoscale.last[1]).toMatchObject({ value: 25, wanted: 3 });
+    expect(failed.service?.autoscale.last[1]).toMatchObject({ value: 24.5, wanted: 3 });
+  });
+
+  it("counts over the window what every replica answered: one removed since, and one started since from its counter's 0", () => {
+    const group = pd(ownRps).groups[2];
+    if (!group) throw new Error('no decode');
+    const at = (url: string, at_ms: number, requests: number) => ({ url, group: 2, at_ms: T0 + at_ms, requests, inflight: null });
+    const samples = [at('a', 0, 0), at('b', 0, 0), at('a', 20_000, 200), at('b', 20_000, 300), at('c', 20_000, 50), at('a', 30_000, 300), at('c', 30_000, 100)];
+    // a 300 + b (gone at 20 s) 300 + c (started after 0 s) 100 = 700 in 30 s.
+    expect(ownTraffic(group, samples, ['a', 'c'], T0 + 30_000)).toBeCloseTo(700 / 30);
+    // Out of the window: b's samples no longer count, nor a's first.
+    expect(ownTraffic(group, samples, ['a', 'c'], T0 + 45_000)).toBeCloseTo((100 + 50) / 10);
   });
 
   it('concurrency: the sum of the gauges read now', () => {

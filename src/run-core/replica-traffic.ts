@@ -31,12 +31,11 @@ export function replicaTargets(core: RunCore, groups: readonly GroupPlan[]): Arr
 }
 
 /**
- * The samples after a reading: this reading's values added, samples of replicas not read now (gone
- * from the group) dropped, and those older than the longest window (plus one reading) forgotten. A
- * replica that could not be read keeps its earlier samples.
+ * The samples after a reading: this reading's values added, and those older than the longest window
+ * (plus a margin) forgotten. A replica gone from the group, or that could not be read, keeps its
+ * earlier samples: what it answered in the window is still the group's traffic.
  */
 export function withReading(core: RunCore, samples: readonly ReplicaSample[], event: Extract<RunEvent, { kind: 'replica-metrics' }>, now: number, keep_ms: number): ReplicaSample[] {
-  const read = new Set(event.replicas.map((r) => r.url));
   const fresh = event.replicas.flatMap((r): ReplicaSample[] => {
     const metrics = core.plan.groups[r.group]?.scaling?.replica_metrics;
     if (!metrics || r.values === null) return [];
@@ -44,38 +43,40 @@ export function withReading(core: RunCore, samples: readonly ReplicaSample[], ev
     const inflight = metrics.inflight === null ? null : (r.values[metrics.inflight] ?? null);
     return [{ url: r.url, group: r.group, at_ms: now, requests, inflight }];
   });
-  return [...samples.filter((s) => read.has(s.url) && s.at_ms >= now - keep_ms), ...fresh];
+  return [...samples.filter((s) => s.at_ms >= now - keep_ms), ...fresh];
 }
 
 /**
- * The group's own traffic from its replicas' samples (urls: the replicas read now), or null while no
- * replica has two samples far enough apart (rps) or none answered (concurrency).
+ * The group's own traffic from its replicas' samples, or null while its samples in the window span
+ * less than MIN_SAMPLE_SPAN_MS (rps) or none of the replicas read now (`urls`) answered (concurrency).
+ * rps: every replica's requests over the window's span, those since gone from the group too — its
+ * counter's increase between its samples (a drop is a restart from 0), and, for a replica first read
+ * after the span began (it started since), its first reading too — summed, ÷ the span: the group's
+ * average over the window however its replicas came and went, as the gateways average an entry group's.
  */
 export function ownTraffic(group: GroupPlan, samples: readonly ReplicaSample[], urls: readonly string[], now: number): number | null {
   const scaling = group.scaling;
   if (!scaling?.replica_metrics) return null;
-  let total = 0;
-  let counted = 0;
-  for (const url of urls) {
-    const mine = samples.filter((s) => s.url === url && s.group === group.index && s.at_ms >= now - scaling.window_s * 1000);
-    if (scaling.metric === 'concurrency') {
-      const last = mine.at(-1);
-      if (last?.inflight === null || last?.inflight === undefined) continue;
-      total += last.inflight;
-      counted += 1;
-      continue;
-    }
-    const values = mine.flatMap((s) => (s.requests === null ? [] : [{ at: s.at_ms, v: s.requests }]));
-    const first = values[0];
-    const last = values.at(-1);
-    if (!first || !last || last.at - first.at < MIN_SAMPLE_SPAN_MS) continue;
-    let increase = 0;
-    values.reduce((before, now_) => {
-      increase += now_.v >= before.v ? now_.v - before.v : now_.v;
-      return now_;
-    });
-    total += increase / ((last.at - first.at) / 1000);
-    counted += 1;
+  const mine = samples.filter((s) => s.group === group.index && s.at_ms >= now - scaling.window_s * 1000);
+  if (scaling.metric === 'concurrency') {
+    const last = urls.flatMap((url) => mine.filter((s) => s.url === url && s.inflight !== null).slice(-1));
+    return last.length === 0 ? null : last.reduce((n, s) => n + (s.inflight ?? 0), 0);
   }
-  return counted === 0 ? null : total;
+  const counted = mine.filter((s) => s.requests !== null);
+  if (counted.length === 0) return null;
+  const from = Math.min(...counted.map((s) => s.at_ms));
+  const to = Math.max(...counted.map((s) => s.at_ms));
+  if (to - from < MIN_SAMPLE_SPAN_MS) return null;
+  let requests = 0;
+  for (const url of new Set(counted.map((s) => s.url))) {
+    const values = counted.filter((s) => s.url === url).map((s) => ({ at: s.at_ms, v: s.requests ?? 0 }));
+    const first = values[0];
+    if (!first) continue;
+    if (first.at > from) requests += first.v;
+    values.reduce((before, after) => {
+      requests += after.v >= before.v ? after.v - before.v : after.v;
+      return after;
+    });
+  }
+  return requests / ((to - from) / 1000);
 }
