@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { loadServicePlan, serviceRunPlan } from '../../src/plan';
 import { runWorkflowId } from '../../src/contract/ids';
 import { runStateQuery } from '../../src/contract/messages';
 import type { RunState } from '../../src/contract/run-state';
 import { stopLeavingNothing } from '../helpers/leftovers';
-import { chatThrough, standInZeroServiceYaml, useStandInGateway } from '../helpers/stand-in-service';
+import { abortRunIfRunning, chatThrough, standInZeroServiceYaml, useStandInGateway } from '../helpers/stand-in-service';
 import { startWorkerProcess, useWorkerProcesses, waitForRunState } from '../helpers/worker-process-control';
 
 /**
@@ -25,6 +25,9 @@ const { fleet, taskQueue, workers } = env;
 const name = `zero-${randomBytes(3).toString('hex')}`;
 const standInGateway = useStandInGateway(env, name);
 const gatewayUrl = () => standInGateway.gateway().url;
+/** The second test's run, behind a router; aborted after the file if a failed test left it running (before the workers go). */
+const pd = `${name}-pd`;
+afterAll(() => abortRunIfRunning(env.client, pd), 120_000);
 
 const webs = (s: RunState) => s.jobs.filter((j) => !j.removed);
 
@@ -109,7 +112,6 @@ describe('a service scaled to zero', () => {
 
   it('behind a router: holds the requests while decode sleeps, wakes it, and puts it back to sleep on its own idle figures', async () => {
     if (workers.length === 0) workers.push(await startWorkerProcess({ taskQueue, localStateDir: fleet.stateDir, env: standInGateway.workerEnv() }));
-    const pd = `${name}-pd`;
     const plan = serviceRunPlan(loadServicePlan(pdZeroYaml(pd, standInGateway.script), 'svc.yml', { environ: {} }), null);
     expect(plan.groups.map((g) => g.nodes)).toEqual([1, 1, 0]);
     const handle = await env.client.workflow.start('RunWorkflow', { taskQueue, workflowId: runWorkflowId(pd), args: [{ plan, backend: 'local', options: { stop_grace_s: 1 } }] });

@@ -34,4 +34,13 @@ describe('troupe plan of a service', () => {
     expect(out).toMatch(/^ b +1\.\.2 \(rps 5\/replica\) /m);
     expect(out).toMatch(/^ Scaling a +concurrency target 8 over 60s; up after 5m 00s, down after 10m 00s$/m);
   });
+
+  it("names where a group behind the router reads its own traffic", () => {
+    const out = render(
+      'groups:',
+      '  - {name: r, replicas: 1, router: {}, commands: [r]}',
+      '  - {name: d, replicas: 0..2, scaling: {metric: rps, target: 5, replica_metrics: {port: 9000, requests: "vllm:request_success_total"}}, commands: [d]}',
+    );
+    expect(out).toMatch(/^ Scaling d +rps target 5 over 60s; up after 5m 00s, down after 10m 00s; its own traffic: vllm:request_success_total on each replica's :9000\/metrics$/m);
+  });
 });

@@ -51,7 +51,7 @@ export function renderServicePlan(plan: ServicePlan, style: Style): string[] {
     ...scaled.map(
       (g): [string, string] => [
         `Scaling ${g.name}`,
-        `${g.scaling?.metric ?? 'rps'} target ${g.scaling?.target ?? '?'} over ${g.scaling?.window_s ?? '?'}s; up after ${formatDuration((g.scaling?.scale_up_delay_s ?? 0) * 1000)}, down after ${formatDuration((g.scaling?.scale_down_delay_s ?? 0) * 1000)}`,
+        `${g.scaling?.metric ?? 'rps'} target ${g.scaling?.target ?? '?'} over ${g.scaling?.window_s ?? '?'}s; up after ${formatDuration((g.scaling?.scale_up_delay_s ?? 0) * 1000)}, down after ${formatDuration((g.scaling?.scale_down_delay_s ?? 0) * 1000)}${ownTraffic(g.scaling?.replica_metrics)}`,
       ],
     ),
   ];
@@ -74,4 +74,11 @@ export function renderServicePlan(plan: ServicePlan, style: Style): string[] {
       style,
     ),
   ];
+}
+
+/** Where a group reads its own traffic (Troupe's `scaling.replica_metrics`), or nothing: the gateways' figures. */
+function ownTraffic(metrics: { port: number; path?: string | null; requests?: string | null; inflight?: string | null } | null | undefined): string {
+  if (!metrics) return '';
+  const names = [metrics.requests, metrics.inflight].filter((n): n is string => typeof n === 'string');
+  return `; its own traffic: ${names.join(', ')} on each replica's :${metrics.port}${metrics.path ?? '/metrics'}`;
 }
