@@ -17,9 +17,9 @@ const IMAGE_MAX = 512;
 
 const FLEET_NAME = /^[a-z][a-z0-9-]{1,40}$/;
 /** A DNS name, an IPv4 or an IPv6 address (with a zone): never a leading `-`, no spaces. */
-const HOSTNAME = /^[A-Za-z0-9_[:][A-Za-z0-9_.:%[\]-]{0,252}$/;
+export const HOSTNAME = /^[A-Za-z0-9_[:][A-Za-z0-9_.:%[\]-]{0,252}$/;
 /** POSIX-portable user names (as useradd takes them). */
-const USER_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?$/;
+export const USER_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?$/;
 
 function grammar(what: string, pattern: RegExp, hint: string, max?: number) {
   return (value: unknown): string => {

@@ -55,6 +55,8 @@ export const WorkerConfigSchema = z.strictObject({
   port: z.int().min(0).max(65535),
   domain: z.string().optional(),
   connectTimeoutMs: z.int().min(1),
+  /** File paths only (replica-tunnels.ts): each worker opens its own connections to the jump hosts. */
+  tunnels: z.strictObject({ identityFile: z.string().optional(), knownHostsFile: z.string().optional() }).optional(),
 });
 export type WorkerConfig = z.infer<typeof WorkerConfigSchema>;
 export const WORKER_CONFIG_ENV = 'TROUPE_GATEWAY_WORKER';

@@ -209,7 +209,7 @@ class Attempt implements Dispatcher.DispatchHandler {
 
   send(): void {
     const { x } = this;
-    x.services.pool(this.candidate.origin).dispatch({ path: x.path, method: (x.req.method ?? 'GET') as Dispatcher.HttpMethod, headers: x.headers, body: x.streamsBody ? Readable.from(this.body(), { objectMode: false }) : null }, this);
+    x.services.pool(this.candidate.origin, this.candidate.replica.via).dispatch({ path: x.path, method: (x.req.method ?? 'GET') as Dispatcher.HttpMethod, headers: x.headers, body: x.streamsBody ? Readable.from(this.body(), { objectMode: false }) : null }, this);
   }
 
   // A lazy stream over req, not req itself: undici pulls from it only once connected, so after a connect

@@ -38,7 +38,8 @@ export async function startGatewayCluster(options: GatewayOptions, workers: numb
   if (options.adminToken.length < 16) throw new Error('the admin token must be at least 16 characters');
   if (!Number.isInteger(workers) || workers < 2) throw new Error(`a clustered gateway has 2 workers or more, not ${workers}`);
   // The primary's services hold the tables and the rate limits; it forwards no request.
-  const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000 });
+  // Its tunnels are its probes' (replicas behind a jump host).
+  const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000, tunnels: options.tunnels });
   const metrics = new GatewayMetrics(() => 0);
   const members = new Map<number, Member>();
   const probes = probesOf(services, metrics, (run, urls) => {
@@ -54,7 +55,8 @@ export async function startGatewayCluster(options: GatewayOptions, workers: numb
     throw err;
   }
   const state = options.stateFile !== undefined ? new GatewayStateWriter(options.stateFile) : null;
-  const config: WorkerConfig = { host: options.listen.host, port: options.listen.port, domain: options.domain, connectTimeoutMs: options.connectTimeoutMs ?? 3000 };
+  const tunnels = options.tunnels && { identityFile: options.tunnels.identityFile, knownHostsFile: options.tunnels.knownHostsFile };
+  const config: WorkerConfig = { host: options.listen.host, port: options.listen.port, domain: options.domain, connectTimeoutMs: options.connectTimeoutMs ?? 3000, ...(tunnels ? { tunnels } : {}) };
   cluster.setupPrimary({ exec: WORKER_ENTRY, args: [] });
 
   const waiting = new Map<number, { member: Member; resolve: (reply: Reply | null) => void; timer: NodeJS.Timeout }>();

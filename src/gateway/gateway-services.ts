@@ -2,13 +2,14 @@ import { Pool } from 'undici';
 import { ServiceWindow, type FiguresPart } from './figures';
 import { RateLimiter } from './rate-limit';
 import type { Candidate } from './replica-choice';
-import type { ServiceTable } from './routing-table';
+import { poolKeyOf, ReplicaTunnels, type TunnelOptions } from './replica-tunnels';
+import type { ReplicaVia, ServiceTable } from './routing-table';
 
 /** A replica a new request may go to, with what the data plane needs of it worked out once per table. */
 export interface EntryCandidate extends Candidate {
   /** Its in-flight count's key (run, revision, group, url). */
   key: string;
-  /** Its URL's origin: the pool its requests go through. */
+  /** Its URL's origin: with the replica's `via`, the pool its requests go through. */
   origin: string;
 }
 
@@ -45,6 +46,8 @@ export interface InflightRow {
 export interface PoolOptions {
   /** How long a connection to a replica may take before it counts as a connect error. */
   connectTimeoutMs: number;
+  /** How to reach replicas behind a jump host (a row's `via`); none: such a replica's requests get 502 saying what to configure. */
+  tunnels?: TunnelOptions | undefined;
 }
 
 const NO_URLS: ReadonlySet<string> = new Set();
@@ -77,7 +80,9 @@ function entriesOf(table: ServiceTable, failing: ReadonlySet<string>): Entry[] {
 export class GatewayServices {
   private readonly services = new Map<string, ServedService>();
   private readonly inflight = new Map<string, number>();
+  /** By poolKeyOf: origin, and the jump host for a replica behind one. */
   private readonly pools = new Map<string, Pool>();
+  private readonly tunnels: ReplicaTunnels;
   /** Requests waiting for a ready replica, by run: each called with the service once a table brings one, or undefined once the service is removed. */
   private readonly holds = new Map<string, Set<(served: ServedService | undefined) => void>>();
   private readonly windows = new Map<string, ServiceWindow>();
@@ -86,7 +91,9 @@ export class GatewayServices {
   private readonly watchers = new Set<(run: string, table: ServiceTable | undefined) => void>();
   private turn = 0;
 
-  constructor(private readonly poolOptions: PoolOptions) {}
+  constructor(private readonly poolOptions: PoolOptions) {
+    this.tunnels = new ReplicaTunnels(poolOptions.tunnels ?? {});
+  }
 
   put(table: ServiceTable): void {
     const served: ServedService = { table, limiter: new RateLimiter(table.rate_limits), entries: entriesOf(table, this.failing.get(table.run) ?? NO_URLS) };
@@ -242,12 +249,14 @@ export class GatewayServices {
     return rows;
   }
 
-  /** The pool for a replica's origin (`EntryCandidate.origin`). */
-  pool(origin: string): Pool {
-    let pool = this.pools.get(origin);
+  /** The pool for a replica's origin (`EntryCandidate.origin`) and `via`: through the jump host's SSH connection when it has one. */
+  pool(origin: string, via?: ReplicaVia): Pool {
+    const key = poolKeyOf(origin, via);
+    let pool = this.pools.get(key);
     if (!pool) {
-      pool = new Pool(origin, { connectTimeout: this.poolOptions.connectTimeoutMs, keepAliveTimeout: 30_000 });
-      this.pools.set(origin, pool);
+      const connect = via ? { connect: this.tunnels.connector(via) } : {};
+      pool = new Pool(origin, { connectTimeout: this.poolOptions.connectTimeoutMs, keepAliveTimeout: 30_000, ...connect });
+      this.pools.set(key, pool);
     }
     return pool;
   }
@@ -258,13 +267,16 @@ export class GatewayServices {
     for (const run of [...this.holds.keys()]) this.release(run, undefined);
     this.services.clear();
     await Promise.all(pools.map((p) => p.close()));
+    await this.tunnels.close();
   }
 
   private closeUnusedPools(): void {
-    const used = new Set(this.tables().flatMap((t) => t.revisions.flatMap((r) => r.groups.flatMap((g) => g.replicas.map((x) => new URL(x.url).origin)))));
-    for (const [origin, pool] of this.pools) {
-      if (used.has(origin)) continue;
-      this.pools.delete(origin);
+    const replicas = this.tables().flatMap((t) => t.revisions.flatMap((r) => r.groups.flatMap((g) => g.replicas)));
+    this.tunnels.retain(replicas.flatMap((x) => (x.via ? [x.via] : [])));
+    const used = new Set(replicas.map((x) => poolKeyOf(new URL(x.url).origin, x.via)));
+    for (const [key, pool] of this.pools) {
+      if (used.has(key)) continue;
+      this.pools.delete(key);
       void pool.close().catch(() => undefined);
     }
   }

@@ -12,7 +12,7 @@ import type { RateVerdict } from './rate-limit';
  */
 export async function runGatewayWorker(): Promise<void> {
   const config = WorkerConfigSchema.parse(JSON.parse(process.env[WORKER_CONFIG_ENV] ?? 'null'));
-  const services = new GatewayServices({ connectTimeoutMs: config.connectTimeoutMs });
+  const services = new GatewayServices({ connectTimeoutMs: config.connectTimeoutMs, tunnels: config.tunnels });
   const metrics = new GatewayMetrics((key) => services.inflightOf(key));
   const send = (message: ToPrimary) => {
     if (process.connected) process.send?.(message);

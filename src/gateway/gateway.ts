@@ -5,6 +5,7 @@ import { dataPlaneHandler, type DataPlaneOptions } from './data-plane';
 import { GatewayMetrics } from './gateway-metrics';
 import { GatewayServices } from './gateway-services';
 import { ReplicaProbes } from './replica-probes';
+import type { TunnelOptions } from './replica-tunnels';
 import { GatewayStateWriter, readGatewayState } from './state-file';
 
 export interface GatewayOptions {
@@ -18,6 +19,8 @@ export interface GatewayOptions {
   publicUrl?: string | undefined;
   /** Default 3000 ms. */
   connectTimeoutMs?: number;
+  /** The SSH key and known_hosts for replicas behind a jump host (replica-tunnels.ts). */
+  tunnels?: TunnelOptions | undefined;
 }
 
 export interface RunningGateway {
@@ -71,7 +74,7 @@ export async function listenDataPlane(services: GatewayServices, metrics: Gatewa
 
 /** The probes after READY of every table `services` is given, from now on; `onFailing` hears their verdicts. */
 export function probesOf(services: GatewayServices, metrics: GatewayMetrics, onFailing: (run: string, urls: ReadonlySet<string>) => void): ReplicaProbes {
-  const probes = new ReplicaProbes({ metrics, onFailing });
+  const probes = new ReplicaProbes({ metrics, onFailing, dispatcherOf: (origin, via) => services.pool(origin, via) });
   services.watch((run, table) => probes.sync(run, table));
   return probes;
 }
@@ -89,7 +92,7 @@ export function defaultPublicUrl(listenUrl: string): string {
 /** One gateway process: the data plane and the admin API, each on its own address. Nothing shared with another gateway. */
 export async function startGateway(options: GatewayOptions): Promise<RunningGateway> {
   if (options.adminToken.length < 16) throw new Error('the admin token must be at least 16 characters');
-  const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000 });
+  const services = new GatewayServices({ connectTimeoutMs: options.connectTimeoutMs ?? 3000, tunnels: options.tunnels });
   const metrics = new GatewayMetrics((key) => services.inflightOf(key));
   const probes = probesOf(services, metrics, (run, urls) => services.setProbesFailing(run, urls));
   let data: DataPlaneServer;

@@ -1,6 +1,7 @@
 import type { GatewayMetrics } from './gateway-metrics';
 import { afterProbe, isServing, startStreaks, type ProbeStreaks } from './probe-streaks';
-import type { ServiceTable, TableProbe } from './routing-table';
+import { fetch as fetchThrough, type Dispatcher } from 'undici';
+import type { ReplicaVia, ServiceTable, TableProbe } from './routing-table';
 
 /**
  * Probes after READY (dstack's `until_ready: false`, its default), run by the gateway itself: the data
@@ -12,29 +13,27 @@ import type { ServiceTable, TableProbe } from './routing-table';
  * failure until that probe has passed `ready_after` times in a row (probe-streaks.ts).
  */
 
-/** One probe of one replica: whether it passed. `signal` aborts it (the replica or service removed). */
-export type ProbeCheck = (origin: string, probe: TableProbe, signal: AbortSignal) => Promise<boolean>;
+/**
+ * One probe of one replica: whether it passed. `signal` aborts it (the replica or service removed);
+ * `dispatcher`: the connections to take (a replica behind a jump host: the data plane's, through its tunnel).
+ */
+export type ProbeCheck = (origin: string, probe: TableProbe, signal: AbortSignal, dispatcher?: Dispatcher) => Promise<boolean>;
 
 /** A probe's request as written (method, headers, body; redirects not followed) within its timeout, its body read: the answer's status. Rejects when there is no answer. */
-export async function probeStatus(origin: string, probe: Pick<TableProbe, 'url' | 'method' | 'headers' | 'body' | 'timeout_s'>, signal?: AbortSignal): Promise<number> {
-  const headers = new Headers();
-  for (const h of probe.headers) headers.append(h.name, h.value);
+export async function probeStatus(origin: string, probe: Pick<TableProbe, 'url' | 'method' | 'headers' | 'body' | 'timeout_s'>, signal?: AbortSignal, dispatcher?: Dispatcher): Promise<number> {
+  const headers = probe.headers.map((h): [string, string] => [h.name, h.value]);
   const timeout = AbortSignal.timeout(probe.timeout_s * 1000);
-  const res = await fetch(`${origin}${probe.url}`, {
-    method: probe.method.toUpperCase(),
-    headers,
-    body: probe.body,
-    redirect: 'manual',
-    signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
-  });
+  const init = { method: probe.method.toUpperCase(), headers, body: probe.body, redirect: 'manual' as const, signal: signal ? AbortSignal.any([signal, timeout]) : timeout };
+  // undici's own fetch with its dispatcher: Node's global fetch is another copy of undici, which may not take this one's.
+  const res = dispatcher ? await fetchThrough(`${origin}${probe.url}`, { ...init, dispatcher }) : await fetch(`${origin}${probe.url}`, init);
   await res.arrayBuffer();
   return res.status;
 }
 
 /** dstack's test (httpx's `is_success`, redirects not followed): a 2xx answer within the timeout. */
-export const httpProbe: ProbeCheck = async (origin, probe, signal) => {
+export const httpProbe: ProbeCheck = async (origin, probe, signal, dispatcher) => {
   try {
-    const status = await probeStatus(origin, probe, signal);
+    const status = await probeStatus(origin, probe, signal, dispatcher);
     return status >= 200 && status < 300;
   } catch {
     return false;
@@ -50,6 +49,7 @@ interface Loop {
 interface Target {
   url: string;
   origin: string;
+  via: ReplicaVia | undefined;
   labels: { service: string; revision: string; group: string; replica: string };
   streaks: ProbeStreaks;
   loops: Loop[];
@@ -72,6 +72,8 @@ export interface ReplicaProbesOptions {
   /** The URLs of a service's replicas taken out, each time that set changes. */
   onFailing: (run: string, urls: ReadonlySet<string>) => void;
   check?: ProbeCheck;
+  /** The connections a probe of a replica behind a jump host takes (the data plane's pool through its tunnel). */
+  dispatcherOf?: (origin: string, via: ReplicaVia) => Dispatcher;
 }
 
 export class ReplicaProbes {
@@ -116,6 +118,7 @@ export class ReplicaProbes {
       const target: Target = {
         url,
         origin: new URL(url).origin,
+        via: where.via,
         labels: { service: run, revision: String(where.revision), group: where.group, replica: url },
         streaks: startStreaks(probes),
         loops: probes.map((_, index) => ({ index, timer: null })),
@@ -142,7 +145,8 @@ export class ReplicaProbes {
   private async probe(probed: Probed, target: Target, loop: Loop): Promise<void> {
     loop.timer = null;
     const probe = probed.probes[loop.index] as TableProbe;
-    const passed = await this.check(target.origin, probe, target.stop.signal).catch(() => false);
+    const dispatcher = target.via && this.options.dispatcherOf ? this.options.dispatcherOf(target.origin, target.via) : undefined;
+    const passed = await this.check(target.origin, probe, target.stop.signal, dispatcher).catch(() => false);
     if (target.stop.signal.aborted) return;
     if (!passed) this.options.metrics.probeFailures.inc(target.labels);
     const failingBefore = this.failing(probed);
@@ -195,13 +199,13 @@ export class ReplicaProbes {
 }
 
 /** Each ready replica of each revision's entry groups, by URL, with where it is listed (the current revision first). */
-function readyEntryReplicas(table: ServiceTable): Map<string, { revision: number; group: string }> {
-  const found = new Map<string, { revision: number; group: string }>();
+function readyEntryReplicas(table: ServiceTable): Map<string, { revision: number; group: string; via: ReplicaVia | undefined }> {
+  const found = new Map<string, { revision: number; group: string; via: ReplicaVia | undefined }>();
   const revisions = [...table.revisions].sort((a, b) => Number(b.number === table.current_revision) - Number(a.number === table.current_revision));
   for (const revision of revisions) {
     for (const group of revision.groups) {
       if (!revision.entry.includes(group.name)) continue;
-      for (const replica of group.replicas) if (replica.state === 'ready' && !found.has(replica.url)) found.set(replica.url, { revision: revision.number, group: group.name });
+      for (const replica of group.replicas) if (replica.state === 'ready' && !found.has(replica.url)) found.set(replica.url, { revision: revision.number, group: group.name, via: replica.via });
     }
   }
   return found;

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { RUN_NAME } from '../plan/run-name';
 import { MAX_PROBE_TIMEOUT_S, MAX_PROBES } from '../config/service-schema';
 import { ServiceProbeSchema } from '../plan/service-plan-schema';
+import { HOSTNAME, USER_NAME } from '../config/references';
 
 /**
  * The gateway's routing table for one service: the contract a run pushes to every gateway (through the
@@ -19,11 +20,26 @@ export function isHttpOrigin(value: string): boolean {
   return (url.protocol === 'http:' || url.protocol === 'https:') && (url.pathname === '/' || url.pathname === '') && !url.search && !url.hash && !url.username && !url.password;
 }
 
+/**
+ * How a gateway reaches a replica it has no route to (a host on a private subnet behind its fleet's
+ * `proxy_jump`): through an SSH tunnel over this host. No secret: the table travels through Temporal's
+ * history, so the key is the gateway operator's to give (`troupe gateway --ssh-identity FILE`).
+ */
+export const ReplicaViaSchema = z.strictObject({
+  host: z.string().regex(HOSTNAME, { message: 'a host name or address' }),
+  port: z.int().min(1).max(65535),
+  user: z.string().regex(USER_NAME, { message: 'a user name' }),
+  /** The jump host's key as its fleet verified it; a gateway given `--ssh-known-hosts` checks that file instead. */
+  host_key_fingerprints: z.array(z.string().regex(/^SHA256:[A-Za-z0-9+/]{43}$/, { message: 'SHA256:<43 base64 characters>' })).max(8).optional(),
+});
+
 export const ReplicaSchema = z.strictObject({
   /** An origin only (`http://10.0.0.5:8000`): the request's path is the client's. */
   url: z.string().refine(isHttpOrigin, { message: 'expected an http(s) origin such as http://10.0.0.5:8000, with no path, query or user' }),
   /** `draining`: no new request; the ones in flight finish. */
   state: z.enum(['ready', 'draining']),
+  /** Absent: the gateway connects to the URL itself. */
+  via: ReplicaViaSchema.optional(),
 });
 
 export const GroupSchema = z.strictObject({
@@ -128,6 +144,7 @@ export const ServiceTableSchema = z
   });
 
 export type Replica = z.infer<typeof ReplicaSchema>;
+export type ReplicaVia = z.infer<typeof ReplicaViaSchema>;
 export type TableProbe = z.infer<typeof TableProbeSchema>;
 export type RateLimit = z.infer<typeof RateLimitSchema>;
 export type Revision = z.infer<typeof RevisionSchema>;

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { loadServicePlan, serviceRunPlan } from '../plan';
 import type { Plan } from '../plan/plan-schema';
 import { coreOf, exited, jobs, openService, pass, provisioned, ready, running, T0 } from '../../test/helpers/run-core';
+import type { Instance } from '../backends/backend';
 import { nextDeadline } from './decide';
 import type { Effect } from './effects';
 import type { RunEvent } from './events';
@@ -245,3 +246,43 @@ describe("the table's probes and hold", () => {
   });
 });
 
+
+describe("a replica behind its fleet's proxy_jump", () => {
+  const FINGERPRINT = `SHA256:${'A'.repeat(43)}`;
+  /** An SSH fleet instance's details (src/fleet/ssh-backend.ts): its target, with a jump host or not. */
+  const sshDetails = (n: number, jump: Record<string, unknown> | null) => ({
+    fleet: 'f',
+    host_index: String(n),
+    target: JSON.stringify({ hostname: `10.9.0.${n + 1}`, port: 22, user: 'root', identity_file: '/keys/id', ...(jump ? { proxy_jump: jump } : {}) }),
+    host_key: '',
+    base_dir: '/root/.troupe/jobs',
+  });
+  const onHost = (n: number, details: Record<string, string>) => {
+    const event = provisioned(n);
+    return { ...event, instance: { ...(event as { instance: Instance }).instance, internal_ip: `10.9.0.${n + 1}`, details } };
+  };
+  const rowsOf = (details: (n: number) => Record<string, string>) => {
+    const plan = openService(['{name: web, replicas: 3, commands: [serve]}']);
+    let core = coreOf(plan);
+    core = pass(core, [jobs(core, [0, 1, 2].map((n) => onHost(n, details(n)))), { kind: 'unlocked' }, { kind: 'announced' }], T0 + 1000).core;
+    core = pass(core, [jobs(core, [0, 1, 2].map((n) => running(n)))], T0 + 2000).core;
+    core = pass(core, [jobs(core, [0, 1, 2].map((n) => ready(n)))], T0 + 3000).core;
+    const table = tableOf(core);
+    expect(ServiceTableSchema.safeParse({ ...table, generation: 1 }).success).toBe(true);
+    return table.revisions[0]?.groups[0]?.replicas;
+  };
+
+  it('gets the jump host in its row (`via`: where, who, the key its fleet verified; never the key file), a host reached directly none', () => {
+    const jump = { hostname: '203.0.113.7', port: 2222, user: 'ops', identity_file: '/keys/jump', host_key_fingerprints: [FINGERPRINT] };
+    expect(rowsOf((n) => sshDetails(n, n === 1 ? null : jump))).toEqual([
+      { url: 'http://10.9.0.1:8000', state: 'ready', via: { host: '203.0.113.7', port: 2222, user: 'ops', host_key_fingerprints: [FINGERPRINT] } },
+      { url: 'http://10.9.0.2:8000', state: 'ready' },
+      { url: 'http://10.9.0.3:8000', state: 'ready', via: { host: '203.0.113.7', port: 2222, user: 'ops', host_key_fingerprints: [FINGERPRINT] } },
+    ]);
+  });
+
+  it('a jump host its fleet has not verified yet has no fingerprint; details of another backend or unreadable give no via', () => {
+    const replicas = rowsOf((n): Record<string, string> => (n === 0 ? sshDetails(n, { hostname: 'bastion.example.com', port: 22, user: 'ops', identity_file: '/k' }) : n === 1 ? { namespace: 'x' } : { target: '{not json' }));
+    expect(replicas?.map((r) => r.via ?? null)).toEqual([{ host: 'bastion.example.com', port: 22, user: 'ops' }, null, null]);
+  });
+});

@@ -1,4 +1,5 @@
-import type { ServiceTableInput } from '../gateway/routing-table';
+import type { ReplicaVia, ServiceTableInput } from '../gateway/routing-table';
+import { jumpHostOf } from '../backends/ssh/jump-host';
 import { scalesFromZero, sleepsBehindRouter } from '../plan/scale-from-zero';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
@@ -89,7 +90,8 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
         ? []
         : jobs.flatMap((job) => {
             const url = job.group_index === group.index && visible(job) && ready(job) && told(job) ? replicaUrl(core, job) : null;
-            return url ? [{ url, state: 'ready' as const }] : [];
+            const via = url ? replicaVia(job) : null;
+            return url ? [{ url, state: 'ready' as const, ...(via ? { via } : {}) }] : [];
           }),
     }));
   // dstack's rolling: one pool, whatever revision a replica is of. Kept apart: a pool per revision running.
@@ -121,6 +123,15 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
 export function replicaUrl(core: RunCore, job: JobState): string | null {
   const port = core.plan.service?.port;
   return job.instance && port !== undefined ? `http://${job.instance.internal_ip}:${port}` : null;
+}
+
+/**
+ * How the gateways reach a replica on a host behind its fleet's proxy_jump (the replica's address is on the
+ * jump host's private network): through an SSH tunnel over the jump host, with the gateway's own key. Null:
+ * the gateways connect to the URL themselves.
+ */
+export function replicaVia(job: JobState): ReplicaVia | null {
+  return job.instance ? jumpHostOf(job.instance.details) : null;
 }
 
 function pushIfChanged(core: RunCore, now: number): Decision<RunCore> {

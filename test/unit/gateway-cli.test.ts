@@ -33,6 +33,22 @@ describe('troupe gateway', () => {
     }
   });
 
+  it('refuses an SSH key it could not use, and --ssh-known-hosts without one, before it listens', () => {
+    const gateway = (args: string[]) =>
+      spawnSync(process.execPath, ['bin/troupe.js', 'gateway', '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', ...args], { cwd: root, env: { ...process.env, TROUPE_GATEWAY_ADMIN_TOKEN: TOKEN }, encoding: 'utf8' });
+    const loose = join(scratch, 'loose_key');
+    writeFileSync(loose, 'not a key', { mode: 0o644 });
+    const cases: Array<[string[], string]> = [
+      [['--ssh-known-hosts', join(scratch, 'known_hosts')], '--ssh-known-hosts checks the jump hosts of --ssh-identity FILE, and none is given'],
+      [['--ssh-identity', join(scratch, 'absent_key')], `identity file ${join(scratch, 'absent_key')} for --ssh-identity cannot be read`],
+      [['--ssh-identity', loose], `is readable by group or others (mode 0644): refusing to use it. Run: chmod 600 ${loose}`],
+    ];
+    for (const [args, message] of cases) {
+      const refused = gateway(args);
+      expect([refused.status, refused.stderr]).toEqual([2, expect.stringContaining(message)]);
+    }
+  });
+
   it('serves, answers its admin API with the token from the file, never prints the token, and stops on SIGTERM', async () => {
     const tokenFile = join(scratch, 'token');
     writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });

@@ -6,6 +6,8 @@ import { parseListenAddress } from '../../metrics/metrics-server';
 import { CliError, type Command } from '../command';
 import { GATEWAY_TOKEN_ENV, readGatewayAdminToken } from '../gateway-admin';
 import { parseOrUsage, renderUsage } from '../render/usage';
+import { expandHome, loadIdentityFile } from '../../backends/ssh/identity-file';
+import { resolve as resolvePath } from 'node:path';
 
 const options = {
   listen: { type: 'string' },
@@ -15,11 +17,13 @@ const options = {
   state: { type: 'string' },
   'admin-token-file': { type: 'string' },
   workers: { type: 'string' },
+  'ssh-identity': { type: 'string' },
+  'ssh-known-hosts': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
 const help = renderUsage(
-  'troupe gateway --listen HOST:PORT --admin HOST:PORT [--public-url URL] [--domain DOMAIN] [--state FILE] [--admin-token-file FILE] [--workers N]',
+  'troupe gateway --listen HOST:PORT --admin HOST:PORT [--public-url URL] [--domain DOMAIN] [--state FILE] [--admin-token-file FILE] [--workers N] [--ssh-identity FILE [--ssh-known-hosts FILE]]',
   [
     "Serves every service of a namespace on one address: /services/<run>/… and, with --domain, Host",
     '<run>.<domain>. Each service\'s routing table (replicas, auth, rate limits) is pushed to the admin API',
@@ -33,6 +37,8 @@ const help = renderUsage(
     ['--state FILE', 'keep the tables here across restarts (written atomically, mode 0600)'],
     ['--admin-token-file FILE', `the admin API's bearer token (or env ${GATEWAY_TOKEN_ENV}); at least 16 characters`],
     ['--workers N', 'serve the data plane from N processes (default 1): one event loop uses one core; the tables, rate limits, in-flight counts and metrics stay one'],
+    ['--ssh-identity FILE', "a private key (unencrypted, mode 0600) the jump hosts of SSH fleets authorize: the gateway reaches a replica on a host behind a proxy_jump through an SSH tunnel of its own over that jump host (restrict the key there with permitopen=\"HOST:PORT\" of the replicas); without it such a replica's requests get 502"],
+    ['--ssh-known-hosts FILE', "the jump hosts' keys (OpenSSH known_hosts); default: the key each fleet verified for its jump host, which the run puts in the routing table"],
     ['-h, --help', 'this help'],
   ],
 );
@@ -64,6 +70,14 @@ export const command: Command = async (args) => {
   }
   const workers = values.workers === undefined ? 1 : Number(values.workers);
   if (!Number.isInteger(workers) || workers < 1 || workers > 64) throw new CliError(`--workers wants a whole number from 1 to 64, not ${JSON.stringify(values.workers)}`, 2);
+  if (values['ssh-known-hosts'] !== undefined && values['ssh-identity'] === undefined) {
+    throw new CliError('--ssh-known-hosts checks the jump hosts of --ssh-identity FILE, and none is given', 2);
+  }
+  const path = (file: string) => resolvePath(expandHome(file));
+  const tunnels = values['ssh-identity'] === undefined ? undefined : { identityFile: path(values['ssh-identity']), knownHostsFile: values['ssh-known-hosts'] === undefined ? undefined : path(values['ssh-known-hosts']) };
+  if (tunnels) await loadIdentityFile(tunnels.identityFile, '--ssh-identity').catch((err: Error) => {
+    throw new CliError(err.message, 2);
+  });
   const gatewayOptions = {
     listen,
     admin,
@@ -71,11 +85,12 @@ export const command: Command = async (args) => {
     domain: values.domain,
     stateFile: values.state,
     publicUrl: publicUrl === undefined ? undefined : new URL(publicUrl).origin,
+    tunnels,
   };
   const gateway = workers > 1 ? await startGatewayCluster(gatewayOptions, workers) : await startGateway(gatewayOptions);
   const served = gateway.services.tables().length;
   process.stderr.write(
-    `Gateway on ${gateway.url}, shown to users as ${gateway.publicUrl} (services under /services/<run>/${values.domain !== undefined ? ` and <run>.${values.domain}` : ''}); admin API on ${gateway.adminUrl}; ${served} service(s) from ${values.state ?? 'nowhere (no --state)'}${workers > 1 ? `; ${workers} data-plane processes` : ''}. Ctrl-C stops it.\n`,
+    `Gateway on ${gateway.url}, shown to users as ${gateway.publicUrl} (services under /services/<run>/${values.domain !== undefined ? ` and <run>.${values.domain}` : ''}); admin API on ${gateway.adminUrl}; ${served} service(s) from ${values.state ?? 'nowhere (no --state)'}${workers > 1 ? `; ${workers} data-plane processes` : ''}${tunnels ? `; replicas behind a jump host through SSH with ${tunnels.identityFile}` : ''}. Ctrl-C stops it.\n`,
   );
   await new Promise<void>((resolve) => {
     const stop = () => resolve();

@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmdirSync, rmSync } from 'node:fs';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -103,6 +103,8 @@ export interface TestHosts {
   dockerRuns(name: string): Promise<string[][]>;
   /** A new client key pair that no host accepts (mode 600). */
   generateClientKey(fileName: string): Promise<string>;
+  /** A new client key pair every host accepts for root with these authorized_keys options (`restrict,permitopen="…"`). */
+  authorizedClientKey(fileName: string, keyOptions: string): Promise<string>;
   /** Removes every namespace, link, bridge, route and process made; safe to call twice. */
   destroy(): Promise<void>;
 }
@@ -556,6 +558,11 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
     async generateClientKey(fileName) {
       const path = join(root, fileName);
       await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', path]);
+      return path;
+    },
+    async authorizedClientKey(fileName, keyOptions) {
+      const path = await api.generateClientKey(fileName);
+      await appendFile(join(root, 'authorized_keys'), `${keyOptions} ${(await readFile(`${path}.pub`, 'utf8')).trim()}\n`);
       return path;
     },
     async destroy() {

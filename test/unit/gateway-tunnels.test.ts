@@ -1,0 +1,246 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { connect as tcpConnect, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import ssh2 from 'ssh2';
+import { afterEach, describe, expect, it } from 'vitest';
+import { fingerprintOf } from '../../src/backends/ssh/host-key';
+import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
+import { startGatewayCluster } from '../../src/gateway/gateway-cluster';
+import { jumpTargetOf, poolKeyOf, TunnelNotConfiguredError, type TunnelOptions } from '../../src/gateway/replica-tunnels';
+import { ReplicaSchema, type ReplicaVia } from '../../src/gateway/routing-table';
+
+/**
+ * The gateway's SSH tunnels to replicas behind a jump host (a row's `via`): the pure parts (row →
+ * target, pool key), then a real gateway in front of a jump host played by an ssh2 server on 127.0.0.1,
+ * which forwards to a stand-in replica at an address the gateway itself could never reach.
+ */
+
+const FINGERPRINT = `SHA256:${'A'.repeat(43)}`;
+const VIA: ReplicaVia = { host: '203.0.113.7', port: 2222, user: 'ops', host_key_fingerprints: [FINGERPRINT] };
+
+describe("a replica row's via, pure", () => {
+  it('the table takes where the jump host is and its verified key, and no key file (the table is not secret)', () => {
+    expect(ReplicaSchema.safeParse({ url: 'http://10.0.0.5:8000', state: 'ready', via: VIA }).success).toBe(true);
+    expect(ReplicaSchema.safeParse({ url: 'http://10.0.0.5:8000', state: 'ready', via: { ...VIA, identity_file: '/root/.ssh/id' } }).success).toBe(false);
+    expect(ReplicaSchema.safeParse({ url: 'http://10.0.0.5:8000', state: 'ready', via: { ...VIA, host: '-oProxyCommand=x' } }).success).toBe(false);
+    expect(ReplicaSchema.safeParse({ url: 'http://10.0.0.5:8000', state: 'ready', via: { ...VIA, port: 0 } }).success).toBe(false);
+  });
+
+  it("row → jump target: the gateway's key; the fleet's fingerprint unless the operator gives known_hosts; what to configure otherwise", () => {
+    expect(jumpTargetOf(VIA, { identityFile: '/k' })).toEqual({ hostname: '203.0.113.7', port: 2222, user: 'ops', identity_file: '/k', host_key_fingerprints: [FINGERPRINT] });
+    expect(jumpTargetOf(VIA, { identityFile: '/k', knownHostsFile: '/kh' })).toEqual({ hostname: '203.0.113.7', port: 2222, user: 'ops', identity_file: '/k' });
+    expect(() => jumpTargetOf(VIA, {})).toThrow(TunnelNotConfiguredError);
+    expect(() => jumpTargetOf(VIA, {})).toThrow('through jump host ops@203.0.113.7:2222 (its fleet\'s proxy_jump), and this gateway has no SSH key for it: start the gateway with --ssh-identity FILE');
+    const unverified = { host: VIA.host, port: VIA.port, user: VIA.user };
+    expect(() => jumpTargetOf(unverified, { identityFile: '/k' })).toThrow('has no host key its fleet verified: start the gateway with --ssh-known-hosts FILE');
+    expect(jumpTargetOf(unverified, { identityFile: '/k', knownHostsFile: '/kh' }).hostname).toBe('203.0.113.7');
+  });
+
+  it('pool key: the origin alone for a direct replica, one per jump host for one behind', () => {
+    expect(poolKeyOf('http://10.0.0.5:8000', undefined)).toBe('http://10.0.0.5:8000');
+    const keys = new Set([poolKeyOf('http://10.0.0.5:8000', undefined), poolKeyOf('http://10.0.0.5:8000', VIA), poolKeyOf('http://10.0.0.5:8000', { ...VIA, host: '203.0.113.8' })]);
+    expect(keys.size).toBe(3);
+  });
+});
+
+/** An address the gateway's machine has no route to (TEST-NET-1): only the jump host "reaches" it. */
+const HIDDEN = '192.0.2.10';
+
+interface Jump {
+  port: number;
+  fingerprint: string;
+  /** SSH connections accepted, and direct-tcpip channels opened. */
+  connections: number;
+  channels: Array<{ host: string; port: number }>;
+  /** Drops every SSH connection (a jump host restarted, a network blip). */
+  drop(): void;
+}
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+function keyDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'troupe-tunnels-'));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** Listens on 127.0.0.1 at a port the system gives (answered), closed at the test's end after `drop` ends its connections. */
+async function listenUntilCleanup(server: { listen(port: number, host: string, cb: () => void): unknown; address(): unknown; close(cb: () => void): unknown }, drop: () => void): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(() => new Promise<void>((resolve) => (drop(), server.close(() => resolve()))));
+  return (server.address() as AddressInfo).port;
+}
+
+/** A client key written mode 0600: its private key file and its public key as ssh2 parses it. */
+function clientKey(dir: string, name: string): { file: string; publicSsh: Buffer } {
+  const pair = ssh2.utils.generateKeyPairSync('ed25519');
+  const file = join(dir, name);
+  writeFileSync(file, pair.private, { mode: 0o600 });
+  const parsed = ssh2.utils.parseKey(pair.public);
+  if (parsed instanceof Error) throw parsed;
+  return { file, publicSsh: parsed.getPublicSSH() };
+}
+
+/**
+ * A jump host: an ssh2 server that lets `allowed` in and forwards `HIDDEN:port` to 127.0.0.1:port;
+ * with `forwards` false, it refuses every forwarding as administratively prohibited (as sshd does for
+ * a key whose permitopen does not name the address).
+ */
+async function jumpHost(allowed: Buffer, forwards = true): Promise<Jump> {
+  const host = ssh2.utils.generateKeyPairSync('ed25519');
+  const hostKey = ssh2.utils.parseKey(host.public);
+  if (hostKey instanceof Error) throw hostKey;
+  const clients = new Set<ssh2.Connection>();
+  const jump: Jump = { port: 0, fingerprint: fingerprintOf(hostKey.getPublicSSH()), connections: 0, channels: [], drop: () => clients.forEach((c) => c.end()) };
+  const server = new ssh2.Server({ hostKeys: [host.private] }, (client) => {
+    clients.add(client);
+    client.on('close', () => clients.delete(client));
+    client.on('error', () => undefined);
+    client.on('authentication', (ctx) => {
+      if (ctx.method !== 'publickey' || !ctx.key.data.equals(allowed)) return ctx.reject(['publickey']);
+      const key = ssh2.utils.parseKey(ctx.key.data);
+      if (key instanceof Error) return ctx.reject();
+      if (ctx.signature && ctx.blob && key.verify(ctx.blob, ctx.signature, ctx.hashAlgo) !== true) return ctx.reject();
+      ctx.accept();
+    });
+    client.on('ready', () => {
+      jump.connections += 1;
+      if (!forwards) return;
+      client.on('tcpip', (accept, reject, info) => {
+        jump.channels.push({ host: info.destIP, port: info.destPort });
+        if (info.destIP !== HIDDEN) return reject();
+        const socket = tcpConnect(info.destPort, '127.0.0.1');
+        socket.once('error', () => reject());
+        socket.once('connect', () => {
+          const channel = accept();
+          socket.pipe(channel).pipe(socket);
+          channel.on('error', () => socket.destroy());
+          socket.on('error', () => channel.destroy());
+        });
+      });
+    });
+  });
+  jump.port = await listenUntilCleanup(server, () => jump.drop());
+  return jump;
+}
+
+/** A replica on 127.0.0.1 (as the jump host sees it): answers `replica <Host header>`, `/health` 200. */
+async function replica(): Promise<{ port: number; probes: number }> {
+  const state = { port: 0, probes: 0 };
+  const server: Server = createServer((req, res) => {
+    if (req.url === '/health') state.probes += 1;
+    res.writeHead(200, { 'content-type': 'text/plain' }).end(`replica ${req.headers.host}\n`);
+  });
+  state.port = await listenUntilCleanup(server, () => server.closeAllConnections());
+  return state;
+}
+
+async function gatewayWith(tunnels: TunnelOptions | undefined, workers = 1): Promise<RunningGateway> {
+  const options = { listen: { host: '127.0.0.1', port: 0 }, admin: { host: '127.0.0.1', port: 0 }, adminToken: 'admin-token-for-tests-0123456789', tunnels };
+  const gw = workers > 1 ? await startGatewayCluster(options, workers) : await startGateway(options);
+  cleanups.push(() => gw.close(0));
+  return gw;
+}
+
+/** The table of service `hid`: one replica at HIDDEN:port behind `via` (put through the admin API, as a run does). */
+async function serve(gw: RunningGateway, port: number, via: ReplicaVia, probes = false): Promise<void> {
+  const res = await fetch(`${gw.adminUrl}/services/hid`, {
+    method: 'PUT',
+    headers: { authorization: 'Bearer admin-token-for-tests-0123456789', 'content-type': 'application/json' },
+    body: JSON.stringify({
+      run: 'hid',
+      generation: 1,
+      auth: null,
+      current_revision: 0,
+      revisions: [{ number: 0, entry: ['web'], groups: [{ name: 'web', replicas: [{ url: `http://${HIDDEN}:${port}`, state: 'ready', via }] }] }],
+      ...(probes ? { probes: [{ type: 'http', url: '/health', method: 'get', headers: [], body: null, timeout_s: 2, interval_s: 1, ready_after: 1, until_ready: false }] } : {}),
+    }),
+  });
+  expect(res.status, await res.text()).toBeLessThan(300);
+}
+
+async function get(gw: RunningGateway, path = '/x'): Promise<{ status: number; body: string }> {
+  const res = await fetch(`${gw.url}/services/hid${path}`, { signal: AbortSignal.timeout(10_000) });
+  return { status: res.status, body: await res.text() };
+}
+
+/** A jump host that lets the gateway's key in, a replica behind it, a gateway with that key serving it. */
+async function throughJump(probes: boolean, workers = 1): Promise<{ jump: Jump; up: { port: number; probes: number }; gw: RunningGateway }> {
+  const key = clientKey(keyDir(), 'gateway');
+  const jump = await jumpHost(key.publicSsh);
+  const up = await replica();
+  const gw = await gatewayWith({ identityFile: key.file }, workers);
+  await serve(gw, up.port, { host: '127.0.0.1', port: jump.port, user: 'gw', host_key_fingerprints: [jump.fingerprint] }, probes);
+  return { jump, up, gw };
+}
+
+describe('the gateway through a jump host', () => {
+  it('answers through its own SSH connection, one for many requests, with the Host of the replica; probes go the same way', async () => {
+    const { jump, up, gw } = await throughJump(true);
+    const answers = await Promise.all(Array.from({ length: 8 }, () => get(gw)));
+    expect(answers).toEqual(Array.from({ length: 8 }, () => ({ status: 200, body: `replica ${HIDDEN}:${up.port}\n` })));
+    expect(jump.connections).toBe(1);
+    expect(new Set(jump.channels.map((c) => `${c.host}:${c.port}`))).toEqual(new Set([`${HIDDEN}:${up.port}`]));
+    const deadline = Date.now() + 5_000;
+    while (up.probes === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(up.probes).toBeGreaterThan(0);
+  });
+
+  it('with --workers 2: each data-plane process through its own connection, the primary probing through its own', async () => {
+    const { jump, up, gw } = await throughJump(true, 2);
+    const answers = await Promise.all(Array.from({ length: 16 }, () => get(gw)));
+    expect(answers.filter((a) => a.status !== 200)).toEqual([]);
+    const deadline = Date.now() + 5_000;
+    while (up.probes === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(up.probes).toBeGreaterThan(0);
+    expect(jump.connections).toBeGreaterThanOrEqual(2);
+    expect(jump.connections).toBeLessThanOrEqual(3);
+  }, 30_000);
+
+  it('connects again after the SSH connection drops', async () => {
+    const { jump, up, gw } = await throughJump(false);
+    expect((await get(gw)).status).toBe(200);
+    jump.drop();
+    await new Promise((r) => setTimeout(r, 200));
+    // The pooled HTTP connection went with the SSH one: the next request opens both again.
+    expect(await get(gw)).toEqual({ status: 200, body: `replica ${HIDDEN}:${up.port}\n` });
+    expect(jump.connections).toBe(2);
+  });
+
+  it('502 with what to do: no key configured, a key the jump host refuses, a host key that is not the verified one, forwarding refused', async () => {
+    const dir = keyDir();
+    const key = clientKey(dir, 'gateway');
+    const other = clientKey(dir, 'other');
+    const jump = await jumpHost(key.publicSsh);
+    const up = await replica();
+    const via = { host: '127.0.0.1', port: jump.port, user: 'gw', host_key_fingerprints: [jump.fingerprint] };
+
+    const bare = await gatewayWith(undefined);
+    await serve(bare, up.port, via);
+    const none = await get(bare);
+    expect(none.status).toBe(502);
+    expect(JSON.parse(none.body).error).toContain(`this gateway has no SSH key for it: start the gateway with --ssh-identity FILE, a key gw on that host authorizes`);
+
+    const refused = await gatewayWith({ identityFile: other.file });
+    await serve(refused, up.port, via);
+    expect(JSON.parse((await get(refused)).body).error).toContain(`authentication failed: the server refused the key ${other.file} for user gw`);
+
+    const spoofed = await gatewayWith({ identityFile: key.file });
+    await serve(spoofed, up.port, { ...via, host_key_fingerprints: [FINGERPRINT] });
+    const changed = await get(spoofed);
+    expect(changed.status).toBe(502);
+    expect(JSON.parse(changed.body).error).toContain(jump.fingerprint);
+
+    const closed = await jumpHost(key.publicSsh, false);
+    const gw = await gatewayWith({ identityFile: key.file });
+    await serve(gw, up.port, { ...via, port: closed.port, host_key_fingerprints: [closed.fingerprint] });
+    const prohibited = await get(gw);
+    expect(prohibited.status).toBe(502);
+    expect(JSON.parse(prohibited.body).error).toContain(`refuses to forward to ${HIDDEN}:${up.port}`);
+  });
+});
