@@ -84,6 +84,15 @@ export const ReplicaMetricsInputSchema = closedObject(
 );
 export type ReplicaMetricsInput = z.output<typeof ReplicaMetricsInputSchema>;
 
+/** Troupe's `scaling.hold`: how long the gateways hold a request while a group scaled to zero wakes (1 s..15 m: a replica has 15 minutes to get READY). */
+export const MAX_HOLD_S = 900;
+
+function holdDuration(value: unknown): number {
+  const seconds = parseDuration(value);
+  if (seconds < 1 || seconds > MAX_HOLD_S) throw new ScalarError(`a hold is 1s to 15m (a replica has 15 minutes to get READY), got ${describeValue(value)}`);
+  return seconds;
+}
+
 export const ScalingInputSchema = closedObject(
   {
     metric: scalar('rps (requests per second per replica) or concurrency (requests in flight per replica)', (v) => ScalingMetricSchema.safeParse(v).data),
@@ -96,6 +105,8 @@ export const ScalingInputSchema = closedObject(
     scale_up_delay: parsed(nonNegativeDuration).optional(),
     scale_down_delay: parsed(nonNegativeDuration).optional(),
     replica_metrics: ReplicaMetricsInputSchema.nullish(),
+    /** Troupe's extension, for a group that scales from zero (`replicas: 0..N`). */
+    hold: parsed(holdDuration).optional(),
   },
   { what: '`scaling`' },
 );

@@ -253,9 +253,12 @@ export function groupReplicas(group: ReplicaGroupInput): ReplicaCount | undefine
   return group.replicas ?? group.count;
 }
 
-/** dstack's rule: a range of replicas needs `scaling`, and `scaling` needs a range. */
-function checkScaling(replicas: ReplicaCount, scaling: unknown, at: (string | number)[], ctx: z.RefinementCtx): void {
+/** dstack's rule: a range of replicas needs `scaling`, and `scaling` needs a range; Troupe's `scaling.hold` needs a range from 0. */
+function checkScaling(replicas: ReplicaCount, scaling: ScalingInput | null | undefined, at: (string | number)[], ctx: z.RefinementCtx): void {
   const hasScaling = scaling !== null && scaling !== undefined;
+  if (scaling?.hold !== undefined && replicas.min !== 0) {
+    ctx.addIssue(ruleIssue([...at, 'scaling', 'hold'], `\`hold\` is how long the gateways hold a request while a group scaled to zero wakes: this one starts with ${replicas.min} (replicas: 0..${replicas.max} to scale it to zero)`, 'key'));
+  }
   if (replicas.min !== replicas.max && !hasScaling) {
     ctx.addIssue(ruleIssue([...at, 'replicas'], `replicas ${replicas.min}..${replicas.max} is a range: add \`scaling\` (metric: rps, target), or give a fixed count`));
   }

@@ -114,7 +114,7 @@ export const ServiceTableSchema = z
      * With no ready entry replica in any revision, a request waits up to this long for a table that brings
      * one (a service scaled to zero starting its first replica); 0: a 503 at once.
      */
-    hold_s: z.int().min(0).max(600).default(0),
+    hold_s: z.int().min(0).max(900).default(0),
     /**
      * The service's probes. Those with `until_ready: false` go on after READY: a ready entry replica whose
      * probe fails gets no new request until it passes `ready_after` times in a row. Absent or empty: none.

@@ -156,6 +156,7 @@ function planScaling(scaling: ScalingInput | null | undefined): ScalingPlan | nu
     window_s: scaling.window ?? SCALING_DEFAULTS.window_s,
     scale_up_delay_s: scaling.scale_up_delay ?? SCALING_DEFAULTS.scale_up_delay_s,
     scale_down_delay_s: scaling.scale_down_delay ?? SCALING_DEFAULTS.scale_down_delay_s,
+    ...(scaling.hold !== undefined ? { hold_s: scaling.hold } : {}),
     ...(scaling.replica_metrics
       ? { replica_metrics: { port: scaling.replica_metrics.port, path: scaling.replica_metrics.path ?? '/metrics', requests: scaling.replica_metrics.requests ?? null, inflight: scaling.replica_metrics.inflight ?? null } }
       : {}),

@@ -83,6 +83,8 @@ export const ScalingPlanSchema = z.object({
   window_s: z.number().int().positive(),
   scale_up_delay_s: z.number().int().nonnegative(),
   scale_down_delay_s: z.number().int().nonnegative(),
+  /** Troupe's extension, for a group that scales from zero: how long the gateways hold a request while it wakes (absent: SCALE_FROM_ZERO_HOLD_S). */
+  hold_s: z.number().int().min(1).max(900).optional(),
   /** Troupe's extension, for a group behind the router: its own traffic read from each replica's Prometheus endpoint; absent: the service's traffic through its entry groups (dstack's way). */
   replica_metrics: z
     .object({ port: z.number().int().min(1).max(65535), path: z.string(), requests: z.string().nullable(), inflight: z.string().nullable() })

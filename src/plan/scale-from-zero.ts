@@ -1,4 +1,11 @@
 /**
+ * How long the gateways hold a request of a service that scales to zero while no entry replica is
+ * listed (an entry group's first replica starting, or a group behind the router waking), before
+ * answering 503: the table's `hold_s`, unless a group's `scaling.hold` says otherwise.
+ */
+export const SCALE_FROM_ZERO_HOLD_S = 300;
+
+/**
  * A service's group that may have no replica (`replicas: 0..N` with scaling). The gateways hold the
  * service's requests while it wakes: those to it where it is an entry group, and every request of the
  * service where it is behind the router (the router would have no one to pass them to).

@@ -158,6 +158,15 @@ describe('a group that scales to zero', () => {
     expect(tableOf(c).revisions[0]?.groups[0]?.replicas).toHaveLength(1);
   });
 
+  it("holds requests for the group's own `scaling.hold` where it sets one (the longest of the service's groups that scale from zero)", () => {
+    const plan = openService([
+      '{name: a, replicas: 0..2, scaling: {metric: rps, target: 10, hold: 10m}, commands: [a]}',
+      '{name: b, replicas: 0..2, scaling: {metric: rps, target: 10, hold: 30s}, commands: [b]}',
+    ]);
+    expect(plan.groups.map((g) => g.scaling?.hold_s)).toEqual([600, 30]);
+    expect(tableOf(started(plan)).hold_s).toBe(600);
+  });
+
   it('goes back to zero, drained, once no request came for scale_down_delay, and a request held later wakes it again', () => {
     let c = started(zero('metric: rps, target: 10, window: 30s, scale_down_delay: 10s'));
     c = readAndPlay(pass(c, [], T0 + 10_000).core, figures(30, [], { now: 3, total: 3 }), T0 + 10_100).core;

@@ -1,6 +1,6 @@
 import type { ReplicaVia, ServiceTableInput } from '../gateway/routing-table';
 import { jumpHostOf } from '../backends/ssh/jump-host';
-import { scalesFromZero, sleepsBehindRouter } from '../plan/scale-from-zero';
+import { SCALE_FROM_ZERO_HOLD_S, scalesFromZero, sleepsBehindRouter } from '../plan/scale-from-zero';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
 import { activeJobs, isJobFinished } from './jobs';
@@ -32,12 +32,12 @@ export const ROUTES_REFRESH_MS = 60_000;
 /** How long a replica being removed (a scale-down, a stop) may take to finish its requests in flight. */
 export const DRAIN_TIMEOUT_S = 30;
 
-/**
- * How long the gateways hold a request of a service that scales to zero while no entry replica is
- * listed (an entry group's first replica starting, or a group behind the router waking), before
- * answering 503: the table's `hold_s`.
- */
-export const SCALE_FROM_ZERO_HOLD_S = 300;
+export { SCALE_FROM_ZERO_HOLD_S };
+
+/** How long the gateways hold a request of the service: the longest `scaling.hold` of its groups that scale from zero (default SCALE_FROM_ZERO_HOLD_S). */
+function holdOf(core: RunCore): number {
+  return Math.max(...core.plan.groups.filter((g) => scalesFromZero(core.plan, g)).map((g) => g.scaling?.hold_s ?? SCALE_FROM_ZERO_HOLD_S));
+}
 
 /** A service with a group that may have no replica (`replicas: 0..N`): the gateways hold its requests while one wakes. */
 export function scalesToZero(core: RunCore): boolean {
@@ -106,7 +106,7 @@ export function tableOf(core: RunCore): Omit<ServiceTableInput, 'generation'> {
     rate_limits: service.rate_limits,
     current_revision: current,
     // Once its end is decided, a request waits for nothing.
-    ...(scalesToZero(core) && !ending ? { hold_s: SCALE_FROM_ZERO_HOLD_S } : {}),
+    ...(scalesToZero(core) && !ending ? { hold_s: holdOf(core) } : {}),
     // dstack probes a replica for its life unless `until_ready`: the gateways do after READY, and route around one that fails.
     ...(afterReady.length > 0 ? { probes: afterReady } : {}),
     revisions: numbers.map((number) => ({

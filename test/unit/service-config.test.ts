@@ -227,6 +227,8 @@ describe('service refusals: one line at file:line:col naming the field', () => {
     ['replica_metrics without the gauge concurrency reads', svc('groups:', '  - {replicas: 1, router: {}, commands: [a]}', '  - {name: w, replicas: 1..2, scaling: {metric: concurrency, target: 1, replica_metrics: {port: 9000, requests: r}}, commands: [b]}'), 'service.yml:5:90: groups[1].scaling.replica_metrics: `metric: concurrency` reads a gauge of the requests each replica is serving: name it in `inflight` (e.g. vllm:num_requests_running)'],
     ['a replica_metrics name', svc('groups:', '  - {replicas: 1, router: {}, commands: [a]}', '  - {name: w, replicas: 1..2, scaling: {metric: rps, target: 1, replica_metrics: {port: 9000, requests: "a b"}}, commands: [b]}'), 'service.yml:5:105: groups[1].scaling.replica_metrics.requests: expected a Prometheus metric name such as vllm:num_requests_running, got a string ("a b")'],
     ['a replica_metrics path', svc('groups:', '  - {replicas: 1, router: {}, commands: [a]}', '  - {name: w, replicas: 1..2, scaling: {metric: rps, target: 1, replica_metrics: {port: 9000, path: metrics, requests: r}}, commands: [b]}'), 'service.yml:5:101: groups[1].scaling.replica_metrics.path: expected a path starting with /, such as /metrics, got a string ("metrics")'],
+    ['a hold on a group that does not scale from zero', svc('commands: [a]', 'replicas: 1..2', 'scaling: {metric: rps, target: 1, hold: 10m}'), 'service.yml:5:35: scaling.hold: `hold` is how long the gateways hold a request while a group scaled to zero wakes: this one starts with 1 (replicas: 0..2 to scale it to zero)'],
+    ['a hold past 15 minutes', svc('commands: [a]', 'replicas: 0..2', 'scaling: {metric: rps, target: 1, hold: 1h}'), 'service.yml:5:41: scaling.hold: a hold is 1s to 15m (a replica has 15 minutes to get READY), got a string ("1h")'],
     ['replica_metrics without a port', svc('groups:', '  - {replicas: 1, router: {}, commands: [a]}', '  - {name: w, replicas: 1..2, scaling: {metric: rps, target: 1, replica_metrics: {requests: r}}, commands: [b]}'), 'service.yml:5:82: groups[1].scaling.replica_metrics.port: required field is missing'],
     ['a group without commands or image', svc('groups:', '  - {replicas: 1}'), 'service.yml:4:5: groups[0]: group "0" has no `commands`: give it `commands` or `image`, or set `image` on the service'],
     ['image on the service and a group', svc('image: a/b', 'groups:', '  - {replicas: 1, image: c/d}'), 'service.yml:5:26: groups[0].image: `image` is set both on the service and in group "0": set it in one place only'],
@@ -293,7 +295,7 @@ describe('the task planner and a service config', () => {
 describe('examples/services', () => {
   const dir = fileURLToPath(new URL('../../examples/services/', import.meta.url));
   // Values an example takes from the submitting shell (its header says how to set them); `troupe plan` warns of them.
-  const fromShell: Record<string, string[]> = { 'pd-service-local.yml': ['STAND_IN_MODEL'], 'zero-local.yml': ['STAND_IN_MODEL'] };
+  const fromShell: Record<string, string[]> = { 'pd-service-local.yml': ['STAND_IN_MODEL'], 'zero-local.yml': ['STAND_IN_MODEL'], 'pd-zero-local.yml': ['STAND_IN_MODEL'] };
   it.each(readdirSync(dir).filter((f) => f.endsWith('.yml')))('%s plans', (file) => {
     const missing: string[] = [];
     const onMissingEnv = (err: Error) => missing.push(/variable (\S+) is not set/.exec(err.message)?.[1] ?? err.message);

@@ -41,6 +41,6 @@ describe('troupe plan of a service', () => {
       '  - {name: r, replicas: 1, router: {}, commands: [r]}',
       '  - {name: d, replicas: 0..2, scaling: {metric: rps, target: 5, replica_metrics: {port: 9000, requests: "vllm:request_success_total"}}, commands: [d]}',
     );
-    expect(out).toMatch(/^ Scaling d +rps target 5 over 60s; up after 5m 00s, down after 10m 00s; its own traffic: vllm:request_success_total on each replica's :9000\/metrics$/m);
+    expect(out).toMatch(/^ Scaling d +rps target 5 over 60s; up after 5m 00s, down after 10m 00s; at zero, requests held up to 5m 00s; its own traffic: vllm:request_success_total on each replica's :9000\/metrics$/m);
   });
 });

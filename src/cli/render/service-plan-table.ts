@@ -3,6 +3,7 @@ import { formatOnFailure, formatResources, formatStartup } from './plan-table';
 import type { Style } from './style';
 import { renderFields, renderTable } from './table';
 import { formatDuration } from './time-text';
+import { SCALE_FROM_ZERO_HOLD_S } from '../../plan/scale-from-zero';
 
 /** `2`, or `1..4 (rps 10/replica)` (`concurrency 4/replica`) for a group that scales. */
 function formatReplicas(group: ServicePlan['groups'][number]): string {
@@ -51,7 +52,7 @@ export function renderServicePlan(plan: ServicePlan, style: Style): string[] {
     ...scaled.map(
       (g): [string, string] => [
         `Scaling ${g.name}`,
-        `${g.scaling?.metric ?? 'rps'} target ${g.scaling?.target ?? '?'} over ${g.scaling?.window_s ?? '?'}s; up after ${formatDuration((g.scaling?.scale_up_delay_s ?? 0) * 1000)}, down after ${formatDuration((g.scaling?.scale_down_delay_s ?? 0) * 1000)}${ownTraffic(g.scaling?.replica_metrics)}`,
+        `${g.scaling?.metric ?? 'rps'} target ${g.scaling?.target ?? '?'} over ${g.scaling?.window_s ?? '?'}s; up after ${formatDuration((g.scaling?.scale_up_delay_s ?? 0) * 1000)}, down after ${formatDuration((g.scaling?.scale_down_delay_s ?? 0) * 1000)}${g.replicas.min === 0 ? `; at zero, requests held up to ${formatDuration((g.scaling?.hold_s ?? SCALE_FROM_ZERO_HOLD_S) * 1000)}` : ''}${ownTraffic(g.scaling?.replica_metrics)}`,
       ],
     ),
   ];
