@@ -44,9 +44,9 @@ describe('ServiceTableSchema: traffic shares and hold_s', () => {
     expect(describeTableIssues(current.error!)).toBe(
       'revisions.0.traffic: revision 1 is the current one, which takes the traffic the others leave (100 − theirs): give it no traffic field',
     );
-    expect(ServiceTableSchema.safeParse(table([{ number: 1 }], 1, { hold_s: 601 })).success).toBe(false);
+    expect(ServiceTableSchema.safeParse(table([{ number: 1 }], 1, { hold_s: 901 })).success).toBe(false);
     expect(ServiceTableSchema.safeParse(table([{ number: 1 }, { number: 2, traffic: 101 }], 1)).success).toBe(false);
-    expect(ServiceTableSchema.safeParse(table([{ number: 1 }, { number: 2, traffic: 100 }], 1, { hold_s: 600 })).success).toBe(true);
+    expect(ServiceTableSchema.safeParse(table([{ number: 1 }, { number: 2, traffic: 100 }], 1, { hold_s: 900 })).success).toBe(true);
   });
 
   it('gives the current revision what the others leave, and lists it first', () => {
