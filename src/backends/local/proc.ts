@@ -1,6 +1,7 @@
 import { readFileSync, readlinkSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { mapLimit } from '../../concurrency/map-limit';
+import { isFdShortage } from '../../concurrency/fd-shortage';
 
 /** What /proc tells about processes: enough to find a job's processes and to survive pid reuse. */
 
@@ -38,9 +39,9 @@ function readProcStatSync(pid: number): ProcStat | null {
   try {
     text = readFileSync(`/proc/${pid}/stat`, 'utf8');
   } catch (err) {
-    // Gone; anything else (no descriptor left) fails the scan rather than miss a process.
-    if (isGone(err)) return null;
-    throw err;
+    // No descriptor left fails the scan (retried) rather than miss a process; else it is gone.
+    if (isFdShortage(err)) throw err;
+    return null;
   }
   return parseProcStat(pid, text);
 }
@@ -83,15 +84,10 @@ function netnsInodeOf(pid: number): number | null {
     const match = /^net:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/ns/net`));
     return match ? Number(match[1]) : null;
   } catch (err) {
-    if (isGone(err)) return null;
-    throw err;
+    // Gone, or not ours to look at (no CAP_SYS_PTRACE in a container): unknown, as before.
+    if (isFdShortage(err)) throw err;
+    return null;
   }
-}
-
-/** ENOENT or ESRCH: the process ended while it was read. */
-function isGone(err: unknown): boolean {
-  const code = err instanceof Error ? (err as NodeJS.ErrnoException).code : undefined;
-  return code === 'ENOENT' || code === 'ESRCH';
 }
 
 /** Processes a scan reads in place before it lets other work run. */
