@@ -1,4 +1,4 @@
-import type { JobRef } from '../src/backends/backend';
+import type { JobRef, JobStopFailure } from '../src/backends/backend';
 import { mapLimit } from '../src/concurrency/map-limit';
 import { backendFor } from './backend-lookup';
 import { whileHeartbeating } from './heartbeat';
@@ -15,19 +15,23 @@ const STOPS_IN_FLIGHT = 256;
 
 /** Runs `act` on every job, `limit` at a time (heartbeating meanwhile); fails, naming each job, only if one failed. */
 async function everyJob(jobs: JobRef[], what: string, limit: number, act: (job: JobRef) => Promise<void>): Promise<void> {
-  const results = await whileHeartbeating(() =>
-    mapLimit(jobs, limit, (job) => act(job).then(() => null, (err: unknown) => `${job.job_name}: ${String(err)}`)),
-  );
-  const failed = results.filter((r): r is string => r !== null);
-  if (failed.length > 0) throw new Error(`could not ${what} ${failed.join('; ')}`);
+  const results = await whileHeartbeating(() => mapLimit(jobs, limit, (job) => act(job).then(() => null, (error: unknown) => ({ job, error }))));
+  failIfAny(what, results.filter((r) => r !== null));
+}
+
+function failIfAny(what: string, failed: readonly JobStopFailure[]): void {
+  if (failed.length > 0) throw new Error(`could not ${what} ${failed.map((f) => `${f.job.job_name}: ${String(f.error)}`).join('; ')}`);
 }
 
 export function createTeardownActivities(backends: BackendRegistry) {
   return {
-    /** Stops every listed job's process group (STOPS_IN_FLIGHT at a time); fails only if one could not be stopped. */
+    /** Stops every listed job's process group (all at once where the backend can, else STOPS_IN_FLIGHT at a time); fails only if one could not be stopped. */
     async stopJobs({ backend, jobs, grace_s }: StopJobsInput): Promise<void> {
       const target = backendFor(backends, backend);
-      await everyJob(jobs, 'stop', STOPS_IN_FLIGHT, (job) => target.stopJob(job, grace_s));
+      if (target.stopJobs) {
+        const stopAll = target.stopJobs.bind(target);
+        failIfAny('stop', await whileHeartbeating(() => stopAll(jobs, grace_s)));
+      } else await everyJob(jobs, 'stop', STOPS_IN_FLIGHT, (job) => target.stopJob(job, grace_s));
     },
 
     /**

@@ -5,6 +5,7 @@ import type { Backend, JobProcessState, JobRef } from '../../src/backends/backen
 import { whileHeartbeating } from '../../activities/heartbeat';
 import { createJobBatchActivities } from '../../activities/job-batches';
 import { activityClock, JobSupervisor } from '../../activities/job-supervisor';
+import { fakeBackend as anyFakeBackend } from '../helpers/fake-backend';
 import { instance } from '../helpers/run-core';
 
 /**
@@ -33,22 +34,7 @@ const notUsed = (): never => {
 
 /** A backend whose runners answer `ready` and whose jobs are in `state`; everything else throws. */
 function fakeBackend(ready: () => Promise<boolean>, state: () => Promise<JobProcessState> = notUsed): Backend {
-  return {
-    kind: 'fake',
-    groupProvisioning: false,
-    provision: notUsed,
-    room: notUsed,
-    jobDirectory: notUsed,
-    runnerReady: ready,
-    startJob: notUsed,
-    jobState: state,
-    stopJob: notUsed,
-    releaseRun: notUsed,
-    readLog: notUsed,
-    releaseJob: notUsed,
-    writePeers: notUsed,
-    exec: notUsed,
-  };
+  return anyFakeBackend({ runnerReady: ready, jobState: state });
 }
 
 /** Heartbeats the environment saw, with the fake time of each (ms from now). */

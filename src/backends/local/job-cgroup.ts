@@ -80,22 +80,17 @@ async function pidsIn(dir: string): Promise<number[]> {
   return text === null ? [] : text.split('\n').filter(Boolean).map(Number);
 }
 
-/** Kills every process left in the job's cgroup, then removes it; nothing to do when it is gone. */
+/**
+ * Kills every process left in the job's cgroup, then removes it; nothing to do when it is gone.
+ * An empty cgroup (a stopped job's) is removed at the first try, without reading it.
+ */
 export async function removeJobCgroup(h: UsableHierarchy, name: string): Promise<void> {
   let dirs = cgroupDirs(h, name);
   const deadline = Date.now() + KILL_WAIT_MS;
-  for (;;) {
+  for (let round = 0; ; round += 1) {
     const left: string[] = [];
     for (const dir of dirs) {
-      // v2 kills the whole group at once where the kernel has cgroup.kill (5.14).
-      if (h.version === 2) await writeFile(`${dir}/cgroup.kill`, '1').catch(() => undefined);
-      for (const pid of await pidsIn(dir)) {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch (err) {
-          if (!isErrno(err, 'ESRCH')) throw err;
-        }
-      }
+      if (round > 0) await killAllIn(h, dir);
       try {
         await rmdir(dir);
       } catch (err) {
@@ -108,7 +103,19 @@ export async function removeJobCgroup(h: UsableHierarchy, name: string): Promise
     if (left.length === 0) return;
     if (Date.now() > deadline) throw new Error(`local fleet: processes ${(await Promise.all(left.map(pidsIn))).flat().join(', ')} of cgroup ${name} survive SIGKILL`);
     dirs = left;
-    await sleep(50);
+    if (round > 0) await sleep(50);
+  }
+}
+
+async function killAllIn(h: UsableHierarchy, dir: string): Promise<void> {
+  // v2 kills the whole group at once where the kernel has cgroup.kill (5.14).
+  if (h.version === 2) await writeFile(`${dir}/cgroup.kill`, '1').catch(() => undefined);
+  for (const pid of await pidsIn(dir)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch (err) {
+      if (!isErrno(err, 'ESRCH')) throw err;
+    }
   }
 }
 

@@ -2,6 +2,8 @@ import { existsSync } from 'node:fs';
 import { constants, lstat, open, readdir, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { spawner } from './spawner';
+import { mapLimit } from '../../concurrency/map-limit';
+import { retryFdShortage } from '../../concurrency/fd-shortage';
 import { isErrno } from './state-files';
 
 /**
@@ -69,21 +71,49 @@ async function checkRootsDirectory(dir: string): Promise<boolean> {
   return true;
 }
 
-/** Removes everything in the job directory `dir` but the entries named in `kept`. */
-export async function keepOnly(dir: string, kept: readonly string[]): Promise<void> {
-  if (!(await checkRootsDirectory(dir))) return;
+/** The entries of the job directory `dir` but the ones named in `kept`, sealed for removal (none when `dir` is gone). */
+async function doomedEntries(dir: string, kept: readonly string[]): Promise<string[]> {
+  if (!(await checkRootsDirectory(dir))) return [];
   const names = await readdir(dir).catch((err: unknown) => {
     if (isErrno(err, 'ENOENT')) return [];
     throw err;
   });
   const doomed = names.filter((n) => !kept.includes(n)).map((n) => join(dir, n));
-  if (doomed.length === 0) return;
   await Promise.all(doomed.map(seal));
-  const r = await spawner.run(rmProgram(), ['-rf', '--one-file-system', '--', ...doomed]);
+  return doomed;
+}
+
+async function removeEntries(paths: readonly string[], where: string): Promise<void> {
+  if (paths.length === 0) return;
+  const r = await spawner.run(rmProgram(), ['-rf', '--one-file-system', '--', ...paths]);
   if (r.code !== 0) {
     const why = r.stderr.trim().split('\n')[0] ?? `exit ${r.code}`;
-    throw new Error(`local fleet: could not clean up ${dir}: ${why}`);
+    throw new Error(`local fleet: could not clean up ${where}: ${why}`);
   }
+}
+
+/** Removes everything in the job directory `dir` but the entries named in `kept`. */
+export async function keepOnly(dir: string, kept: readonly string[]): Promise<void> {
+  await removeEntries(await doomedEntries(dir, kept), dir);
+}
+
+/** Most paths one `rm` of keepOnlyAll removes: its arguments stay ~50 KiB, far below the kernel's limit. */
+const RM_BATCH = 500;
+/**
+ * `rm` processes of keepOnlyAll at once: unlinking is the kernel's work in each, so on a busy
+ * machine a few of them get through a thousand directories sooner than one.
+ */
+const RMS_IN_FLIGHT = 4;
+/** Directories keepOnlyAll reads and seals at once (each holds a descriptor or two). */
+const DIRS_IN_FLIGHT = 32;
+
+/** keepOnly for many job directories: a few `rm` processes for all of them, not one per directory. */
+export async function keepOnlyAll(dirs: readonly string[], kept: readonly string[]): Promise<void> {
+  const doomed = (await mapLimit(dirs, DIRS_IN_FLIGHT, (dir) => retryFdShortage(() => doomedEntries(dir, kept)))).flat();
+  if (doomed.length === 0) return;
+  const size = Math.min(RM_BATCH, Math.ceil(doomed.length / RMS_IN_FLIGHT));
+  const batches = Array.from({ length: Math.ceil(doomed.length / size) }, (_, i) => doomed.slice(i * size, (i + 1) * size));
+  await mapLimit(batches, RMS_IN_FLIGHT, (paths) => removeEntries(paths, `${dirs.length} job directories`));
 }
 
 /**

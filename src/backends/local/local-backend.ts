@@ -12,6 +12,7 @@ import {
   type HeldRun,
   type Instance,
   type JobEndWatch,
+  type JobStopFailure,
   type JobFiles,
   type JobProcessState,
   type JobRef,
@@ -59,7 +60,7 @@ import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
 import { pathExists, readTextFile, writeFileAtomic, type FileOwner } from './state-files';
 import { writePeersFile } from './peers-file';
-import { keepOnly, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
+import { keepOnly, keepOnlyAll, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
 import { readLocalJobUsage } from './job-usage';
 import { FolderWatch } from './folder-watch';
 import { watchLocalJobEnds } from './job-ends';
@@ -580,9 +581,33 @@ export class LocalBackend implements Backend {
     await this.stopJobIn(this.jobDirectory(job), job.instance.instance_id, record, graceSeconds);
   }
 
+  /** All at once: the stops share their rounds and one scan of /proc (stopClaimed), not a scan per batch of stopJob calls. */
+  async stopJobs(jobs: readonly JobRef[], graceSeconds: number): Promise<JobStopFailure[]> {
+    const failures: JobStopFailure[] = [];
+    const stops: { job: JobRef; claimed: ClaimedStop }[] = [];
+    const claim = async (job: JobRef) => await this.claimToStop(this.jobDirectory(job), job.instance.instance_id, await this.store.readRecord(job.instance.instance_id));
+    // Every job tried: one whose claim fails is named, the others are stopped.
+    await mapLimit(jobs, JOBS_IN_FLIGHT, (job) =>
+      retryFdShortage(() => claim(job)).then(
+        (claimed) => void (claimed && stops.push({ job, claimed })),
+        (error: unknown) => void failures.push({ job, error }),
+      ),
+    );
+    const failed = await this.stopClaimed(
+      stops.map((s) => s.claimed),
+      graceSeconds,
+    );
+    for (const f of failed) {
+      const stop = stops[f.index];
+      if (stop) failures.push({ job: stop.job, error: f.error });
+    }
+    return failures;
+  }
+
   private async stopJobIn(dir: string, instanceId: string, record: LocalInstanceRecord | null, graceSeconds: number): Promise<void> {
     const claimed = await this.jobFiles.with(() => retryFdShortage(() => this.claimToStop(dir, instanceId, record)));
-    if (claimed) await this.stopClaimed([claimed], graceSeconds);
+    const [failed] = claimed ? await this.stopClaimed([claimed], graceSeconds) : [];
+    if (failed) throw failed.error;
   }
 
   /** Takes the job's start claim for a stop; what is left to stop, if its commands had started (or were starting). */
@@ -594,17 +619,22 @@ export class LocalBackend implements Backend {
       leader: claim.kind === 'started' ? claim.leader : null,
       marker: `${MARKER_NAME}=${instanceId}`,
       netnsInode: record?.netns ? await netnsInode(record.netns) : null,
+      cgroupProcs: record ? ((await this.cgroupProcsOf(record))[0] ?? null) : null,
     };
     return { dir, target, started: claim.kind === 'started' };
   }
 
-  /** Stops the claimed jobs' processes, all at once: their stops share each scan of /proc (stopJobProcesses). */
-  private async stopClaimed(claimed: readonly ClaimedStop[], graceSeconds: number): Promise<void> {
-    await Promise.all(claimed.map((c) => stopJobProcesses(c.target, graceSeconds * 1000)));
+  /**
+   * Stops the claimed jobs' processes, all at once: their stops share their rounds and scans of
+   * /proc (stopJobProcesses). Each settles on its own; the ones that failed, by index.
+   */
+  private async stopClaimed(claimed: readonly ClaimedStop[], graceSeconds: number): Promise<{ index: number; error: unknown }[]> {
+    const settled = await Promise.allSettled(claimed.map((c) => stopJobProcesses(c.target, graceSeconds * 1000)));
     await forEachJob(
-      claimed.filter((c) => c.started),
+      claimed.filter((c, i) => c.started && settled[i]?.status === 'fulfilled'),
       (c) => recordKilled(c.dir),
     );
+    return settled.flatMap((r, index) => (r.status === 'rejected' ? [{ index, error: r.reason as unknown }] : []));
   }
 
   async releaseRun(runId: string, submission: number): Promise<void> {
@@ -612,16 +642,26 @@ export class LocalBackend implements Backend {
     const records = await this.store.listRecords(runId, submission);
     const grace = this.options.releaseGraceSeconds ?? 5;
     const claimed = await forEachJob(records, (r) => this.claimToStop(r.job_dir, r.instance_id, r));
-    await this.stopClaimed(claimed.filter((c): c is ClaimedStop => c !== null), grace);
+    const [failed] = await this.stopClaimed(
+      claimed.filter((c): c is ClaimedStop => c !== null),
+      grace,
+    );
+    if (failed) throw failed.error;
     // Nothing secret stays at rest: of every job directory of the submission (whether or not its
-    // record is still there) only RELEASED_JOB_FILES stay.
+    // record is still there) only RELEASED_JOB_FILES stay. The files (rm, on the disk) go beside
+    // the user, the wall and the namespaces (the kernel's); all before the records: a worker
+    // killed in between leaves records, so the reaper comes back.
     const jobDirs = await this.store.jobDirs(runId, submission);
-    await forEachJob(jobDirs, (dir) => keepOnly(dir, RELEASED_JOB_FILES));
-    await this.removeRunUserOf(runId, submission);
-    // Before the records: a worker killed in between leaves records, so the reaper comes back.
-    if (records.some((r) => r.netns)) await this.removeWalls(runId, submission);
-    // The namespaces in a few `ip` processes; forget() then finds them gone (or finishes the job).
-    await removeNodeNetworks(records.flatMap((r) => linkNames(r) ?? []));
+    const done = await Promise.allSettled([
+      keepOnlyAll(jobDirs, RELEASED_JOB_FILES),
+      (async () => {
+        await this.removeRunUserOf(runId, submission);
+        if (records.some((r) => r.netns)) await this.removeWalls(runId, submission);
+        // The namespaces in a few `ip` processes; forget() then finds them gone (or finishes the job).
+        await removeNodeNetworks(records.flatMap((r) => linkNames(r) ?? []));
+      })(),
+    ]);
+    for (const d of done) if (d.status === 'rejected') throw d.reason;
     await forEachJob(records, (record) => this.forget(record));
     for (const orphan of await this.store.orphanLeases(runId, submission)) {
       await this.store.releaseAddress(orphan.ip, orphan.instance_id);

@@ -1,5 +1,7 @@
-import { readdir, readFile, readlink } from 'node:fs/promises';
+import { readFileSync, readlinkSync } from 'node:fs';
+import { readdir, readFile } from 'node:fs/promises';
 import { mapLimit } from '../../concurrency/map-limit';
+import { isFdShortage } from '../../concurrency/fd-shortage';
 
 /** What /proc tells about processes: enough to find a job's processes and to survive pid reuse. */
 
@@ -24,6 +26,27 @@ export async function readProcStat(pid: number): Promise<ProcStat | null> {
   } catch {
     return null;
   }
+  return parseProcStat(pid, text);
+}
+
+/**
+ * readProcStat without the thread pool, for scans: /proc/PID/stat is made in memory, without the
+ * locks of the process's memory that can hold a read (as /proc/PID/environ's may), and thousands
+ * of reads cost milliseconds this way against seconds queued behind other I/O at load.
+ */
+function readProcStatSync(pid: number): ProcStat | null {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch (err) {
+    // No descriptor left fails the scan (retried) rather than miss a process; else it is gone.
+    if (isFdShortage(err)) throw err;
+    return null;
+  }
+  return parseProcStat(pid, text);
+}
+
+function parseProcStat(pid: number, text: string): ProcStat {
   // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
   const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
   const field = (n: number) => Number(rest[n - 3]);
@@ -55,14 +78,29 @@ export async function environHas(pid: number, entry: string): Promise<boolean> {
   }
 }
 
-/** Inode of the process's network namespace (`net:[4026532…]`), or null. */
-export async function netnsInodeOf(pid: number): Promise<number | null> {
+/** Inode of the process's network namespace (`net:[4026532…]`), or null; read in place as readProcStatSync. */
+function netnsInodeOf(pid: number): number | null {
   try {
-    const match = /^net:\[(\d+)\]$/.exec(await readlink(`/proc/${pid}/ns/net`));
+    const match = /^net:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/ns/net`));
     return match ? Number(match[1]) : null;
-  } catch {
+  } catch (err) {
+    // Gone, or not ours to look at (no CAP_SYS_PTRACE in a container): unknown, as before.
+    if (isFdShortage(err)) throw err;
     return null;
   }
+}
+
+/** Processes a scan reads in place before it lets other work run. */
+const SYNC_READS_PER_TURN = 256;
+
+/** `fn` over `items` in place, SYNC_READS_PER_TURN at a time, the event loop let run between. */
+async function inTurns<T, R>(items: readonly T[], fn: (item: T) => R): Promise<R[]> {
+  const out: R[] = [];
+  for (let i = 0; i < items.length; i += SYNC_READS_PER_TURN) {
+    if (i > 0) await new Promise((resolve) => setImmediate(resolve));
+    for (const item of items.slice(i, i + SYNC_READS_PER_TURN)) out.push(fn(item));
+  }
+  return out;
 }
 
 /** Files of /proc read at once by a scan: a scan of thousands of processes holds a few dozen descriptors, never thousands. */
@@ -94,19 +132,19 @@ export interface ScanOptions {
  * of files open: what stopping a whole run's jobs needs, instead of one full pass over /proc per job.
  */
 export async function scanProcesses(opts: ScanOptions): Promise<ScannedProcess[]> {
-  const stats = await mapLimit(await listPids(), PROC_READS_IN_FLIGHT, async (pid): Promise<ProcStat | null> => {
+  const stats = await inTurns(await listPids(), (pid): ProcStat | null => {
     if (pid === 1 || pid === process.pid) return null;
-    const stat = await readProcStat(pid);
+    const stat = readProcStatSync(pid);
     return stat && stat.state !== 'Z' ? stat : null;
   });
   const live = stats.filter((p): p is ProcStat => p !== null);
   const byPid = new Map(live.map((p) => [p.pid, p]));
   const leaders = new Set((opts.knownLeaders ?? []).filter((l) => byPid.get(l.pid)?.starttime === l.starttime).map((l) => l.pid));
-  return await mapLimit(live, PROC_READS_IN_FLIGHT, async (stat): Promise<ScannedProcess> => {
+  const netns = opts.netns ? await inTurns(live, (stat) => netnsInodeOf(stat.pid)) : [];
+  return await mapLimit(live, PROC_READS_IN_FLIGHT, async (stat, i): Promise<ScannedProcess> => {
     const known = leaders.has(stat.session) || leaders.has(stat.pgrp);
     const markers = opts.markerNames.size > 0 && !known ? await environEntries(stat.pid, opts.markerNames) : [];
-    const netnsInode = opts.netns ? await netnsInodeOf(stat.pid) : null;
-    return { ...stat, markers, netnsInode };
+    return { ...stat, markers, netnsInode: netns[i] ?? null };
   });
 }
 
