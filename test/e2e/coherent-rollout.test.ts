@@ -70,8 +70,10 @@ describe('a coherent rollout of a running service', () => {
     expect(load.failures.slice(0, 5)).toEqual([]);
     expect(load.chains.length).toBeGreaterThan(100);
     expect(mixed(load.chains)).toEqual([]);
-    // Its first round shown as it went: a share of new requests on the new revision while the old one was current.
-    expect(rounds).toContainEqual({ round: { number: 1, of: 2 }, phase: 'canary', share_percent: 50 });
+    // Its first round shown as it went: a share of new requests on the new revision while the old one was
+    // current. (Polled every 100 ms: with no soak its `canary` phase can pass between two polls — a fresh
+    // clone's CI saw only `retiring` with the share —, so the share is looked for, and the phase in the steps below.)
+    expect(rounds).toContainEqual(expect.objectContaining({ round: { number: 1, of: 2 }, share_percent: 50 }));
     // The Web UI's current details list the rollout's steps as they went.
     const details = (await handle.query<{ currentDetails?: string }>('__temporal_workflow_metadata')).currentDetails ?? '';
     expect(details).toMatch(/- \d\d:\d\d:\d\d deployment 1 round 1 of 2: canary, new revision at 50%\n(.|\n)*- \d\d:\d\d:\d\d deployment 1 round 2 of 2: starting/);
