@@ -91,8 +91,10 @@ function figuresRead(core: RunCore, service: ServiceCore, event: Extract<RunEven
     if (group.scaling?.window_s !== event.window_s) continue;
     // A group with no replica wakes on the requests the gateways hold (an entry group's, or every request where it sleeps behind the router).
     const waking = sizeNow(next, group.index) === 0 && scalesFromZero(next.plan, group) && held;
-    if (readsOwnReplicas(next, group) && !waking) continue;
-    next = sizeGroup(next, group, readsOwnReplicas(next, group) ? 0 : metricOf(next, group, event), waking ? event.held_total : null, now, effects);
+    // A group on its replicas' own figures is sized when they are read (replicasRead); here only woken.
+    const own = readsOwnReplicas(next, group);
+    if (own && !waking) continue;
+    next = sizeGroup(next, group, own ? 0 : metricOf(next, group, event), waking ? event.held_total : null, now, effects);
   }
   return next;
 }

@@ -8,13 +8,12 @@ import type { RunCore } from './state';
  * A group's OWN traffic where the gateways do not see it: a group behind the router with Troupe's
  * `scaling.replica_metrics` is read on each of its READY replicas' Prometheus endpoint, a counter of
  * the requests the replica answered (`requests`, for `metric: rps`) and a gauge of those it serves
- * now (`inflight`, for `metric: concurrency`). Each reading is a sample; the group's rps over its
- * window is the sum over its replicas of each one's increase over the window's samples ÷ their span
- * (a counter that went down restarted from 0, as Prometheus' `increase` reads it), its concurrency the
- * sum of the last gauges. Pure: `now` comes in.
+ * now (`inflight`, for `metric: concurrency`). Each reading is a sample kept in the run's state; the
+ * group's rps is what its replicas answered over the window ÷ the span of its samples there (ownTraffic),
+ * its concurrency the sum of the last gauges. Pure: `now` comes in.
  */
 
-/** A replica counts toward its group's rate once two of its samples are this far apart (ms). */
+/** A group's rate is told once its samples in the window span this long (ms). */
 export const MIN_SAMPLE_SPAN_MS = 1000;
 
 /** The replicas to read now: every READY replica of a group with `replica_metrics`, and the metrics to take. */
