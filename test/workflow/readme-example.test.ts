@@ -4,21 +4,31 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeLocalFleet } from '../helpers/local-fleet';
-import { temporalAddress } from '../helpers/temporal';
+import { abortRunIfRunning } from '../helpers/stand-in-service';
+import { temporalAddress, testClient } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
+import { TroupeClient } from '../../src/client';
 
 /** The README's client SDK example, extracted from README.md and run as a user's script would run. */
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const scratch = join(root, '.troupe', 'readme-example');
 const fleet = makeLocalFleet('troupe-readme-');
+/** The README's example submits its sample, whose name is this. */
+const runName = 'pd-disagg-local';
+/** The example is killed past this, so the test says what the run was doing rather than timing out. */
+const exampleDeadlineMs = 90_000;
 let worker: Awaited<ReturnType<typeof startTroupeWorker>>;
+let client: Awaited<ReturnType<typeof testClient>>;
 
 beforeAll(async () => {
   worker = await startTroupeWorker({ local: fleet.backend });
+  client = await testClient();
 });
 afterAll(async () => {
+  if (client) await abortRunIfRunning(client.client, runName);
   await worker?.stop();
+  await client?.close();
   fleet.remove();
   rmSync(scratch, { recursive: true, force: true });
 });
@@ -47,10 +57,23 @@ describe('README', () => {
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const killer = setTimeout(() => child.kill('SIGKILL'), exampleDeadlineMs);
     const exit = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    expect(exit, stderr).toBe(0);
+    clearTimeout(killer);
+    expect(exit, exit === 0 ? '' : await whatHappened(exit, stdout, stderr)).toBe(0);
     expect(stdout).toMatch(/^(SUBMITTED|PROVISIONING|RUNNING)$/m);
     expect(stdout).toContain('DONE ALL_JOBS_DONE');
     expect(stdout).toContain('router: prefill prefill/0 -> decode decode/0: Hello, world');
   });
 });
+
+/** A failed example's story: what it printed, and where its run was then. */
+async function whatHappened(exit: number | null, stdout: string, stderr: string): Promise<string> {
+  const how = exit === null ? `killed after ${exampleDeadlineMs / 1000} s` : `exit ${exit}`;
+  const state = await new TroupeClient(client.client, { taskQueue: worker.taskQueue })
+    .run(runName)
+    .state()
+    .then((s) => JSON.stringify({ status: s.status, termination_reason: s.termination_reason, jobs: s.jobs.map((j) => [j.job_name, j.status, j.termination_reason, j.previous_attempts?.length ?? 0]) }))
+    .catch((err: unknown) => `no state: ${err instanceof Error ? err.message : String(err)}`);
+  return `the example: ${how}\nstdout:\n${stdout}\nstderr:\n${stderr}\nthe run: ${state}`;
+}
