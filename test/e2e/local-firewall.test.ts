@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -29,6 +29,14 @@ const otherAddress =
     .find((f) => f[1] !== undefined && f[1] !== BRIDGE && f[3] !== undefined && !f[3].startsWith('10.213.'))?.[3]
     ?.split('/')[0] ?? null;
 
+/**
+ * br_netfilter's switch (Kubernetes and Docker hosts load the module and turn it on): bridged frames
+ * then also pass the IP hooks. Where the module is loaded, the wall is tried with it on and off.
+ */
+const BRIDGE_NF = '/proc/sys/net/bridge/bridge-nf-call-iptables';
+const bridgeNfAsFound = existsSync(BRIDGE_NF) ? readFileSync(BRIDGE_NF, 'utf8').trim() : null;
+const bridgeNfCases: Array<'on' | 'off' | 'not loaded'> = bridgeNfAsFound === null ? ['not loaded'] : ['on', 'off'];
+
 beforeAll(async () => {
   backend = h.backend({ network: 'netns', subnet: SUBNET });
   expect(await backend.networkMode()).toBe('netns');
@@ -38,6 +46,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  if (bridgeNfAsFound !== null) writeFileSync(BRIDGE_NF, `${bridgeNfAsFound}\n`);
   machine.close();
   await h.cleanup();
 });
@@ -52,7 +61,8 @@ const serve = (name: string) => `"$NODE" -e 'require("http").createServer((q, s)
 const probe = (what: string, url: string) => `echo "${what}=$(curl -s --max-time 3 ${url} || echo no)"`;
 
 describe('local fleet firewall (netns mode, nftables)', () => {
-  it("lets a job reach its own run's nodes and nothing else, and leaves no rule behind", async () => {
+  it.each(bridgeNfCases)("lets a job reach its own run's nodes and nothing else, and leaves no rule behind (br_netfilter: %s)", async (bridgeNf) => {
+    if (bridgeNf !== 'not loaded') writeFileSync(BRIDGE_NF, bridgeNf === 'on' ? '1\n' : '0\n');
     const runB = makeRun([{ name: 'b', nodes: 1, commands: [serve('run-b'), 'wait'] }], { NODE: process.execPath });
     const nodesB = await h.provision(backend, runB);
     await h.start(backend, runB, nodesB);

@@ -16,13 +16,17 @@ describe('local firewall rules', () => {
 
   it('renders the base: ARP and a run chain per node port, nothing from the bridge into the machine', () => {
     const base = renderWallBase('trpl0', 'trplh');
-    expect(base).toContain('add rule bridge troupe forward iifname "trplh*" ether type arp accept');
-    expect(base).toContain('add rule bridge troupe forward ether type ip iifname vmap @ports');
-    expect(base).toContain('add rule bridge troupe forward iifname @wall_ports drop');
+    expect(base).toContain('add rule bridge troupe walls iifname "trplh*" ether type arp accept');
+    expect(base).toContain('add rule bridge troupe walls ether type ip iifname vmap @ports');
+    expect(base).toContain('add rule bridge troupe walls iifname @wall_ports drop');
+    // Before br_netfilter's hook (priority 0), and the chain of an earlier Troupe at 0 removed.
+    expect(base).toContain('add chain bridge troupe walls { type filter hook forward priority -200; policy accept; }');
+    expect(base.slice(base.indexOf('add chain bridge troupe forward { type filter hook forward priority 0; policy accept; }'))).toContain('delete chain bridge troupe forward');
+    expect(base.some((l) => l.startsWith('add rule bridge troupe forward '))).toBe(false);
     expect(base).toContain('add rule inet troupe input iifname "trpl0" ct state established,related accept');
     expect(base).toContain('add rule inet troupe input iifname "trpl0" drop');
     // Each fixed chain is flushed before its rules: a second pass leaves one copy of each.
-    for (const chain of ['bridge troupe forward', 'inet troupe input', 'inet troupe forward']) {
+    for (const chain of ['bridge troupe walls', 'inet troupe input', 'inet troupe forward']) {
       const flush = base.indexOf(`flush chain ${chain}`);
       expect(flush).toBeGreaterThan(-1);
       expect(base.findIndex((l) => l.startsWith(`add rule ${chain} `))).toBeGreaterThan(flush);

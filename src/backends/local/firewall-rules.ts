@@ -25,6 +25,14 @@
 
 export const WALL_TABLE = 'troupe';
 
+/** The bridge table's base chain: node ↔ node frames, at the bridge family's `filter` priority. */
+export const BRIDGE_CHAIN = 'walls';
+/**
+ * Before br_netfilter's hook (NF_BR_PRI_BRNF, 0), which Kubernetes and Docker hosts load: a frame it
+ * hands to the IP hooks is re-injected past every bridge chain of priority ≤ 0 it had not run yet.
+ */
+export const BRIDGE_CHAIN_PRIORITY = -200;
+
 /** A node behind the wall: its port on the bridge and its address. */
 export interface WalledNode {
   port: string;
@@ -54,12 +62,19 @@ export function renderWallBase(bridge: string, portPrefix: string): string[] {
     `add table ${b}`,
     `add map ${b} ports { type ifname : verdict; }`,
     `add set ${b} wall_ports { type ifname; }`,
+    // The chain of Troupe before 2026-12-07, at priority 0, is removed (added first so that its
+    // removal works whether or not a machine has it): with br_netfilter loaded, a bridged frame
+    // that br_netfilter (also priority 0) has passed through the IP hooks comes back past every
+    // bridge chain at priority 0 or below, so that chain let other runs' frames through.
     `add chain ${b} forward { type filter hook forward priority 0; policy accept; }`,
     `flush chain ${b} forward`,
-    `add rule ${b} forward iifname "${portPrefix}*" ether type arp accept`,
-    `add rule ${b} forward ether type ip iifname vmap @ports`,
-    `add rule ${b} forward iifname @wall_ports drop`,
-    `add rule ${b} forward oifname @wall_ports drop`,
+    `delete chain ${b} forward`,
+    `add chain ${b} ${BRIDGE_CHAIN} { type filter hook forward priority ${BRIDGE_CHAIN_PRIORITY}; policy accept; }`,
+    `flush chain ${b} ${BRIDGE_CHAIN}`,
+    `add rule ${b} ${BRIDGE_CHAIN} iifname "${portPrefix}*" ether type arp accept`,
+    `add rule ${b} ${BRIDGE_CHAIN} ether type ip iifname vmap @ports`,
+    `add rule ${b} ${BRIDGE_CHAIN} iifname @wall_ports drop`,
+    `add rule ${b} ${BRIDGE_CHAIN} oifname @wall_ports drop`,
     `add table ${i}`,
     `add chain ${i} input { type filter hook input priority 0; policy accept; }`,
     `flush chain ${i} input`,
