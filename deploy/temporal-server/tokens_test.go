@@ -7,6 +7,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -123,5 +124,43 @@ func TestTokens(t *testing.T) {
 	claims, _ = none.GetClaims(&authorization.AuthInfo{TLSSubject: userCert})
 	if got := refusal(callerOf(claims), claims.Subject, "any-namespace", ws("ListWorkflowExecutions"), nil); got != "" {
 		t.Errorf("a user certificate without a token: %q", got)
+	}
+}
+
+// The scripts' keys and tokens are the ones the server takes: deploy/make-certs.sh makes the key
+// pair, deploy/make-token.sh mints with openssl alone.
+func TestScriptsMintTokensTheServerTakes(t *testing.T) {
+	dir := t.TempDir()
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).Output()
+		if err != nil {
+			t.Fatalf("%s %v: %v", name, args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	run("sh", "../make-certs.sh", dir)
+	if info, err := os.Stat(filepath.Join(dir, "token.key")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("token.key must be 0600: %v %v", info, err)
+	}
+	key, err := loadTokenKey(filepath.Join(dir, "token.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := run("bash", "../make-token.sh", "--key", filepath.Join(dir, "token.key"), "--namespace", "team-a,team-b", "--sub", "ada@example.org", "--ttl", "2h")
+	subject, namespaces, refused := key.verify("Bearer " + token)
+	if refused != "" || subject != "ada@example.org" || len(namespaces) != 2 || namespaces["team-a"] != grantUser || namespaces["team-b"] != grantUser {
+		t.Fatalf("a minted token: %q %v %q", subject, namespaces, refused)
+	}
+	var claims tokenClaims
+	if _, _, err := jwt.NewParser().ParseUnverified(token, &claims); err != nil || claims.ExpiresAt.Sub(claims.IssuedAt.Time) != 2*time.Hour {
+		t.Errorf("exp - iat must be the ttl: %v %v", claims, err)
+	}
+	reader := run("bash", "../make-token.sh", "--key", filepath.Join(dir, "token.key"), "--namespace", "team-b", "--sub", "bo", "--ttl", "1m", "--reader")
+	if _, namespaces, _ := key.verify("Bearer " + reader); namespaces["team-b"] != grantReader {
+		t.Errorf("--reader: %v", namespaces)
+	}
+	if out, err := exec.Command("bash", "../make-token.sh", "--key", filepath.Join(dir, "token.key"), "--namespace", "a b", "--sub", "x").CombinedOutput(); err == nil || !strings.Contains(string(out), "not a namespace name") {
+		t.Errorf("a bad namespace must be refused: %s", out)
 	}
 }
