@@ -79,6 +79,12 @@ func TestTokens(t *testing.T) {
 		t.Errorf("a token on a worker certificate: role %q, want user", c.role)
 	}
 
+	// A certificate whose CN has no role, with a token: a user in the token's namespaces (how a team's
+	// rights alone are handed out); without one, nothing.
+	if c := callerOf(claimsOf(mint(t, key, jwt.SigningMethodRS256, userToken("ada", time.Hour, "team-a:user")), &pkix.Name{CommonName: "troupe-client"})); c.role != roleUser || c.namespaces["team-a"] != grantUser {
+		t.Errorf("a token on a role-less certificate: %+v", c)
+	}
+
 	ws := func(m string) string { return api.WorkflowServicePrefix + m }
 	for _, c := range []struct {
 		name, header, namespace, api string

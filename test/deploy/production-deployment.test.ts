@@ -319,6 +319,10 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
         const refused = await ps({ ...tlsEnv, TEMPORAL_TLS_CLIENT_CERT_PATH: join(other, 'cert.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(other, 'key.pem') });
         expect(refused.code).toBe(4);
         expect(refused.out).toMatch(/^the Temporal service refused this client \(PERMISSION_DENIED\): troupe: the client certificate's subject CN="troupe-client" has no role in this deployment /);
+        // With a user's token it is a user in the token's namespace: how a team's rights alone are handed out.
+        const token = (await run('bash', [join(repo, 'deploy', 'make-token.sh'), '--namespace', namespace, '--sub', 'team-member', '--ttl', '10m'], { env: deployEnv })).stdout.trim();
+        const member = await ps({ ...tlsEnv, TEMPORAL_TLS_CLIENT_CERT_PATH: join(other, 'cert.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(other, 'key.pem'), TEMPORAL_API_KEY: token });
+        expect(member).toMatchObject({ code: 0 });
       } finally {
         await stranger.close();
       }
