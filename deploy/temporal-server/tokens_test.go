@@ -109,6 +109,7 @@ func TestTokens(t *testing.T) {
 		{"no expiry", mint(t, key, jwt.SigningMethodRS256, jwt.MapClaims{"sub": "ada", "permissions": []string{"team-a:user"}}), "team-a", ws("ListWorkflowExecutions"), nil, "no expiry"},
 		{"asks for a worker", mint(t, key, jwt.SigningMethodRS256, userToken("ada", time.Hour, "team-a:worker")), "team-a", ws("PollWorkflowTaskQueue"), nil, `grants "team-a:worker": a token grants <namespace>:user or <namespace>:reader only`},
 		{"asks for the system", mint(t, key, jwt.SigningMethodRS256, userToken("ada", time.Hour, "temporal-system:admin")), "", ws("RegisterNamespace"), nil, "grants \"temporal-system:admin\""},
+		{"no subject", mint(t, key, jwt.SigningMethodRS256, userToken("", time.Hour, "team-a:user")), "team-a", ws("ListWorkflowExecutions"), nil, "names no subject"},
 		{"no namespace", mint(t, key, jwt.SigningMethodRS256, userToken("ada", time.Hour)), "team-a", ws("ListWorkflowExecutions"), nil, "names no namespace"},
 		{"garbage", "Bearer not.a.jwt", "team-a", ws("ListWorkflowExecutions"), nil, "not one this deployment takes"},
 		{"not bearer", "Basic abc", "team-a", ws("ListWorkflowExecutions"), nil, "not `Bearer <token>`"},
