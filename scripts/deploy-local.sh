@@ -10,6 +10,8 @@
 # and a client without a certificate of that CA is refused. The certificate's CN is the caller's role:
 # a user may start, read and stop runs, only workers poll task queues, send the fleets' Updates and a
 # run's internal signals (README, Security). `up` prints the variables a user and a worker need.
+# It also makes the key users' tokens are signed with (tls/token.key; the server checks them with
+# token.pub): a token (deploy/make-token.sh) makes its holder a user in the namespaces it names only.
 #
 #   scripts/deploy-local.sh up       start what is not running; the first time also builds the server,
 #                                    makes the certificates, creates the database, the schemas, the
@@ -208,6 +210,7 @@ start_service() {
   TROUPE_TEMPORAL_MATCHING_PORT=$MATCHING_PORT TROUPE_TEMPORAL_MATCHING_MEMBERSHIP_PORT=$MATCHING_MEMBERSHIP_PORT \
   TROUPE_TEMPORAL_WORKER_PORT=$WORKER_PORT TROUPE_TEMPORAL_WORKER_MEMBERSHIP_PORT=$WORKER_MEMBERSHIP_PORT \
   TROUPE_TEMPORAL_DYNAMIC_CONFIG=$repo/deploy/temporal/dynamicconfig.yaml TROUPE_TEMPORAL_TLS_DIR=$tls \
+  TROUPE_TEMPORAL_TOKEN_KEY=$tls/token.pub \
     setsid "$server_bin" --root "$repo/deploy/temporal" --config config --env troupe \
       start --service "$service" >>"$state/logs/$service.log" 2>&1 </dev/null &
   echo $! >"$state/$service.pid"
@@ -310,6 +313,7 @@ up() {
   echo "Users (troupe and temporal CLIs, SDK): export TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT$(printf ' %q' "${user_env[@]}")"
   echo "Workers: TEMPORAL_ADDRESS=127.0.0.1:$FRONTEND_PORT$(printf ' %q' "${worker_env[@]}") troupe worker --gateway http://127.0.0.1:$GATEWAY_ADMIN_PORT --gateway-token-file $state/gateway-admin.token"
   echo "Service gateway: http://127.0.0.1:$GATEWAY_PORT"
+  echo "Users' tokens (a user in the namespaces named only): TEMPORAL_API_KEY=\$(TROUPE_DEPLOY_DIR=$(printf '%q' "$state") $(printf '%q' "$repo/deploy/make-token.sh") --namespace default --sub NAME --ttl 12h)"
 }
 
 stop_postgres() {

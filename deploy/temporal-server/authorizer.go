@@ -22,7 +22,7 @@ type troupeAuthorizer struct{}
 var _ authorization.Authorizer = troupeAuthorizer{}
 
 func (troupeAuthorizer) Authorize(_ context.Context, claims *authorization.Claims, target *authorization.CallTarget) (authorization.Result, error) {
-	if reason := refusal(roleOf(claims), subjectOf(claims), target.APIName, target.Request); reason != "" {
+	if reason := refusal(callerOf(claims), subjectOf(claims), target.Namespace, target.APIName, target.Request); reason != "" {
 		return authorization.Result{Decision: authorization.DecisionDeny, Reason: reason}, serviceerror.NewPermissionDenied(reason, "")
 	}
 	return authorization.Result{Decision: authorization.DecisionAllow}, nil
@@ -50,14 +50,20 @@ var userRunUpdates = map[string]bool{"scaleGroup": true, "applyService": true}
 
 const workerOnly = "only workers may (the worker certificate, CN " + workerCN + ")"
 
-// refusal is why this role may not make this call, or "" when it may.
-func refusal(r role, subject, apiName string, request any) string {
+// refusal is why this caller may not make this call in this namespace, or "" when it may.
+func refusal(c caller, subject, namespace, apiName string, request any) string {
 	if authorization.IsHealthCheckAPI(apiName) {
 		return ""
 	}
+	if c.tokenRefused != "" {
+		return c.tokenRefused
+	}
 	meta := api.GetMethodMetadata(apiName)
 	method := api.MethodName(apiName)
-	switch r {
+	if reason := namespaceRefusal(c, subject, namespace, meta, method); reason != "" {
+		return reason
+	}
+	switch c.role {
 	case roleSystem:
 		return ""
 	case roleNone:
@@ -77,6 +83,22 @@ func refusal(r role, subject, apiName string, request any) string {
 		return userWriteRefusal(method, request)
 	}
 	return "troupe: unknown role"
+}
+
+// namespaceRefusal: a token's holder acts in the namespaces it names only, and reads only where it
+// names a reader. A certificate's role (no token) holds in every namespace.
+func namespaceRefusal(c caller, subject, namespace string, meta api.MethodMetadata, method string) string {
+	if c.namespaces == nil || meta.Scope != api.ScopeNamespace {
+		return ""
+	}
+	g, ok := c.namespaces[namespace]
+	if !ok {
+		return fmt.Sprintf("troupe: the token of %q names the namespaces %s, not %q: a token's holder acts in its team's namespaces only", subject, names(c.namespaces), namespace)
+	}
+	if g == grantReader && meta.Access != api.AccessReadOnly {
+		return fmt.Sprintf("troupe: the token of %q may read namespace %q (reader), not call %s there", subject, namespace, method)
+	}
+	return ""
 }
 
 // userWriteRefusal: the writes a user may make are about runs, by the run's workflow id.

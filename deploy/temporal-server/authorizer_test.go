@@ -32,12 +32,12 @@ func TestRoles(t *testing.T) {
 		"troupe-server": roleSystem, "troupe-worker": roleWorker, "troupe-user": roleUser, "troupe-user-ada": roleUser,
 		"troupe-user-": roleNone, "troupe-client": roleNone, "troupe-workers": roleNone, "": roleNone,
 	} {
-		claims, err := certificateRoles{}.GetClaims(&authorization.AuthInfo{TLSSubject: &pkix.Name{CommonName: cn}})
+		claims, err := callerClaims{}.GetClaims(&authorization.AuthInfo{TLSSubject: &pkix.Name{CommonName: cn}})
 		if err != nil || roleOf(claims) != want {
 			t.Errorf("CN %q: role %q (%v), want %q", cn, roleOf(claims), err, want)
 		}
 	}
-	claims, _ := certificateRoles{}.GetClaims(&authorization.AuthInfo{})
+	claims, _ := callerClaims{}.GetClaims(&authorization.AuthInfo{})
 	if roleOf(claims) != roleNone || roleOf(nil) != roleNone {
 		t.Errorf("no certificate must have no role")
 	}
@@ -95,12 +95,12 @@ func TestRefusal(t *testing.T) {
 		{roleNone, ws("GetSystemInfo"), nil, true, ""},
 		{roleNone, "/grpc.health.v1.Health/Check", nil, true, ""},
 	} {
-		got := refusal(c.role, "", c.api, c.request)
+		got := refusal(caller{role: c.role}, "", "default", c.api, c.request)
 		if (got == "") != c.allowed || !strings.Contains(got, c.says) {
 			t.Errorf("%s %s %v: refusal %q, want allowed=%v saying %q", c.role, c.api, c.request, got, c.allowed, c.says)
 		}
 	}
-	if got := refusal(roleNone, "stranger", ws("ListWorkflowExecutions"), nil); !strings.Contains(got, `CN="stranger" has no role`) {
+	if got := refusal(caller{role: roleNone}, "stranger", "default", ws("ListWorkflowExecutions"), nil); !strings.Contains(got, `CN="stranger" has no role`) {
 		t.Errorf("an unknown CN: %q", got)
 	}
 }

@@ -3,6 +3,7 @@ module github.com/troupe/troupe/deploy/temporal-server
 go 1.25.0
 
 require (
+	github.com/golang-jwt/jwt/v4 v4.5.2
 	go.temporal.io/api v1.53.0
 	go.temporal.io/server v1.29.1
 )
@@ -48,7 +49,6 @@ require (
 	github.com/go-sql-driver/mysql v1.9.0 // indirect
 	github.com/gocql/gocql v1.7.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
-	github.com/golang-jwt/jwt/v4 v4.5.2 // indirect
 	github.com/golang/mock v1.6.0 // indirect
 	github.com/golang/snappy v0.0.4 // indirect
 	github.com/google/s2a-go v0.1.9 // indirect

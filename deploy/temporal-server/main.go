@@ -1,6 +1,7 @@
 // The Temporal server for Troupe's production deployment: the release's services (go.temporal.io/server
 // at the version go.mod pins) with Troupe's claim mapper and authorizer (roles.go, authorizer.go) in
-// place of the configurable ones, which know namespaces and roles but not workflow types.
+// place of the configurable ones, which know namespaces and roles but not workflow types. Users' tokens
+// (tokens.go) are checked with the public key the file TROUPE_TEMPORAL_TOKEN_KEY holds.
 //
 //	troupe-temporal-server --root DIR --config config --env troupe start --service NAME [--service NAME]...
 //
@@ -54,6 +55,13 @@ func main() {
 			fail("cannot read the dynamic config: %v", err)
 		}
 	}
+	// The deployment's public token key (deploy/make-certs.sh: token.pub); without one, tokens are refused.
+	var tokens tokenKey
+	if path := os.Getenv("TROUPE_TEMPORAL_TOKEN_KEY"); path != "" {
+		if tokens, err = loadTokenKey(path); err != nil {
+			fail("cannot read the token key (TROUPE_TEMPORAL_TOKEN_KEY): %v", err)
+		}
+	}
 	server, err := temporal.NewServer(
 		temporal.ForServices(names),
 		temporal.WithConfig(cfg),
@@ -61,7 +69,7 @@ func main() {
 		temporal.WithLogger(logger),
 		temporal.InterruptOn(temporal.InterruptCh()),
 		temporal.WithAuthorizer(troupeAuthorizer{}),
-		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return certificateRoles{} }),
+		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return callerClaims{tokens: tokens} }),
 	)
 	if err != nil {
 		fail("cannot create the server: %v", err)

@@ -41,25 +41,50 @@ func roleOfCommonName(cn string) role {
 	return roleNone
 }
 
-// certificateRoles is the claim mapper: the role rides in Claims.Extensions, the subject's CN in
-// Claims.Subject. Temporal's own roles stay empty: troupeAuthorizer is the only reader.
-type certificateRoles struct{}
+// caller is who the claim mapper says made a call; it rides in Claims.Extensions, the subject (the
+// certificate's CN, or the token's sub) in Claims.Subject. Temporal's own roles stay empty:
+// troupeAuthorizer is the only reader.
+type caller struct {
+	role role
+	// namespaces: what a token grants in each namespace it names; nil for a certificate's role,
+	// which holds in every namespace.
+	namespaces map[string]grant
+	// tokenRefused: why the token shown is not one this deployment takes ("" when none or a good one).
+	tokenRefused string
+}
 
-var _ authorization.ClaimMapper = certificateRoles{}
+// callerClaims is the claim mapper. A call that carries a token (`authorization: Bearer <jwt>`) is a
+// user's in the namespaces the token names, whatever certificate carried it: the token decides; the
+// certificate (mTLS stays required: it must be the deployment CA's) only opened the connection. A call
+// without one has its certificate's role.
+type callerClaims struct{ tokens tokenKey }
 
-func (certificateRoles) GetClaims(info *authorization.AuthInfo) (*authorization.Claims, error) {
+var _ authorization.ClaimMapper = callerClaims{}
+
+func (m callerClaims) GetClaims(info *authorization.AuthInfo) (*authorization.Claims, error) {
+	if info != nil && info.AuthToken != "" {
+		// A refused token is not an error here: Temporal would answer a claim mapper's error with a
+		// bare "Request unauthorized"; the authorizer refuses with the reason instead.
+		subject, namespaces, refused := m.tokens.verify(info.AuthToken)
+		if refused != "" {
+			return &authorization.Claims{Extensions: caller{role: roleNone, tokenRefused: refused}}, nil
+		}
+		return &authorization.Claims{Subject: subject, Extensions: caller{role: roleUser, namespaces: namespaces}}, nil
+	}
 	if info == nil || info.TLSSubject == nil {
 		// No certificate (only possible if the frontend's TLS stopped requiring one): no role.
-		return &authorization.Claims{Extensions: roleNone}, nil
+		return &authorization.Claims{Extensions: caller{role: roleNone}}, nil
 	}
 	cn := info.TLSSubject.CommonName
-	return &authorization.Claims{Subject: cn, Extensions: roleOfCommonName(cn)}, nil
+	return &authorization.Claims{Subject: cn, Extensions: caller{role: roleOfCommonName(cn)}}, nil
 }
 
-func roleOf(claims *authorization.Claims) role {
+func callerOf(claims *authorization.Claims) caller {
 	if claims == nil {
-		return roleNone
+		return caller{role: roleNone}
 	}
-	r, _ := claims.Extensions.(role)
-	return r
+	c, _ := claims.Extensions.(caller)
+	return c
 }
+
+func roleOf(claims *authorization.Claims) role { return callerOf(claims).role }

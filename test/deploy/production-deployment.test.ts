@@ -1,5 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect as tlsConnect } from 'node:tls';
 import { join } from 'node:path';
@@ -23,7 +23,8 @@ import { kill9 } from '../helpers/worker-process-control';
  * each its own process, from deploy/temporal/config/troupe.yaml and deploy/temporal/dynamicconfig.yaml)
  * with mTLS on the frontend and between the services, Troupe's authorizer (deploy/temporal-server: the
  * client certificate's CN is its role), and a service gateway; two `troupe worker` processes serve it
- * with the worker certificate, a user's client submits, reads and stops runs with the user certificate,
+ * with the worker certificate, a user's client submits, reads and stops runs with the user certificate
+ * (and with a user's token, in the namespace it names only),
  * and runs go on while each part fails in turn.
  */
 
@@ -156,6 +157,7 @@ beforeAll(async () => {
   expect(stdout).toContain(`Users (troupe and temporal CLIs, SDK): export TEMPORAL_ADDRESS=${address} ${envLine(tlsEnv)}\n`);
   expect(stdout).toContain(`Workers: TEMPORAL_ADDRESS=${address} ${envLine(workerTlsEnv)} troupe worker --gateway http://127.0.0.1:${ports().GATEWAY_ADMIN_PORT} --gateway-token-file `);
   expect(stdout).toContain(`Service gateway: http://127.0.0.1:${ports().GATEWAY_PORT}`);
+  expect(stdout).toMatch(/^Users' tokens \(a user in the namespaces named only\): TEMPORAL_API_KEY=\$\(TROUPE_DEPLOY_DIR=\S+ \S+\/deploy\/make-token\.sh --namespace default --sub NAME --ttl 12h\)$/m);
   if (process.env.TROUPE_TEST_TIMING) console.log(`deploy-local up: ${Date.now() - started} ms`);
   await Promise.all([startWorker(), startWorker()]);
   // The tests' own client is a user's: what it does, a user may.
@@ -228,7 +230,7 @@ afterAll(async () => {
 describe('the production deployment from bare processes (Temporal 1.29.1 on PostgreSQL)', () => {
   it('makes its CA and certificates once, keys 0600 in a 0700 folder, and `up` again keeps them', async () => {
     expect(statSync(tlsDir).mode & 0o777).toBe(0o700);
-    for (const key of ['ca.key', 'server.key', 'worker.key', 'user.key']) expect(statSync(join(tlsDir, key)).mode & 0o777, key).toBe(0o600);
+    for (const key of ['ca.key', 'server.key', 'worker.key', 'user.key', 'token.key']) expect(statSync(join(tlsDir, key)).mode & 0o777, key).toBe(0o600);
     const before = readFileSync(join(tlsDir, 'user.pem'), 'utf8');
     await deploy(['up'], 180_000);
     expect(readFileSync(join(tlsDir, 'user.pem'), 'utf8')).toBe(before);
@@ -317,11 +319,67 @@ describe('the production deployment from bare processes (Temporal 1.29.1 on Post
         const refused = await ps({ ...tlsEnv, TEMPORAL_TLS_CLIENT_CERT_PATH: join(other, 'cert.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(other, 'key.pem') });
         expect(refused.code).toBe(4);
         expect(refused.out).toMatch(/^the Temporal service refused this client \(PERMISSION_DENIED\): troupe: the client certificate's subject CN="troupe-client" has no role in this deployment /);
+        // With a user's token it is a user in the token's namespace: how a team's rights alone are handed out.
+        const token = (await run('bash', [join(repo, 'deploy', 'make-token.sh'), '--namespace', namespace, '--sub', 'team-member', '--ttl', '10m'], { env: deployEnv })).stdout.trim();
+        const member = await ps({ ...tlsEnv, TEMPORAL_TLS_CLIENT_CERT_PATH: join(other, 'cert.pem'), TEMPORAL_TLS_CLIENT_KEY_PATH: join(other, 'key.pem'), TEMPORAL_API_KEY: token });
+        expect(member).toMatchObject({ code: 0 });
       } finally {
         await stranger.close();
       }
     } finally {
       rmSync(other, { recursive: true, force: true });
+    }
+  });
+
+  it("a user's token (deploy/make-token.sh, the key made at deploy) makes a user in the namespaces it names only, never a worker", async () => {
+    expect(statSync(join(tlsDir, 'token.key')).mode & 0o777).toBe(0o600);
+    const mint = async (...args: string[]) => (await run('bash', [join(repo, 'deploy', 'make-token.sh'), ...args], { env: deployEnv })).stdout.trim();
+    const token = await mint('--namespace', 'default', '--sub', 'ada', '--ttl', '1h');
+    const tokenEnv = { ...cliEnv(), TEMPORAL_API_KEY: token };
+    // In the namespace it names: list, start and stop a run with `troupe` (the user certificate and the token).
+    expect(await ps({ ...tlsEnv, TEMPORAL_API_KEY: token })).toMatchObject({ code: 0 });
+    const name = `token-${taskQueue.slice(-8)}`;
+    const file = join(workerState, `${name}.yml`);
+    writeFileSync(file, ['type: task', `name: ${name}`, 'groups:', '  - name: main', '    nodes: 1', '    resources: {cpu: 1..}', '    commands:', `      - echo 0 >> ${shared.dir}/${name}; sleep 3600`].join('\n'));
+    await run(process.execPath, [cli, 'apply', '-f', file, '-y', '-d', '--name', name], { env: tokenEnv, timeout: 120_000 });
+    await eventually('the run started', async () => (shared.lines(name).length > 0 ? true : undefined), 60_000);
+    const { stderr } = await run(process.execPath, [cli, 'stop', name, '-y'], { env: tokenEnv, timeout: 120_000 });
+    expect(stderr).toMatch(/STOPPED_BY_USER/);
+    expect((await waitEnd(name)).termination_reason).toBe('STOPPED_BY_USER');
+
+    // A namespace it does not name: refused, the reason printed as it is, exit 4.
+    const elsewhere = await ps({ ...tlsEnv, TEMPORAL_API_KEY: await mint('--namespace', 'team-b', '--sub', 'bo', '--ttl', '1h') });
+    expect(elsewhere.code).toBe(4);
+    expect(elsewhere.out).toMatch(/^the Temporal service refused this client \(PERMISSION_DENIED\): troupe: the token of "bo" names the namespaces team-b \(user\), not "default": a token's holder acts in its team's namespaces only/);
+    // An expired token and one signed by another key: refused with why.
+    const expired = await mint('--namespace', 'default', '--sub', 'ada', '--ttl', '1s');
+    await sleep(2100);
+    const late = await ps({ ...tlsEnv, TEMPORAL_API_KEY: expired });
+    expect(late.code).toBe(4);
+    expect(late.out).toMatch(/: troupe: the token of "ada" expired at \S+; mint one with deploy\/make-token\.sh/);
+    const forged = await ps({ ...tlsEnv, TEMPORAL_API_KEY: `${token.slice(0, token.lastIndexOf('.'))}.${Buffer.from('forged').toString('base64url')}` });
+    expect(forged.code).toBe(4);
+    expect(forged.out).toMatch(/: troupe: the token's signature is not this deployment's token key's/);
+
+    // Never a worker's rights, whichever certificate carries it: the worker's too.
+    for (const env of [tlsEnv, workerTlsEnv]) {
+      const holder = await TroupeClient.connect({
+        address,
+        taskQueue,
+        apiKey: token,
+        tls: {
+          serverRootCACertificate: readFileSync(env.TEMPORAL_TLS_SERVER_CA_CERT_PATH),
+          clientCertPair: { crt: readFileSync(env.TEMPORAL_TLS_CLIENT_CERT_PATH), key: readFileSync(env.TEMPORAL_TLS_CLIENT_KEY_PATH) },
+          serverNameOverride: 'localhost',
+        },
+      });
+      try {
+        const namespace = holder.temporal.options.namespace;
+        expect(await refusalOf(() => holder.temporal.workflowService.pollWorkflowTaskQueue({ namespace, taskQueue: { name: taskQueue }, identity: 'token-test' }))).toMatch(/^denied: troupe: PollWorkflowTaskQueue: polling task queues .* only workers may/);
+        expect(await refusalOf(() => holder.temporal.workflow.getHandle(`run/${name}`).signal('jobEvents', { submission: 0, events: [] }))).toMatch(/^denied: troupe: a user may send a run \(run\/<name>\) the signal stopRun only, not jobEvents/);
+      } finally {
+        await holder.close();
+      }
     }
   });
 

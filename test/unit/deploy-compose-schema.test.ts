@@ -523,6 +523,7 @@ function tlsProblems(compose: ComposeFile, fileExists: (path: string) => boolean
     };
     if (name === server) {
       if (env.TROUPE_TEMPORAL_TLS_DIR !== dir) problems.push(`${name}.environment: TROUPE_TEMPORAL_TLS_DIR must be ${dir}, for the config's mTLS`);
+      if (env.TROUPE_TEMPORAL_TOKEN_KEY !== `${dir}/token.pub`) problems.push(`${name}.environment: TROUPE_TEMPORAL_TOKEN_KEY must be ${dir}/token.pub (make-certs.sh makes it), so users' tokens are checked`);
       const test = svc.healthcheck?.test ?? [];
       const flag = (f: string) => test[test.indexOf(f) + 1];
       if (flag('--tls-ca-path') !== `${dir}/ca.pem` || !flag('--tls-cert-path')?.startsWith(`${dir}/`) || !flag('--tls-key-path')?.startsWith(`${dir}/`) || !names.includes(flag('--tls-server-name') ?? '')) {
@@ -782,6 +783,7 @@ describe('docker-compose.yml', () => {
       ['certificates made by a script of their own', (d) => { svc(d, 'temporal-certs').volumes = ['./deploy/temporal-setup.sh:/etc/troupe/make-certs.sh:ro', 'troupe-tls:/etc/troupe/tls']; }, /must run \.\/deploy\/make-certs\.sh/],
       ['a server certificate without the service name', (d) => { svc(d, 'temporal-certs').entrypoint = (svc(d, 'temporal-certs').entrypoint as string[]).map((w) => w.replace(' DNS:temporal', '')); }, /must name DNS:temporal/],
       ['a server without TLS', (d) => { delete envOf(d, 'temporal').TROUPE_TEMPORAL_TLS_DIR; }, /temporal\.environment: TROUPE_TEMPORAL_TLS_DIR/],
+      ['a server that takes no users\' tokens', (d) => { delete envOf(d, 'temporal').TROUPE_TEMPORAL_TOKEN_KEY; }, /temporal\.environment: TROUPE_TEMPORAL_TOKEN_KEY must be/],
       ['a server healthcheck without TLS', (d) => { svc(d, 'temporal').healthcheck = { test: ['CMD', 'temporal', 'operator', 'cluster', 'health', '--address', '127.0.0.1:7233'], interval: '10s', timeout: '5s', retries: 3 }; }, /temporal\.healthcheck: must ask with --tls-ca-path/],
       ['a server that cannot read its key', (d) => { delete svc(d, 'temporal').user; }, /temporal\.user: must be 1000:1000/],
       ['workers without the client certificate', (d) => { delete envOf(d, 'worker').TEMPORAL_TLS_CLIENT_CERT_PATH; }, /worker\.environment: TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_CLIENT_CERT_PATH/],
