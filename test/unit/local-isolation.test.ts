@@ -9,7 +9,7 @@ import { hiddenDirectories, isolationTools } from '../../src/backends/local/job-
 import { isolationNotice } from '../../src/backends/local/isolation-mode';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName } from '../../src/backends/local/run-user';
 import { renderEnvFile } from '../../src/runner/env-file';
-import { renderIsolatedLaunch } from '../../src/runner/isolated-launch';
+import { ISOLATION_FAILED_EXIT_CODE, renderIsolatedLaunch } from '../../src/runner/isolated-launch';
 import { JobLayout as L } from '../../src/runner/job-layout';
 import { renderLaunchScript } from '../../src/runner/launch-script';
 import { renderNodeHosts } from '../../src/runner/node-hosts';
@@ -107,8 +107,11 @@ describe.skipIf(!root)('the run user (as root)', () => {
 });
 
 describe.skipIf(!root)('renderIsolatedLaunch in real namespaces (as root)', () => {
-  it("runs the commands as the run's user, sees its own directory and pids only, and no task env reaches root", async () => {
-    const state = join(scratch, 'launch-state');
+  it.each([
+    ['its mounts by one perl process', true],
+    ['its mounts by a `mount` process each', false],
+  ])("runs the commands as the run's user, sees its own directory and pids only, and no task env reaches root (%s)", async (_how, byPerl) => {
+    const state = join(scratch, `launch-state-${byPerl ? 'perl' : 'mount'}`);
     const job = join(state, 'runs', 'r', '0', 'job');
     // A name no other process of the machine uses: what the node writes in its /tmp must not appear in the machine's.
     const leak = `/tmp/troupe-isolation-${randomBytes(6).toString('hex')}`;
@@ -138,7 +141,9 @@ describe.skipIf(!root)('renderIsolatedLaunch in real namespaces (as root)', () =
     ];
     writeFileSync(join(job, L.launchScript), renderLaunchScript({ commands, workingDir: null, image: null }), { mode: 0o750 });
     chownSync(join(job, L.launchScript), 0, user.gid);
-    const tools = isolationTools();
+    const found = isolationTools();
+    if (byPerl) expect(found.perlMounts, 'this machine has perl and a known mount(2)').not.toBeNull();
+    const tools = byPerl ? found : { ...found, perlMounts: null };
     const hide = await hiddenDirectories(job, state, []);
     const identity = renderNodeHosts({ ip: '127.213.9.2', name: 'gpu-0' }, [{ ip: '127.213.9.3', name: 'gpu-1' }]);
     writeFileSync(join(job, L.hosts), identity.hosts, { mode: 0o644 });
@@ -162,5 +167,19 @@ describe.skipIf(!root)('renderIsolatedLaunch in real namespaces (as root)', () =
     // Nothing of the node's leaked out: the machine's name and /tmp are as they were.
     expect(readFileSync('/proc/sys/kernel/hostname', 'utf8')).toBe(hostName);
     expect(existsSync(leak)).toBe(false);
+  });
+
+  it('a step that fails names its target and ends the launch with the isolation exit code', () => {
+    const job = join(scratch, 'launch-fails');
+    mkdirSync(join(job, L.started), { recursive: true });
+    const tools = isolationTools();
+    const user = { name: 'nobody', uid: 65534, gid: 65534 };
+    // A hidden directory that is not there: mount(2) fails with ENOENT.
+    const missing = join(scratch, 'not-there');
+    writeFileSync(join(job, L.isolatedLaunch), renderIsolatedLaunch({ jobDir: job, hide: [missing], user, ownNetwork: false, node: null, shmBytes: null, tools }), { mode: 0o700 });
+    const r = spawnSync(tools.unshare, ['--mount', '--pid', '--uts', '--ipc', '--fork', 'bash', join(job, L.isolatedLaunch)], { encoding: 'utf8', env: { PATH: '/usr/bin:/bin' } });
+    expect(r.status).toBe(ISOLATION_FAILED_EXIT_CODE);
+    expect(r.stderr).toContain(`troupe: mount ${missing}: No such file or directory`);
+    expect(r.stderr).toContain('troupe: could not isolate the job');
   });
 });

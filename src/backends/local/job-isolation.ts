@@ -3,6 +3,8 @@ import { readFile, realpath, stat } from 'node:fs/promises';
 import { dirname, join, resolve, sep } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { JobLayout as L } from '../../runner/job-layout';
+import { mountSyscallOf } from '../../runner/isolated-mounts';
+import { CONFINE_PERL } from '../no-new-privs';
 import { isAlive, type ProcessIdentity } from './proc';
 import type { RunUser } from './run-user';
 import { spawner } from './spawner';
@@ -21,6 +23,8 @@ export interface IsolationTools {
   mount: string;
   mkdir: string;
   sleep: string;
+  /** The node's mounts by one perl process (src/runner/isolated-mounts.ts), where this machine has perl and a known mount(2). */
+  perlMounts: { perl: string; mountSyscall: number } | null;
 }
 
 const SYSTEM_DIRS = ['/usr/bin', '/bin', '/usr/sbin', '/sbin'];
@@ -34,7 +38,9 @@ export function isolationTools(): IsolationTools {
     }
     return found;
   };
-  return { unshare: find('unshare'), setpriv: find('setpriv'), nsenter: find('nsenter'), mount: find('mount'), mkdir: find('mkdir'), sleep: find('sleep') };
+  const mountSyscall = mountSyscallOf(process.arch);
+  const perlMounts = mountSyscall !== null && existsSync(CONFINE_PERL) ? { perl: CONFINE_PERL, mountSyscall } : null;
+  return { unshare: find('unshare'), setpriv: find('setpriv'), nsenter: find('nsenter'), mount: find('mount'), mkdir: find('mkdir'), sleep: find('sleep'), perlMounts };
 }
 
 let usable: Promise<void> | null = null;
