@@ -63,30 +63,31 @@ async function openBefore(opening: Promise<Duplex>, signal: AbortSignal): Promis
   }
 }
 
-/** A dispatcher whose one connection is `channel` (undici's `connect`, as the gateway's tunnels use theirs). */
-function dispatcherOver(origin: string, channel: Duplex): Client {
-  let given = false;
+/**
+ * A dispatcher whose one connection is a channel the jump host of `host` forwards to the replica, opened
+ * when undici asks for it (its `connect`, as the gateway's tunnels), before `signal` fires.
+ */
+function throughJump(url: string, host: SshTarget, signal: AbortSignal): Client {
+  const { origin, port } = new URL(url);
+  let asked = false;
   return new Client(origin, {
     connect: (_opts, callback) => {
-      // Once used, no other connection is made: a reading is one request.
-      if (given) return callback(new Error('the tunnel to this replica is closed'), null);
-      given = true;
-      // Not a net.Socket, but what undici uses of one: a Duplex.
-      callback(null, channel as unknown as Socket);
+      // A reading is one request: no second connection.
+      if (asked) return callback(new Error('the tunnel to this replica is closed'), null);
+      asked = true;
+      openBefore(forwardThroughJump(host, addressOf(url), Number(port) || 80, REPLICA_METRICS_TIMEOUT_MS), signal).then(
+        // Not a net.Socket, but what undici uses of one: a Duplex.
+        (channel) => callback(null, channel as unknown as Socket),
+        (err: Error) => callback(err, null),
+      );
     },
   });
 }
 
 async function readOne(url: string, names: readonly string[], jumped: SshTarget | null): Promise<{ values: Record<string, number> | null; error: string | null }> {
   const signal = AbortSignal.timeout(REPLICA_METRICS_TIMEOUT_MS);
-  let channel: Duplex | undefined;
-  let dispatcher: Client | undefined;
+  const dispatcher = jumped ? throughJump(url, jumped, signal) : undefined;
   try {
-    if (jumped) {
-      const { origin, port } = new URL(url);
-      channel = await openBefore(forwardThroughJump(jumped, addressOf(url), Number(port) || 80, REPLICA_METRICS_TIMEOUT_MS), signal);
-      dispatcher = dispatcherOver(origin, channel);
-    }
     const res = await fetch(url, { redirect: 'manual', signal, headers: { Accept: 'text/plain;version=0.0.4' }, ...(dispatcher ? { dispatcher } : {}) });
     if (res.status !== 200) {
       await res.body?.cancel();
@@ -94,17 +95,18 @@ async function readOne(url: string, names: readonly string[], jumped: SshTarget 
     }
     return { values: sumMetrics(await readBounded(res), names), error: null };
   } catch (err) {
-    const why = err instanceof Error && err.cause instanceof Error && !jumpedError(err) ? err.cause.message : err instanceof Error ? err.message : String(err);
+    const why = err instanceof Error && err.cause instanceof Error ? err.cause.message : err instanceof Error ? err.message : String(err);
     return { values: null, error: why };
   } finally {
+    // Closes the channel with it.
     await dispatcher?.destroy().catch(() => undefined);
-    channel?.destroy();
   }
 }
 
-/** forwardThroughJump's own message names the jump host; its cause would not. */
-function jumpedError(err: Error): boolean {
-  return err.message.startsWith('through jump host ');
+/** Each target read, at once: those whose address is in `jumped` through that host's jump host, the others directly. */
+export async function readReplicas(targets: ReadReplicaMetricsInput['targets'], jumped: ReadonlyMap<string, SshTarget>): Promise<ReadReplicaMetricsResult> {
+  const replicas = await Promise.all(targets.map(async (t) => ({ group: t.group, url: t.url, ...(await readOne(t.url, t.names, jumped.get(addressOf(t.url)) ?? null)) })));
+  return { replicas };
 }
 
 export function createReplicaMetricsActivities() {
@@ -122,8 +124,7 @@ export function createReplicaMetricsActivities() {
           return { replicas: targets.map((t) => ({ group: t.group, url: t.url, values: null, error })) };
         }
       }
-      const replicas = await Promise.all(targets.map(async (t) => ({ group: t.group, url: t.url, ...(await readOne(t.url, t.names, hosts.get(addressOf(t.url)) ?? null)) })));
-      return { replicas };
+      return await readReplicas(targets, hosts);
     },
   };
 }

@@ -18,7 +18,9 @@ export async function forwardThroughJump(host: SshTarget, hostname: string, port
     const session = await connectSsh(jump, trust);
     return await session.forwardOut(hostname, port, timeoutMs);
   } catch (err) {
-    const why = err instanceof Error ? err.message : String(err);
-    throw new Error(`through jump host ${describeTarget(jump)}: ${why}`, { cause: err });
+    const where = describeTarget(jump);
+    // The SSH errors name the jump host first already.
+    const why = (err instanceof Error ? err.message : String(err)).replace(`${where}: `, '');
+    throw new Error(`through jump host ${where}: ${why}`, { cause: err });
   }
 }
