@@ -37,14 +37,26 @@ export async function listenUntilCleanup(
   return (server.address() as AddressInfo).port;
 }
 
+/**
+ * An ed25519 key pair and its public key as ssh2 parses it. About 1 key in 300 that ssh2 generates has a
+ * 31-byte public key (a leading zero byte dropped), which its own parser refuses as malformed: such a
+ * key is drawn again.
+ */
+function keyPair(): { private: string; public: ssh2.ParsedKey } {
+  for (let tries = 0; ; tries++) {
+    const pair = ssh2.utils.generateKeyPairSync('ed25519');
+    const parsed = ssh2.utils.parseKey(pair.public);
+    if (!(parsed instanceof Error)) return { private: pair.private, public: parsed };
+    if (tries >= 10) throw parsed;
+  }
+}
+
 /** A client key written mode 0600: its private key file and its public key as ssh2 parses it. */
 export function clientKey(dir: string, name: string): { file: string; publicSsh: Buffer } {
-  const pair = ssh2.utils.generateKeyPairSync('ed25519');
+  const pair = keyPair();
   const file = join(dir, name);
   writeFileSync(file, pair.private, { mode: 0o600 });
-  const parsed = ssh2.utils.parseKey(pair.public);
-  if (parsed instanceof Error) throw parsed;
-  return { file, publicSsh: parsed.getPublicSSH() };
+  return { file, publicSsh: pair.public.getPublicSSH() };
 }
 
 /**
@@ -53,11 +65,9 @@ export function clientKey(dir: string, name: string): { file: string; publicSsh:
  * permitopen does not name the address).
  */
 export async function startJumpHost(allowed: Buffer, atCleanup: AtCleanup, forwards = true): Promise<Jump> {
-  const host = ssh2.utils.generateKeyPairSync('ed25519');
-  const hostKey = ssh2.utils.parseKey(host.public);
-  if (hostKey instanceof Error) throw hostKey;
+  const host = keyPair();
   const clients = new Set<ssh2.Connection>();
-  const jump: Jump = { port: 0, fingerprint: fingerprintOf(hostKey.getPublicSSH()), connections: 0, channels: [], drop: () => clients.forEach((c) => c.end()) };
+  const jump: Jump = { port: 0, fingerprint: fingerprintOf(host.public.getPublicSSH()), connections: 0, channels: [], drop: () => clients.forEach((c) => c.end()) };
   const server = new ssh2.Server({ hostKeys: [host.private] }, (client) => {
     clients.add(client);
     client.on('close', () => clients.delete(client));
