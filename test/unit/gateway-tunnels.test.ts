@@ -1,15 +1,13 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
-import { connect as tcpConnect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import ssh2 from 'ssh2';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fingerprintOf } from '../../src/backends/ssh/host-key';
 import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import { startGatewayCluster } from '../../src/gateway/gateway-cluster';
 import { jumpTargetOf, poolKeyOf, TunnelNotConfiguredError, type TunnelOptions } from '../../src/gateway/replica-tunnels';
 import { ReplicaSchema, type ReplicaVia } from '../../src/gateway/routing-table';
+import { clientKey, JUMP_HIDDEN as HIDDEN, listenUntilCleanup, startJumpHost, type Jump } from '../helpers/ssh-jump-host';
 
 /**
  * The gateway's SSH tunnels to replicas behind a jump host (a row's `via`): the pure parts (row →
@@ -45,23 +43,11 @@ describe("a replica row's via, pure", () => {
   });
 });
 
-/** An address the gateway's machine has no route to (TEST-NET-1): only the jump host "reaches" it. */
-const HIDDEN = '192.0.2.10';
-
-interface Jump {
-  port: number;
-  fingerprint: string;
-  /** SSH connections accepted, and direct-tcpip channels opened. */
-  connections: number;
-  channels: Array<{ host: string; port: number }>;
-  /** Drops every SSH connection (a jump host restarted, a network blip). */
-  drop(): void;
-}
-
 const cleanups: Array<() => Promise<void> | void> = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
+const atCleanup = (cleanup: () => Promise<void> | void): void => void cleanups.push(cleanup);
 
 function keyDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'troupe-tunnels-'));
@@ -69,65 +55,7 @@ function keyDir(): string {
   return dir;
 }
 
-/** Listens on 127.0.0.1 at a port the system gives (answered), closed at the test's end after `drop` ends its connections. */
-async function listenUntilCleanup(server: { listen(port: number, host: string, cb: () => void): unknown; address(): unknown; close(cb: () => void): unknown }, drop: () => void): Promise<number> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => (drop(), server.close(() => resolve()))));
-  return (server.address() as AddressInfo).port;
-}
-
-/** A client key written mode 0600: its private key file and its public key as ssh2 parses it. */
-function clientKey(dir: string, name: string): { file: string; publicSsh: Buffer } {
-  const pair = ssh2.utils.generateKeyPairSync('ed25519');
-  const file = join(dir, name);
-  writeFileSync(file, pair.private, { mode: 0o600 });
-  const parsed = ssh2.utils.parseKey(pair.public);
-  if (parsed instanceof Error) throw parsed;
-  return { file, publicSsh: parsed.getPublicSSH() };
-}
-
-/**
- * A jump host: an ssh2 server that lets `allowed` in and forwards `HIDDEN:port` to 127.0.0.1:port;
- * with `forwards` false, it refuses every forwarding as administratively prohibited (as sshd does for
- * a key whose permitopen does not name the address).
- */
-async function jumpHost(allowed: Buffer, forwards = true): Promise<Jump> {
-  const host = ssh2.utils.generateKeyPairSync('ed25519');
-  const hostKey = ssh2.utils.parseKey(host.public);
-  if (hostKey instanceof Error) throw hostKey;
-  const clients = new Set<ssh2.Connection>();
-  const jump: Jump = { port: 0, fingerprint: fingerprintOf(hostKey.getPublicSSH()), connections: 0, channels: [], drop: () => clients.forEach((c) => c.end()) };
-  const server = new ssh2.Server({ hostKeys: [host.private] }, (client) => {
-    clients.add(client);
-    client.on('close', () => clients.delete(client));
-    client.on('error', () => undefined);
-    client.on('authentication', (ctx) => {
-      if (ctx.method !== 'publickey' || !ctx.key.data.equals(allowed)) return ctx.reject(['publickey']);
-      const key = ssh2.utils.parseKey(ctx.key.data);
-      if (key instanceof Error) return ctx.reject();
-      if (ctx.signature && ctx.blob && key.verify(ctx.blob, ctx.signature, ctx.hashAlgo) !== true) return ctx.reject();
-      ctx.accept();
-    });
-    client.on('ready', () => {
-      jump.connections += 1;
-      if (!forwards) return;
-      client.on('tcpip', (accept, reject, info) => {
-        jump.channels.push({ host: info.destIP, port: info.destPort });
-        if (info.destIP !== HIDDEN) return reject();
-        const socket = tcpConnect(info.destPort, '127.0.0.1');
-        socket.once('error', () => reject());
-        socket.once('connect', () => {
-          const channel = accept();
-          socket.pipe(channel).pipe(socket);
-          channel.on('error', () => socket.destroy());
-          socket.on('error', () => channel.destroy());
-        });
-      });
-    });
-  });
-  jump.port = await listenUntilCleanup(server, () => jump.drop());
-  return jump;
-}
+const jumpHost = (allowed: Buffer, forwards = true): Promise<Jump> => startJumpHost(allowed, atCleanup, forwards);
 
 /** A replica on 127.0.0.1 (as the jump host sees it): answers `replica <Host header>`, `/health` 200. */
 async function replica(): Promise<{ port: number; probes: number }> {
@@ -136,7 +64,7 @@ async function replica(): Promise<{ port: number; probes: number }> {
     if (req.url === '/health') state.probes += 1;
     res.writeHead(200, { 'content-type': 'text/plain' }).end(`replica ${req.headers.host}\n`);
   });
-  state.port = await listenUntilCleanup(server, () => server.closeAllConnections());
+  state.port = await listenUntilCleanup(server, () => server.closeAllConnections(), atCleanup);
   return state;
 }
 
