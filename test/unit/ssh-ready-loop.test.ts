@@ -34,10 +34,18 @@ describe('readiness loop on the host', () => {
   it('probes with the job env until it passes, records READY, then tells the watchers', async () => {
     const { dir, watchers, run } = jobDir('[ "$GREETING" = "hi there" ] && test -e go', 10_000);
     spawnSync('mkfifo', [join(watchers, '1.fifo')]);
-    const fifo = spawn('bash', ['-c', `exec 3<>"$0"; IFS= read -r line <&3; printf %s "$line"`, join(watchers, '1.fifo')]);
+    // The watcher says when it holds the fifo open: a line written to a fifo nobody holds is lost (a
+    // watcher that started late on a loaded machine once left this test waiting out its 120 s).
+    const fifo = spawn('bash', ['-c', `exec 3<>"$0"; echo open; IFS= read -r line <&3; printf %s "$line"`, join(watchers, '1.fifo')]);
     let told = '';
-    fifo.stdout.on('data', (chunk: Buffer) => (told += chunk.toString()));
+    let opened: () => void = () => undefined;
+    const holding = new Promise<void>((resolve) => (opened = resolve));
+    fifo.stdout.on('data', (chunk: Buffer) => {
+      told += chunk.toString();
+      if (told.startsWith('open\n')) opened();
+    });
     const heard = new Promise((resolve) => fifo.once('exit', resolve));
+    await holding;
     const ended = run();
     await new Promise((resolve) => setTimeout(resolve, 400));
     expect(existsSync(join(dir, READINESS_FILE))).toBe(false);
@@ -45,7 +53,7 @@ describe('readiness loop on the host', () => {
     expect(await ended).toBe(0);
     expect(parseReadiness(readFileSync(join(dir, READINESS_FILE), 'utf8'))).toEqual({ state: 'ready' });
     await heard;
-    expect(told).toBe(`ready ${dir}`);
+    expect(told).toBe(`open\nready ${dir}`);
   });
 
   // The failing probe's budget leaves room for a slow bash on a loaded machine (500 ms timed out its first attempt at load 50).
