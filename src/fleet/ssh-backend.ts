@@ -30,6 +30,7 @@ import { describeTarget, formatHostPort, SshTargetSchema, type SshTarget } from 
 import type { SshTimeouts } from '../backends/ssh/timeouts';
 import type { JobUsage } from '../backends/job-usage';
 import { DEFAULT_PIDS_MAX, jobLimits } from '../backends/cgroup-limits';
+import { SHM_BYTES_DETAIL, shmBytesOf } from '../backends/ssh/container-limits';
 
 /** Clean-ups of a run on a host that answers, before the failure is reported (the host is never taken for lost for it). */
 const CLEANUP_TRIES = 3;
@@ -65,6 +66,8 @@ interface SshInstanceDetails {
   base_dir: string;
   /** JSON of the job's cgroup limits from its group's `resources` (cgroup-limits.ts), set where the job is placed. */
   limits?: string;
+  /** The job's /dev/shm in bytes from its group's `resources.shm_size`, for a job with `image:` (container-limits.ts); absent: the runtime's default. */
+  shm_bytes?: string;
 }
 
 const GIVEN_UP_MEMORY_MS = 10 * 60_000;
@@ -116,7 +119,8 @@ export class SshBackend implements Backend {
       jobs: req.jobs.map((job) => ({ job_num: job.job_num, job_name: job.job_name, ...(job.attempt ? { attempt: job.attempt } : {}) })),
     });
     const limits = JSON.stringify(jobLimits(req.group.resources, this.options.pidsMax ?? DEFAULT_PIDS_MAX));
-    return hosts.map((host) => this.instanceOf(fleet, req.run_id, req.submission, host, limits));
+    const shm = shmBytesOf(req.group.resources);
+    return hosts.map((host) => this.instanceOf(fleet, req.run_id, req.submission, host, limits, shm));
   }
 
   /** Each node takes a whole free host that fits, as the fleet's allocation decides (pickHosts). */
@@ -131,7 +135,7 @@ export class SshBackend implements Backend {
     return { fleet, fits: free, reason: `hosts for ${describeResources(group.resources)}: ${hostsFor(state, group.resources, new Set())}` };
   }
 
-  private instanceOf(fleet: string, runId: string, submission: number, host: HeldHost, limits?: string): Instance {
+  private instanceOf(fleet: string, runId: string, submission: number, host: HeldHost, limits?: string, shmBytes: number | null = null): Instance {
     const details: SshInstanceDetails = {
       fleet,
       host_index: String(host.host_index),
@@ -139,6 +143,7 @@ export class SshBackend implements Backend {
       host_key: host.target.host_key_fingerprints?.[0] ?? '',
       base_dir: this.baseDirOf(fleet, host),
       ...(limits ? { limits } : {}),
+      ...(shmBytes !== null ? { [SHM_BYTES_DETAIL]: String(shmBytes) } : {}),
     };
     const { hostname, port } = host.target;
     return {

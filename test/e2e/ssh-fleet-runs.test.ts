@@ -17,6 +17,8 @@ const A10G = { name: 'NVIDIA A10G', memoryMiB: 23028, count: 1 };
 let env: SshFleetEnv;
 let fleetName: string | null = null;
 let counter = 0;
+/** Runs a test submitted: each stopped after all, so none outlives the file. */
+const started: string[] = [];
 const savedKnownHosts = process.env.TROUPE_KNOWN_HOSTS;
 
 beforeAll(async () => {
@@ -43,6 +45,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
+  for (const name of started) await env?.troupe.run(name).stop().catch(() => false);
   if (savedKnownHosts === undefined) delete process.env.TROUPE_KNOWN_HOSTS;
   else process.env.TROUPE_KNOWN_HOSTS = savedKnownHosts;
   await env?.close();
@@ -230,6 +233,27 @@ describe('runs on SSH fleets', () => {
       `image python:3.11-slim cannot run on root@${env.hosts.host('cpu').address}:22: the host has neither docker nor podman`,
     );
     expect(Date.now() - started).toBeLessThan(20_000);
+  });
+
+  it("gives an image job its group's limits through `docker run`, and fails it with the memory reason when docker reports an OOM kill", async () => {
+    // The stand-in docker (fake-docker.ts) is the only fake: no container engine on these machines, so the limits
+    // are shown to reach `docker run`, not enforced; its `inspect` reports the OOM kill asked for below.
+    // Ranges open above (an SSH host must lie in the range, and this one has more): the limits are their lower bounds.
+    const { fleet, run } = names('climits');
+    await applyFleetYaml(env, fleetYaml(env, fleet, ['docker']));
+    const before = (await env.hosts.dockerRuns('docker')).length;
+    await env.hosts.dockerReportsOomNext('docker');
+    const yaml = task(run, ['image: python:3.11-slim', "commands: ['echo big; kill -KILL $$']", 'resources: {memory: 1GB.., cpu: 1.., shm_size: 2GB, disk: 1GB..}']);
+    const handle = await env.troupe.submit({ yaml, fleets: [fleet], checkWorkers: false });
+    started.push(run);
+    const final = await handle.wait();
+    const args = (await env.hosts.dockerRuns('docker'))[before] ?? [];
+    const after = (flag: string) => args[args.indexOf(flag) + 1];
+    expect([after('--memory'), after('--memory-swap'), after('--cpus'), after('--pids-limit'), after('--shm-size')]).toEqual([
+      String(1024 ** 3), String(1024 ** 3), '1', '4096', String(2 * 1024 ** 3),
+    ]);
+    expect(final.status, JSON.stringify(final.jobs, null, 2)).toBe('FAILED');
+    expect(final.jobs[0]).toMatchObject({ status: 'FAILED', exit_code: 137, message: 'out of memory: limit 1 GiB (exit code 137)' });
   });
 
   it('fails a run whose host is lost mid-run (INSTANCE_UNREACHABLE), cleans up the others, and frees every host', async () => {

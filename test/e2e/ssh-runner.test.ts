@@ -323,9 +323,8 @@ describe('SshRunner', () => {
     const { pid } = await r.startJob(job, files(r, job, ['echo "in image: $DSTACK_NODE_RANK $TROUPE_INSTANCE_ID"', 'pwd', 'sleep 1000']), {
       image: 'lmsysorg/sglang:latest',
     });
-    // Troupe's cgroup does not hold the container (the runtime makes its own): the log's first line says so.
-    const unlimited = 'troupe: resource limits (memory, cpu, pids) are not applied to this job: it runs in image lmsysorg/sglang:latest, whose container docker makes outside the job\'s own cgroup\n';
-    expect(await logUntil(r, job, /work\n/)).toBe(`${unlimited}in image: 0 ${job.instance.instance_id}\n${dir}/work\n`);
+    // The runtime sets the limits on its container (no limits line in the log): here the instance carries none but the default pids limit.
+    expect(await logUntil(r, job, /work\n/)).toBe(`in image: 0 ${job.instance.instance_id}\n${dir}/work\n`);
     const runs = await hosts.dockerRuns('docker-gpu');
     expect(runs).toHaveLength(1);
     const args = runs[0]!;
@@ -336,6 +335,8 @@ describe('SshRunner', () => {
     expect(pair('-w')).toBe(`${dir}/work`);
     expect(args).toContain('lmsysorg/sglang:latest');
     expect(args).toContain('--init');
+    expect(pair('--pids-limit')).toBe('4096');
+    expect(args).not.toContain('--memory');
     expect(await r.jobState(job)).toEqual({ state: 'running', pid });
     await r.stopJob(job, 2);
     await noJobProcessLeft('docker-gpu');

@@ -68,7 +68,7 @@ describe('remote scripts', () => {
     ['stop', stopJobScript(dir, id, 5)],
     ['cleanup', cleanupRunScript(dir)],
     ['start in one round trip', startJobScript(dir, id, 'abc123')],
-    ['container launch', renderContainerLaunchScript({ jobDir: dir, image: "img'x:1", runtime: 'podman', containerName: 'troupe-0' })],
+    ['container launch', renderContainerLaunchScript({ jobDir: dir, image: "img'x:1", runtime: 'podman', containerName: 'troupe-0', limits: { memory_bytes: 1024, cpus: 0.5, pids: 64 }, shmBytes: 2048 })],
   ])('%s is valid bash with hostile names', (_name, script) => {
     expect(() => execFileSync('bash', ['-n'], { input: script })).not.toThrow();
   });

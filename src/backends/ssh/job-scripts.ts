@@ -2,7 +2,8 @@ import { SshLayout } from '../../runner/inter-node-ssh';
 import { JobLayout as L } from '../../runner/job-layout';
 import { quoteShellWord } from '../../runner/shell-quote';
 import type { Confinement } from '../no-new-privs';
-import { CGROUP_PARENT } from '../cgroup-limits';
+import { CGROUP_PARENT, type JobLimits } from '../cgroup-limits';
+import { containerLimitFlags } from './container-limits';
 import { cgroupStartLines, oomKillsLines, REMOVE_CGROUPS, type SshCgroup } from './job-cgroup-script';
 import { noPrivilegesLogLines, privilegesWords } from './job-privileges-script';
 
@@ -20,6 +21,8 @@ export const MARKER_NAME = 'TROUPE_INSTANCE_ID';
 export const INSTANCE_FILE = 'instance_id';
 /** `<runtime> <container name>` of a job run in an image. */
 export const CONTAINER_FILE = 'container';
+/** Made by the container launcher when the runtime says the kernel killed the container for its memory limit (`State.OOMKilled`). */
+export const CONTAINER_OOM_FILE = 'container.oom';
 /** The job's own commands when launch.sh is the container launcher. */
 export const CONTAINER_COMMANDS_FILE = 'commands.sh';
 /**
@@ -241,16 +244,22 @@ export function startJobScript(jobDir: string, instanceId: string, nonce: string
   ].join('\n');
 }
 
-/** `cgroup`: the job's cgroup name (under one of `cgroupParents`), whose OOM kills an exited job's answer adds (`result exited PID CODE [OOM_KILLS]`). */
+/**
+ * `cgroup`: the job's cgroup name (under one of `cgroupParents`), whose OOM kills an exited job's
+ * answer adds (`result exited PID CODE [OOM_KILLS]`); a job in a container counts one when its
+ * runtime reported an OOM kill (CONTAINER_OOM_FILE).
+ */
 export function jobStateScript(jobDir: string, cgroup: string | null = null, cgroupParents: readonly string[] = [CGROUP_PARENT]): string {
-  const oom = cgroup ? ' $oom' : '';
+  const oom = ' $oom';
   return [
     procHelpers,
     `cd ${quoteShellWord(jobDir)} 2>/dev/null && [ -d ${L.started} ] || { echo "result absent"; exit 0; }`,
     wait_for_claim(2),
     `[ -s ${L.started}/${L.pid} ] || { echo "result absent"; exit 0; }`,
     `read -r leader leader_t0 < ${L.started}/${L.pid}`,
-    ...(cgroup ? [oomKillsLines(cgroup, cgroupParents)] : []),
+    cgroup ? oomKillsLines(cgroup, cgroupParents) : 'oom=',
+    // A job with an image: its container's OOM kill, as its runtime reported it (renderContainerLaunchScript).
+    `[ -e ${CONTAINER_OOM_FILE} ] && oom=1`,
     `if [ -s ${L.exitCode} ]; then echo "result exited $leader $(< ${L.exitCode})${oom}"; exit 0; fi`,
     'if alive "$leader" "$leader_t0"; then echo "result running $leader"; exit 0; fi',
     // It may have written its code just after the first look.
@@ -398,18 +407,34 @@ export interface ContainerLaunchInput {
   image: string;
   runtime: 'docker' | 'podman';
   containerName: string;
+  /** The job's limits (its instance's: the cgroup path's rule, cgroup-limits.ts jobLimits), set by the runtime on the container. */
+  limits: JobLimits;
+  /** /dev/shm of the container in bytes (`resources.shm_size`); null: the runtime's default. */
+  shmBytes: number | null;
 }
 
 /**
  * launch.sh for a job with `image:`: runs commands.sh (the job's own launch script) in the image,
- * with the host's network, the host's GPUs when it has any, and the job directory mounted at the
- * same path (so DSTACK_MPI_HOSTFILE holds inside too). The wrapper's SIGTERM reaches the
- * container through the client's signal proxy; `--init` forwards it to the commands.
+ * with the host's network, the host's GPUs when it has any, the job directory mounted at the
+ * same path (so DSTACK_MPI_HOSTFILE holds inside too), and the job's limits set by the runtime
+ * (container-limits.ts). The wrapper's SIGTERM reaches the container through the client's signal
+ * proxy; `--init` forwards it to the commands.
+ *
+ * No `--rm`: once the client returns, this script reads the container's `State.OOMKilled` and
+ * only then removes it. With `--rm` the state is gone as the container ends, racing the inspect;
+ * `--cidfile` plus `docker events` would need a second process listening for the whole run and a
+ * daemon's event stream podman lacks without its service. The cost: a launcher killed outright
+ * leaves a stopped container behind, which the stop and clean-up scripts remove by the name in
+ * CONTAINER_FILE (stop_members) as they did before. The script ignores SIGTERM itself (the
+ * wrapper's, sent to the whole group) so that it outlives the container to do this.
  */
 export function renderContainerLaunchScript(input: ContainerLaunchInput): string {
   const dir = quoteShellWord(input.jobDir);
+  const name = quoteShellWord(input.containerName);
+  const rt = input.runtime;
   const gpu =
     input.runtime === 'docker' ? 'gpu=(--gpus all)' : 'gpu=(--device nvidia.com/gpu=all)';
+  const limits = containerLimitFlags(input.limits, input.shmBytes).map(quoteShellWord).join(' ');
   return [
     '#!/usr/bin/env bash',
     `# Generated by Troupe: runs ${CONTAINER_COMMANDS_FILE} in image ${JSON.stringify(input.image)} (${input.runtime}).`,
@@ -417,10 +442,17 @@ export function renderContainerLaunchScript(input: ContainerLaunchInput): string
     'gpu=()',
     `if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then ${gpu}`,
     'elif [ -e /dev/kfd ]; then gpu=(--device /dev/kfd --device /dev/dri --group-add video); fi',
-    `printf '%s %s\\n' ${input.runtime} ${quoteShellWord(input.containerName)} > "$dir/${CONTAINER_FILE}"`,
-    `exec ${input.runtime} run --rm --init --name ${quoteShellWord(input.containerName)} --network host "\${gpu[@]}" \\`,
+    `printf '%s %s\\n' ${rt} ${name} > "$dir/${CONTAINER_FILE}"`,
+    `rm -f "$dir/${CONTAINER_OOM_FILE}"`,
+    'trap : TERM INT HUP',
+    `${rt} run --init --name ${name} --network host "\${gpu[@]}" ${limits} \\`,
     `  -e ${MARKER_NAME} -v "$dir:$dir" -w "$dir/${L.workDir}" --entrypoint bash ${quoteShellWord(input.image)} \\`,
     `  --noprofile --norc -c '. "$1/${L.env}" && exec bash "$1/${CONTAINER_COMMANDS_FILE}"' troupe "$dir"`,
+    'code=$?',
+    // Before the wrapper writes the exit code (it waits for this script): jobStateScript then finds the file.
+    `[ "$(timeout 30 ${rt} inspect --format '{{.State.OOMKilled}}' ${name} 2>/dev/null)" = true ] && : > "$dir/${CONTAINER_OOM_FILE}"`,
+    `timeout 30 ${rt} rm -f ${name} >/dev/null 2>&1`,
+    'exit "$code"',
     '',
   ].join('\n');
 }

@@ -59,6 +59,7 @@ import {
   sshJobCgroup,
   sshRunCgroupPrefix,
 } from './job-cgroup-script';
+import { shmBytesOfDetails } from './container-limits';
 import { parsePrivilegesProbe, privilegesProbeScript, privilegesWords } from './job-privileges-script';
 import type { Confinement } from '../no-new-privs';
 import { resolveTimeouts, type SshTimeouts } from './timeouts';
@@ -187,15 +188,16 @@ export class SshRunner {
         const uploads = this.jobUploads(job, files, image);
         if (runtime === 'docker' || runtime === 'podman') {
           uploads.push([CONTAINER_COMMANDS_FILE, files.script, 0o755]);
-          uploads.push([L.launchScript, renderContainerLaunchScript({ jobDir: dir, image, runtime, containerName: containerName(dir) }), 0o755]);
+          const limits = limitsOfDetails(job.instance.details);
+          const launch = renderContainerLaunchScript({ jobDir: dir, image, runtime, containerName: containerName(dir), limits, shmBytes: shmBytesOfDetails(job.instance.details) });
+          uploads.push([L.launchScript, launch, 0o755]);
         } else {
           uploads.push([L.launchScript, files.script, 0o755]);
         }
         await this.upload(session, dir, uploads);
       }
-      const why = `it runs in image ${image}, whose container ${runtime || 'docker or podman'} makes outside the job's own cgroup`;
-      // No walls of Troupe's: the container runtime's own (its seccomp profile) hold inside; podman without root needs user namespaces.
-      const script = spawnWrapperScript(dir, job.instance.instance_id, { cgroup: { kind: 'none', why } });
+      // No cgroup or walls of Troupe's: the runtime sets the limits on its container (launch.sh) and its own seccomp profile holds inside; podman without root needs user namespaces.
+      const script = spawnWrapperScript(dir, job.instance.instance_id);
       const words = await this.script(session, 'start the job', script, (CLAIM_WAIT_SECONDS + 20) * 1000);
       return this.startOutcome(job, dir, words);
     });

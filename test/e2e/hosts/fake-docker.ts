@@ -1,9 +1,15 @@
 /**
  * A stand-in for the docker CLI, for hosts that should look like they run containers: `version`
  * answers as a daemon would, `run` records its arguments (one file per run, NUL-separated) and
- * runs the command on the host in the given working directory (no isolation: what is checked is
- * what the runner asks docker for), `rm -f` kills what `run` started.
+ * runs the command on the host in the given working directory (no isolation, no limits: what is
+ * checked is what the runner asks docker for), `rm -f` kills what `run` started and still runs,
+ * `inspect --format '{{.State.OOMKilled}}'` says false unless the test asked for one OOM kill
+ * (FAKE_DOCKER_OOM_NEXT in the state directory: said once, then gone).
+ *
+ * `run` waits for the command as a child (rather than exec'ing it) so that its pid file is gone
+ * once it ends: the `rm -f` after every run must not kill a pid the system has given to another process since.
  */
+export const FAKE_DOCKER_OOM_NEXT = 'oom-next';
 export function fakeDocker(stateDir: string): string {
   return `#!/bin/bash
 state='${stateDir.replaceAll("'", `'\\''`)}'
@@ -21,14 +27,24 @@ case "$1" in
         --name) name=$2; shift 2 ;;
         -w) workdir=$2; shift 2 ;;
         --entrypoint) entrypoint=$2; shift 2 ;;
-        --network|--gpus|--device|--group-add|-v|-e) shift 2 ;;
+        --network|--gpus|--device|--group-add|-v|-e|--memory|--memory-swap|--cpus|--pids-limit|--shm-size) shift 2 ;;
         -*) echo "fake docker: unknown option $1" >&2; exit 125 ;;
         *) break ;;
       esac
     done
     shift # the image
-    echo $$ > "$state/$name.pid"
-    cd "$workdir" && exec "$entrypoint" "$@"
+    ( cd "$workdir" && exec "$entrypoint" "$@" ) &
+    child=$!
+    echo "$child" > "$state/$name.pid"
+    # docker's signal proxy: the client's SIGTERM goes to the container.
+    trap 'kill -TERM "$child" 2>/dev/null' TERM
+    wait "$child"; code=$?
+    while kill -0 "$child" 2>/dev/null; do wait "$child"; code=$?; done
+    rm -f "$state/$name.pid"
+    exit "$code"
+    ;;
+  inspect)
+    if [ -e "$state/${FAKE_DOCKER_OOM_NEXT}" ]; then rm -f "$state/${FAKE_DOCKER_OOM_NEXT}"; echo true; else echo false; fi
     ;;
   rm)
     shift; [ "$1" = -f ] && shift

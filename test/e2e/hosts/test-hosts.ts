@@ -13,7 +13,7 @@ import { CONTROL_SHELL_COMMAND } from '../../../src/backends/ssh/control-shell';
 import { WATCHER_READY_MARK } from '../../../src/backends/ssh/job-watch';
 import { listNow, readFileNow } from '../../helpers/live-dir';
 import { run, runSync } from './command';
-import { fakeDocker } from './fake-docker';
+import { FAKE_DOCKER_OOM_NEXT, fakeDocker } from './fake-docker';
 import { fakeAmdSmi, fakeNvidiaSmi, fakeRocmSmi, type FakeGpus } from './fake-gpu-tools';
 
 /**
@@ -101,6 +101,8 @@ export interface TestHosts {
   jobProcesses(name: string): Promise<JobProcess[]>;
   /** Arguments of every `docker run` on a host with the fake docker, oldest first. */
   dockerRuns(name: string): Promise<string[][]>;
+  /** The fake docker's next `inspect` says the container was OOM-killed (once). */
+  dockerReportsOomNext(name: string): Promise<void>;
   /** A new client key pair that no host accepts (mode 600). */
   generateClientKey(fileName: string): Promise<string>;
   /** A new client key pair every host accepts for root with these authorized_keys options (`restrict,permitopen="…"`). */
@@ -554,6 +556,10 @@ export async function createTestHosts(specs: TestHostSpec[]): Promise<TestHosts>
       if (!existsSync(runs)) return [];
       const files = readdirSync(runs).sort((a, b) => Number(a) - Number(b));
       return files.map((f) => readFileSync(join(runs, f), 'utf8').split('\0').slice(0, -1));
+    },
+    async dockerReportsOomNext(name) {
+      await mkdir(join(state(name).dir, 'fake-docker'), { recursive: true });
+      await writeFile(join(state(name).dir, 'fake-docker', FAKE_DOCKER_OOM_NEXT), '');
     },
     async generateClientKey(fileName) {
       const path = join(root, fileName);
