@@ -1,6 +1,10 @@
-import { describe, expect, it } from 'vitest';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import { numberToIp, ipToNumber, parseSubnet, poolAddresses, subnetContains } from '../../src/backends/local/address-pool';
-import { defaultLocalSubnet, localPool } from '../../src/backends/local/local-backend';
+import { localPool } from '../../src/backends/local/local-backend';
+import { claimDefaultSubnet, preferredBucket } from '../../src/backends/local/subnet-claims';
 import { localInstanceId, nodeLinkNames, pathSegment } from '../../src/backends/local/local-names';
 
 describe('local fleet addresses', () => {
@@ -30,20 +34,59 @@ describe('local fleet addresses', () => {
 });
 
 describe('default subnet of a fleet', () => {
-  it('is a /22 (1,022 nodes) of 10.213.4-199 (netns) or 127.213.4-199 (loopback), fixed by the state directory', () => {
-    const dirs = Array.from({ length: 50 }, (_, i) => `/tmp/state-${i}`);
+  const scratch = mkdtempSync(join(tmpdir(), 'troupe-subnets-'));
+  afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+  let case_ = 0;
+  /** A fresh machine: a claims directory of its own, and state directories under it. */
+  function machine() {
+    case_ += 1;
+    const root = join(scratch, `m${case_}`);
+    const claims = join(root, 'claims');
+    const state = (name: string) => {
+      mkdirSync(join(root, name), { recursive: true });
+      return join(root, name);
+    };
+    return { claims, state };
+  }
+
+  it('is a /22 (1,022 nodes) of 10.213.4-199 (netns) or 127.213.4-199 (loopback), first chosen by the state directory', () => {
+    const m = machine();
+    const dirs = Array.from({ length: 40 }, (_, i) => m.state(`state-${i}`));
     for (const dir of dirs) {
-      const netns = defaultLocalSubnet('netns', dir);
+      const netns = claimDefaultSubnet('netns', dir, m.claims);
       expect(netns).toMatch(/^10\.213\.(\d+)\.0\/22$/);
       const third = Number(netns.split('.')[2]);
       expect(third).toBeGreaterThanOrEqual(4);
       expect(third + 3).toBeLessThanOrEqual(199);
-      expect(defaultLocalSubnet('loopback', dir)).toBe(`127.213.${third}.0/22`);
-      expect(defaultLocalSubnet('netns', `${dir}/`)).toBe(netns);
       expect(localPool('netns', netns, null)).toHaveLength(1022);
-      expect(localPool('loopback', defaultLocalSubnet('loopback', dir), null)).toHaveLength(1022);
+      expect(localPool('loopback', claimDefaultSubnet('loopback', dir, m.claims), null)).toHaveLength(1022);
+      // The same fleet (another of its processes, a restart, a path with a trailing slash) gets the same.
+      expect(claimDefaultSubnet('netns', `${dir}/`, m.claims)).toBe(netns);
     }
-    expect(new Set(dirs.map((d) => defaultLocalSubnet('netns', d))).size).toBeGreaterThan(25);
+    // No two live fleets of one machine share one: 40 fleets, 40 subnets.
+    expect(new Set(dirs.map((d) => claimDefaultSubnet('netns', d, m.claims))).size).toBe(40);
+  });
+
+  it("passes over a bucket another live fleet holds, takes over one whose fleet is gone, and keeps its choice", () => {
+    const m = machine();
+    const a = m.state('a');
+    const first = claimDefaultSubnet('netns', a, m.claims);
+    // A fleet whose first choice is a's bucket: found among many names.
+    const rival = Array.from({ length: 2000 }, (_, i) => `rival-${i}`).find((n) => preferredBucket(join(m.claims, '..', n)) === preferredBucket(a));
+    expect(rival).toBeDefined();
+    const b = m.state(rival as string);
+    const second = claimDefaultSubnet('netns', b, m.claims);
+    expect(second).not.toBe(first);
+    expect(Number(second.split('.')[2])).toBe((Number(first.split('.')[2]) % 196) + 4);
+    // a's state directory gone (its fleet removed): a new rival takes the bucket over.
+    rmSync(a, { recursive: true });
+    const third = Array.from({ length: 2000 }, (_, i) => `again-${i}`).find((n) => preferredBucket(join(m.claims, '..', n)) === preferredBucket(b));
+    const d = m.state(third as string);
+    expect(claimDefaultSubnet('netns', d, m.claims)).toBe(first);
+    // b keeps its subnet across its restarts, whatever was freed meanwhile.
+    expect(claimDefaultSubnet('netns', b, m.claims)).toBe(second);
+    expect(readFileSync(join(b, 'subnet-netns'), 'utf8').trim()).toBe(second);
+    expect(existsSync(join(m.claims, `netns-${preferredBucket(b)}`))).toBe(true);
   });
 
   it('takes a subnet and capacity of the user, inside the mode\'s range', () => {

@@ -1,6 +1,5 @@
-import { createHash } from 'node:crypto';
 import { homedir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { constants } from 'node:fs';
 import { appendFile, mkdir, open } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -32,6 +31,7 @@ import { SshLayout } from '../../runner/inter-node-ssh';
 import { secretKeyFile } from '../../secrets/sealed-env';
 import { codecKeyFile } from '../../codec/codec-keys';
 import { parseSubnet, poolAddresses, subnetContains } from './address-pool';
+import { claimDefaultSubnet } from './subnet-claims';
 import { InstanceStore, type LocalInstanceRecord, type NetworkMode } from './instance-store';
 import {
   claimForStop,
@@ -86,7 +86,8 @@ export interface LocalBackendOptions {
   /**
    * Addresses to hand out: inside 10.213.0.0/16 (netns) or 127.0.0.0/8 (loopback). Leases live in
    * `stateDir`, so fleets with different state directories on one machine need disjoint subnets;
-   * the default is a /22 picked from the state directory's path (defaultLocalSubnet).
+   * the default is a /22 this fleet claims on the machine, first choice from its state directory's
+   * path, kept in it (subnet-claims.ts).
    */
   subnet?: string;
   /** GPUs an instance reports to a job that asks for some (this machine's are not inspected); default 0. */
@@ -117,17 +118,6 @@ export function defaultLocalStateDir(): string {
   return process.env.TROUPE_LOCAL_STATE_DIR ?? join(homedir(), '.troupe', 'local');
 }
 
-/**
- * The default subnet of a fleet: 10.213.N.0/22 (netns) or 127.213.N.0/22 (loopback), 1,022
- * nodes, N one of 4, 8, … 196 from a hash of the state directory. Fleets with different state
- * directories (a worker and a test run on one machine) then rarely share addresses, and 200..255
- * stay free for explicit subnets. A /22 is also what netns mode can hold: a Linux bridge takes at
- * most 1,024 ports.
- */
-export function defaultLocalSubnet(mode: NetworkMode, stateDir: string): string {
-  const n = 4 * (1 + (createHash('sha256').update(resolve(stateDir)).digest().readUInt32BE(0) % 49));
-  return mode === 'netns' ? `10.213.${n}.0/22` : `127.213.${n}.0/22`;
-}
 /** Variables of the worker's environment a job inherits; the rest (credentials, tooling, root's PATH) stay out. */
 const INHERITED_ENV = ['HOME', 'USER', 'LOGNAME', 'SHELL', 'LANG', 'LC_ALL', 'LC_CTYPE', 'TZ', 'TMPDIR'];
 /** A job's own PATH (TROUPE_JOB_PATH on the worker overrides it; the task's env may set another): never the worker's, which names root's tool folders. */
@@ -198,7 +188,7 @@ export class LocalBackend implements Backend {
   private pool(mode: NetworkMode): string[] {
     let pool = this.pools.get(mode);
     if (!pool) {
-      pool = localPool(mode, this.options.subnet ?? defaultLocalSubnet(mode, this.options.stateDir), this.options.capacity ?? null);
+      pool = localPool(mode, this.options.subnet ?? claimDefaultSubnet(mode, this.options.stateDir), this.options.capacity ?? null);
       this.pools.set(mode, pool);
     }
     return pool;
