@@ -28,6 +28,8 @@ import { quoteShellWord } from './shell-quote';
  * - `notifyDir` (SSH hosts): once the code is written, `exit <dir>` goes into every FIFO there, the
  *   job watchers' (src/backends/ssh/job-watch.ts). Opened read-write, a FIFO never blocks the
  *   wrapper, and one whose watcher is gone just drops the line.
+ * - What bash can do itself it does (reading its stat, testing for `work/`): a start forks as few
+ *   processes as it can (a thousand nodes start on 2 cores: BENCHMARKS.md §2).
  * - The job gets file descriptors 0-2 only: whatever else the wrapper inherited (from the worker,
  *   its spawner, an SSH session) is closed before the commands start. Bash is /bin/bash, never
  *   looked up in a PATH the task's env sets.
@@ -47,12 +49,12 @@ mkdir ${L.started} 2>/dev/null || exit 0
 dir=$PWD
 read -r oom < /proc/self/oom_score_adj 2>/dev/null && [ "$oom" -lt ${JOB_OOM_SCORE_ADJ} ] && echo ${JOB_OOM_SCORE_ADJ} > /proc/self/oom_score_adj 2>/dev/null
 set -f
-stat=$(< /proc/$$/stat)
+read -r stat < /proc/$$/stat
 set -- \${stat##*) }
 printf '%s %s\\n' "$$" "\${20}" > ${L.started}/${L.pid}.tmp && mv -f ${L.started}/${L.pid}.tmp ${L.started}/${L.pid}
 set +f
 trap : TERM INT HUP
-mkdir -p ${L.workDir}
+[ -d ${L.workDir} ] || mkdir -p ${L.workDir}
 ${opts.readyLoop ? `${BASH} --noprofile --norc ${quoteShellWord(opts.readyLoop)} "$$" </dev/null >/dev/null 2>&1 &
 ` : ''}(
   for fd in /proc/self/fd/*; do fd=\${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
