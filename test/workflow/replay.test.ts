@@ -5,6 +5,8 @@ import { DeterminismViolationError } from '@temporalio/workflow';
 import { Worker } from '@temporalio/worker';
 import { describe, expect, it } from 'vitest';
 import { troupeWorkflowBundle } from '../helpers/troupe-worker';
+import { metricsSinks } from '../../src/worker/metrics-sinks';
+import { workerMetrics } from '../../src/metrics/troupe-metrics';
 
 /**
  * Saved histories of real runs (one per behaviour whose command sequence must not change under a
@@ -41,7 +43,8 @@ function load(file: string): SavedHistory {
 }
 
 async function replay(saved: SavedHistory): Promise<void> {
-  await Worker.runReplayHistory({ workflowBundle: await troupeWorkflowBundle() }, historyFromJSON(saved.history), saved.workflow_id);
+  // With the worker's sinks, as a real worker has them (not called during replay): without them every replayed run logs "unregistered external sink".
+  await Worker.runReplayHistory({ workflowBundle: await troupeWorkflowBundle(), sinks: metricsSinks(workerMetrics) }, historyFromJSON(saved.history), saved.workflow_id);
 }
 
 describe('replay of saved histories', () => {
