@@ -1,4 +1,4 @@
-import { Pool } from 'undici';
+import { buildConnector, Pool } from 'undici';
 import { ServiceWindow, type FiguresPart } from './figures';
 import { RateLimiter } from './rate-limit';
 import type { Candidate } from './replica-choice';
@@ -48,7 +48,12 @@ export interface PoolOptions {
   connectTimeoutMs: number;
   /** How to reach replicas behind a jump host (a row's `via`); none: such a replica's requests get 502 saying what to configure. */
   tunnels?: TunnelOptions | undefined;
+  /** A replica on its host's private address (`via.direct_first`): how long a straight connect may take before it goes through the host; default DIRECT_FIRST_TIMEOUT_MS. */
+  directFirstTimeoutMs?: number | undefined;
 }
+
+/** A straight connection to a replica's private address is given this long before the pool goes through its host's SSH. */
+export const DIRECT_FIRST_TIMEOUT_MS = 1000;
 
 const NO_URLS: ReadonlySet<string> = new Set();
 
@@ -254,7 +259,8 @@ export class GatewayServices {
     const key = poolKeyOf(origin, via);
     let pool = this.pools.get(key);
     if (!pool) {
-      const connect = via ? { connect: this.tunnels.connector(via) } : {};
+      const direct = via?.direct_first ? buildConnector({ timeout: this.poolOptions.directFirstTimeoutMs ?? DIRECT_FIRST_TIMEOUT_MS }) : undefined;
+      const connect = via ? { connect: this.tunnels.connector(via, direct) } : {};
       pool = new Pool(origin, { connectTimeout: this.poolOptions.connectTimeoutMs, keepAliveTimeout: 30_000, ...connect });
       this.pools.set(key, pool);
     }

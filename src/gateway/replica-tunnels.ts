@@ -41,15 +41,25 @@ export function jumpTargetOf(via: ReplicaVia, options: TunnelOptions): SshTarget
   const where = describeTarget({ hostname: via.host, port: via.port, user: via.user, identity_file: '' });
   if (options.identityFile === undefined) {
     throw new TunnelNotConfiguredError(
-      `the replica is reached through jump host ${where} (its fleet's proxy_jump), and this gateway has no SSH key for it: start the gateway with --ssh-identity FILE, a key ${via.user} on that host authorizes`,
+      via.direct_first
+        ? `this gateway has no route to the replica's private address, which its host ${where} reaches, and no SSH key for that host: start the gateway with --ssh-identity FILE, a key ${via.user} on that host authorizes (or run it where the hosts' internal_ip addresses are reachable)`
+        : `the replica is reached through jump host ${where} (its fleet's proxy_jump), and this gateway has no SSH key for it: start the gateway with --ssh-identity FILE, a key ${via.user} on that host authorizes`,
     );
   }
   const fingerprints = options.knownHostsFile === undefined ? (via.host_key_fingerprints ?? []) : [];
   if (options.knownHostsFile === undefined && fingerprints.length === 0) {
-    throw new TunnelNotConfiguredError(`jump host ${where} has no host key its fleet verified: start the gateway with --ssh-known-hosts FILE listing its key`);
+    throw new TunnelNotConfiguredError(`${hostWord(via)} ${where} has no host key its fleet verified: start the gateway with --ssh-known-hosts FILE listing its key`);
   }
   return { hostname: via.host, port: via.port, user: via.user, identity_file: options.identityFile, ...(fingerprints.length > 0 ? { host_key_fingerprints: fingerprints } : {}) };
 }
+
+/** What the SSH host of a row's `via` is to the replica, for messages. */
+function hostWord(via: ReplicaVia): string {
+  return via.direct_first ? 'host' : 'jump host';
+}
+
+/** What a straight connection that found no route fails with: then a `direct_first` replica is reached through its host. */
+const NO_ROUTE = new Set(['EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT']);
 
 function sessionKey(target: SshTarget): string {
   return JSON.stringify([target.user, target.hostname, target.port, target.host_key_fingerprints ?? []]);
@@ -72,15 +82,15 @@ function jumpError(err: unknown): Error {
   return connectError(err instanceof Error ? err.message : String(err), undefined, err);
 }
 
-function forwardError(jump: string, hostname: string, port: number, err: unknown): Error {
+function forwardError(jump: string, hostname: string, port: number, err: unknown, word = 'jump host'): Error {
   if (err instanceof SshTimeoutError || err instanceof SshConnectionLostError) return jumpError(err);
   // ssh2's channel open failure, as is or as the session's cause.
   const failure = (err instanceof SshError && err.cause instanceof Error ? err.cause : err) as Error & { reason?: unknown };
   const said = failure.message.replace(/^\(SSH\) Channel open failure: ?/, '') || 'no reason given';
   if (failure.reason === ADMINISTRATIVELY_PROHIBITED) {
-    return connectError(`jump host ${jump} refuses to forward to ${hostname}:${port} (${said}): let the gateway's key forward there (permitopen="${hostname}:${port}", AllowTcpForwarding)`, undefined, err);
+    return connectError(`${word} ${jump} refuses to forward to ${hostname}:${port} (${said}): let the gateway's key forward there (permitopen="${hostname}:${port}", AllowTcpForwarding)`, undefined, err);
   }
-  return connectError(`jump host ${jump} cannot reach ${hostname}:${port}: ${said}`, failure.reason === CONNECT_FAILED ? 'ECONNREFUSED' : 'EHOSTUNREACH', err);
+  return connectError(`${word} ${jump} cannot reach ${hostname}:${port}: ${said}`, failure.reason === CONNECT_FAILED ? 'ECONNREFUSED' : 'EHOSTUNREACH', err);
 }
 
 export class ReplicaTunnels {
@@ -96,15 +106,31 @@ export class ReplicaTunnels {
     this.timeouts = resolveTimeouts({ idleCloseMs: 86_400_000, ...options.timeouts });
   }
 
-  /** undici's `connect` for a pool of replicas behind `via`: each connection a channel forwarded by the jump host. */
-  connector(via: ReplicaVia): buildConnector.connector {
-    return (opts, callback) => {
+  /**
+   * undici's `connect` for a pool of replicas behind `via`: each connection a channel forwarded by the
+   * jump host. For a `direct_first` row (the replica's own host, its private address): `direct` (a
+   * plain connect with a short timeout) first; once it finds no route, this pool's connections all go
+   * through the host (the first one waits out that timeout, once per pool).
+   */
+  connector(via: ReplicaVia, direct?: buildConnector.connector): buildConnector.connector {
+    const tunnel: buildConnector.connector = (opts, callback) => {
       const port = Number(opts.port) || (opts.protocol === 'https:' ? 443 : 80);
       const hostname = opts.hostname.replace(/^\[(.*)\]$/, '$1');
       this.open(via, hostname, port).then(
         (channel) => callback(null, channel),
         (err: Error) => callback(err, null),
       );
+    };
+    if (!via.direct_first || !direct) return tunnel;
+    let throughHost = false;
+    return (opts, callback) => {
+      if (throughHost) return tunnel(opts, callback);
+      direct(opts, (err, socket) => {
+        if (!err) return callback(null, socket);
+        if (!NO_ROUTE.has((err as Error & { code?: string }).code ?? '')) return callback(err, null);
+        throughHost = true;
+        tunnel(opts, callback);
+      });
     };
   }
 
@@ -116,7 +142,7 @@ export class ReplicaTunnels {
       // Not a net.Socket, but what undici uses of one (its optional calls guarded): a Duplex.
       return (await session.forwardOut(hostname, port, this.timeouts.connectMs)) as unknown as Socket;
     } catch (err) {
-      throw forwardError(session.host, hostname, port, err);
+      throw forwardError(session.host, hostname, port, err, hostWord(via));
     }
   }
 

@@ -31,6 +31,8 @@ export const ReplicaViaSchema = z.strictObject({
   user: z.string().regex(USER_NAME, { message: 'a user name' }),
   /** The jump host's key as its fleet verified it; a gateway given `--ssh-known-hosts` checks that file instead. */
   host_key_fingerprints: z.array(z.string().regex(/^SHA256:[A-Za-z0-9+/]{43}$/, { message: 'SHA256:<43 base64 characters>' })).max(8).optional(),
+  /** `host` is the replica's own host (its private address, no proxy_jump): straight first, through it only where there is no route. */
+  direct_first: z.literal(true).optional(),
 });
 
 export const ReplicaSchema = z.strictObject({

@@ -281,6 +281,18 @@ describe("a replica behind its fleet's proxy_jump", () => {
     ]);
   });
 
+  it("a host reached by another name than the replica's (internal_ip) and no proxy_jump: the host itself, straight first", () => {
+    const own = (n: number): Record<string, string> => ({
+      ...sshDetails(n, null),
+      target: JSON.stringify({ hostname: `gpu-${n}.example.com`, port: 22, user: 'root', identity_file: '/keys/id', host_key_fingerprints: [FINGERPRINT] }),
+    });
+    expect(rowsOf((n) => (n === 1 ? sshDetails(n, null) : own(n)))).toEqual([
+      { url: 'http://10.9.0.1:8000', state: 'ready', via: { host: 'gpu-0.example.com', port: 22, user: 'root', host_key_fingerprints: [FINGERPRINT], direct_first: true } },
+      { url: 'http://10.9.0.2:8000', state: 'ready' },
+      { url: 'http://10.9.0.3:8000', state: 'ready', via: { host: 'gpu-2.example.com', port: 22, user: 'root', host_key_fingerprints: [FINGERPRINT], direct_first: true } },
+    ]);
+  });
+
   it('a jump host its fleet has not verified yet has no fingerprint; details of another backend or unreadable give no via', () => {
     const replicas = rowsOf((n): Record<string, string> => (n === 0 ? sshDetails(n, { hostname: 'bastion.example.com', port: 22, user: 'ops', identity_file: '/k' }) : n === 1 ? { namespace: 'x' } : { target: '{not json' }));
     expect(replicas?.map((r) => r.via ?? null)).toEqual([{ host: 'bastion.example.com', port: 22, user: 'ops' }, null, null]);

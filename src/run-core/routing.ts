@@ -1,5 +1,5 @@
 import type { ReplicaVia, ServiceTableInput } from '../gateway/routing-table';
-import { jumpHostOf } from '../backends/ssh/jump-host';
+import { replicaRouteOf } from '../backends/ssh/jump-host';
 import { SCALE_FROM_ZERO_HOLD_S, scalesFromZero, sleepsBehindRouter } from '../plan/scale-from-zero';
 import type { Decision, Effect } from './effects';
 import type { RunEvent } from './events';
@@ -131,7 +131,7 @@ export function replicaUrl(core: RunCore, job: JobState): string | null {
  * the gateways connect to the URL themselves.
  */
 export function replicaVia(job: JobState): ReplicaVia | null {
-  return job.instance ? jumpHostOf(job.instance.details) : null;
+  return job.instance?.internal_ip ? replicaRouteOf(job.instance.details, job.instance.internal_ip) : null;
 }
 
 function pushIfChanged(core: RunCore, now: number): Decision<RunCore> {

@@ -1,4 +1,4 @@
-import { spawnSync, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -45,10 +45,24 @@ const fleetName = `svc-fleet-${suffix}`;
 const name = `ssh-svc-${suffix}`;
 const hiddenFleet = `svc-hidden-${suffix}`;
 const hiddenName = `ssh-hid-${suffix}`;
+/** A host the gateway reaches by its name, whose replicas are at a private address (internal_ip) only the host has. */
+const PRIVATE_HOST = 'h2';
+const PRIVATE_IP = '10.215.77.1';
+const privateFleet = `svc-private-${suffix}`;
+const privateName = `ssh-priv-${suffix}`;
 
 beforeAll(async () => {
   env = await startSshFleetEnv([...HOSTS.map((n) => ({ name: n })), { name: 'jump' }, { name: HIDDEN, behindJump: 'jump' }]);
-  gatewayKey = await env.hosts.authorizedClientKey('gateway_ed25519', `restrict,port-forwarding,permitopen="${env.hosts.host(HIDDEN).address}:8000"`);
+  // A private address of host h2 (on its lo: never picked as the host's own internal IP) the root
+  // namespace has no route to: its internal_ip in the last test.
+  execFileSync('ip', ['-n', env.hosts.host(PRIVATE_HOST).namespace, 'addr', 'add', `${PRIVATE_IP}/32`, 'dev', 'lo']);
+  // No route from the root namespace, as from a gateway outside the hosts' private network (this
+  // machine's default route would reach a proxy that answers any address).
+  execFileSync('ip', ['route', 'replace', 'unreachable', `${PRIVATE_IP}/32`]);
+  gatewayKey = await env.hosts.authorizedClientKey(
+    'gateway_ed25519',
+    `restrict,port-forwarding,permitopen="${env.hosts.host(HIDDEN).address}:8000",permitopen="${PRIVATE_IP}:8000"`,
+  );
   // No --ssh-known-hosts: the jump host's key is the one its fleet verified, which the run puts in the table.
   gateway = await startGatewayProcess(env.dir, ['--ssh-identity', gatewayKey]);
   worker = await startWorker();
@@ -58,14 +72,15 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // Only what a failed test left going: the run aborted, the fleet deleted, then what this file started, by pid.
-  for (const run of troupe ? [name, hiddenName] : []) {
+  for (const run of troupe ? [name, hiddenName, privateName] : []) {
     const state = await troupe.run(run).state().catch(() => null);
     if (state && !['DONE', 'FAILED', 'TERMINATED'].includes(state.status)) {
       await cli(['stop', run, '-x', '-y']);
       await troupe.run(run).wait().catch(() => undefined);
     }
   }
-  for (const fleet of fleets ? [fleetName, hiddenFleet] : []) await fleets.delete(fleet, { force: true }).catch(() => undefined);
+  for (const fleet of fleets ? [fleetName, hiddenFleet, privateFleet] : []) await fleets.delete(fleet, { force: true }).catch(() => undefined);
+  spawnSync('ip', ['route', 'del', 'unreachable', `${PRIVATE_IP}/32`]);
   if (worker) await kill9(worker);
   if (gateway) await kill9(gateway.child);
   await env?.close();
@@ -355,4 +370,31 @@ describe('a service on an SSH fleet', () => {
     expect((await troupe.run(hiddenName).wait()).status).toBe('TERMINATED');
     await expectAllClean({ ...env, fleets }, hiddenFleet);
   }, 60_000);
+
+  // A host reached by its name whose replicas are at its private address (`internal_ip`), with no
+  // proxy_jump: the gateway tries the replica straight, finds no route, and goes through the host's own SSH.
+  it("a replica at its host's private address (internal_ip, no proxy_jump) is served through that host's SSH", async () => {
+    const host = env.hosts.host(PRIVATE_HOST);
+    const file = join(env.dir, 'private-fleet.yml');
+    writeFileSync(file, fleetYaml(env, privateFleet, [PRIVATE_HOST]).replace(`    - ${host.address}\n`, `    - {hostname: ${host.address}, internal_ip: ${PRIVATE_IP}}\n`));
+    expect(readFileSync(file, 'utf8')).toContain(`internal_ip: ${PRIVATE_IP}`);
+    const fleet = await cli(['fleet', 'apply', '-f', file, '-y']);
+    expect(fleet.code, fleet.stderr).toBe(0);
+    writeFileSync(join(env.dir, 'private.yml'), serviceYaml(writeReplicaServer(env.dir)('v1'), privateName, privateFleet));
+    const applied = await cli(['apply', '-f', join(env.dir, 'private.yml'), '-y', '-d']);
+    expect(applied.code, applied.stderr).toBe(0);
+    const token = /^ {2}export TOKEN=(\S+)$/m.exec(applied.stderr)?.[1] ?? '';
+    await waitForRunOrTell(privateName, (s) => readyCount(s) === 1, 60_000);
+    const deadline = Date.now() + 15_000;
+    while ((await routedUrls(privateName)).length === 0 && Date.now() < deadline) await sleep(100);
+    expect(await routedReplicas(privateName)).toEqual([
+      { url: `http://${PRIVATE_IP}:8000`, state: 'ready', via: { host: host.address, port: host.port, user: 'root', host_key_fingerprints: [host.hostKeyFingerprint], direct_first: true } },
+    ]);
+    const res = await fetch(`${gateway.url}/services/${privateName}/where`, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(15_000) });
+    expect({ status: res.status, body: await res.text() }).toEqual({ status: 200, body: `v1 0 ${PRIVATE_IP}\n` });
+    const stopped = await cli(['stop', privateName, '-y']);
+    expect(stopped.code, stopped.stderr).toBe(0);
+    expect((await troupe.run(privateName).wait()).status).toBe('TERMINATED');
+    await expectAllClean({ ...env, fleets }, privateFleet);
+  }, 120_000);
 });

@@ -76,7 +76,7 @@ async function gatewayWith(tunnels: TunnelOptions | undefined, workers = 1): Pro
 }
 
 /** The table of service `hid`: one replica at HIDDEN:port behind `via` (put through the admin API, as a run does). */
-async function serve(gw: RunningGateway, port: number, via: ReplicaVia, probes = false): Promise<void> {
+async function serve(gw: RunningGateway, port: number, via: ReplicaVia, probes = false, host = HIDDEN): Promise<void> {
   const res = await fetch(`${gw.adminUrl}/services/hid`, {
     method: 'PUT',
     headers: { authorization: 'Bearer admin-token-for-tests-0123456789', 'content-type': 'application/json' },
@@ -85,7 +85,7 @@ async function serve(gw: RunningGateway, port: number, via: ReplicaVia, probes =
       generation: 1,
       auth: null,
       current_revision: 0,
-      revisions: [{ number: 0, entry: ['web'], groups: [{ name: 'web', replicas: [{ url: `http://${HIDDEN}:${port}`, state: 'ready', via }] }] }],
+      revisions: [{ number: 0, entry: ['web'], groups: [{ name: 'web', replicas: [{ url: `http://${host}:${port}`, state: 'ready', via }] }] }],
       ...(probes ? { probes: [{ type: 'http', url: '/health', method: 'get', headers: [], body: null, timeout_s: 2, interval_s: 1, ready_after: 1, until_ready: false }] } : {}),
     }),
   });
@@ -170,5 +170,37 @@ describe('the gateway through a jump host', () => {
     const prohibited = await get(gw);
     expect(prohibited.status).toBe(502);
     expect(JSON.parse(prohibited.body).error).toContain(`refuses to forward to ${HIDDEN}:${up.port}`);
+  });
+});
+
+describe("the gateway to a replica on its host's private address (no proxy_jump)", () => {
+  it('says what to configure when it has no key, naming the host', () => {
+    const own: ReplicaVia = { ...VIA, direct_first: true };
+    expect(ReplicaSchema.safeParse({ url: 'http://10.0.0.5:8000', state: 'ready', via: own }).success).toBe(true);
+    expect(() => jumpTargetOf(own, {})).toThrow("this gateway has no route to the replica's private address, which its host ops@203.0.113.7:2222 reaches, and no SSH key for that host: start the gateway with --ssh-identity FILE");
+  });
+
+  it('goes straight where it has a route: no SSH connection is made', async () => {
+    const key = clientKey(keyDir(), 'gateway');
+    const host = await jumpHost(key.publicSsh);
+    const up = await replica();
+    const gw = await gatewayWith({ identityFile: key.file });
+    await serve(gw, up.port, { host: '127.0.0.1', port: host.port, user: 'gw', host_key_fingerprints: [host.fingerprint], direct_first: true }, false, '127.0.0.1');
+    expect(await get(gw)).toEqual({ status: 200, body: `replica 127.0.0.1:${up.port}\n` });
+    expect(host.connections).toBe(0);
+  });
+
+  it('where it has none, goes through the host after one straight try, and stays on that way', async () => {
+    const key = clientKey(keyDir(), 'gateway');
+    const host = await jumpHost(key.publicSsh);
+    const up = await replica();
+    const gw = await gatewayWith({ identityFile: key.file });
+    await serve(gw, up.port, { host: '127.0.0.1', port: host.port, user: 'gw', host_key_fingerprints: [host.fingerprint], direct_first: true });
+    const first = await get(gw);
+    expect(first).toEqual({ status: 200, body: `replica ${HIDDEN}:${up.port}\n` });
+    const more = await Promise.all(Array.from({ length: 4 }, () => get(gw)));
+    expect(more.every((a) => a.status === 200)).toBe(true);
+    expect(host.connections).toBe(1);
+    expect(new Set(host.channels.map((c) => `${c.host}:${c.port}`))).toEqual(new Set([`${HIDDEN}:${up.port}`]));
   });
 });

@@ -108,8 +108,11 @@ describe('pickInternalIp', () => {
     expect(() => pickInternalIp(facts, { network: 'fd00::/8' })).toThrow(/not an IPv4 CIDR/);
   });
 
-  it('else the first private address, skipping container bridges', () => {
+  it('else the first private address, skipping container bridges and addresses on lo (a service address there is not how peers reach the host)', () => {
     expect(pickInternalIp(facts)).toBe('10.0.1.17');
+    const withVip = { addresses: [{ interface: 'lo', address: '10.200.0.1', prefix: 32, family: 'ipv4' as const }, ...facts.addresses] };
+    expect(pickInternalIp(withVip)).toBe('10.0.1.17');
+    expect(pickInternalIp(withVip, { internal_ip: '10.200.0.1' })).toBe('10.200.0.1');
     expect(() => pickInternalIp({ addresses: [{ interface: 'eth0', address: '89.1.2.3', prefix: 24, family: 'ipv4' }] })).toThrow(
       /no private IPv4 address .* set internal_ip or network/,
     );

@@ -33,8 +33,11 @@ export function ipv4InCidr(address: string, cidr: string): boolean {
 }
 
 const PRIVATE_RANGES = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16'];
-/** Bridges of container runtimes and VMs: private, but not how other hosts reach this one. */
-const VIRTUAL_INTERFACES = /^(docker\d*|br-|virbr|cni|podman|cali|flannel|veth|lxcbr|lxdbr)/;
+/**
+ * Bridges of container runtimes and VMs, and the loopback device (a service or anycast address put on
+ * `lo`): private, but not how other hosts reach this one. Still usable when named as `internal_ip`.
+ */
+const VIRTUAL_INTERFACES = /^(lo$|docker\d*|br-|virbr|cni|podman|cali|flannel|veth|lxcbr|lxdbr)/;
 
 /**
  * The address peers use to reach this host: `internal_ip` when given (checked against the host's

@@ -7,6 +7,12 @@ export interface JumpHost {
   user: string;
   /** The jump host's key as its fleet verified it (absent while the fleet has not). */
   host_key_fingerprints?: string[];
+  /**
+   * The host itself, for a replica on its private address (`internal_ip`) with no proxy_jump: a
+   * gateway connects straight to the replica first and goes through this host's SSH only when it
+   * has no route there.
+   */
+  direct_first?: true;
 }
 
 /**
@@ -15,15 +21,37 @@ export interface JumpHost {
  * ssh2: the run's loop (workflow code) calls it to fill its routing table.
  */
 export function jumpHostOf(details: Readonly<Record<string, string>>): JumpHost | null {
+  const jump = targetOf(details)?.proxy_jump;
+  return jump ? viaOf(jump) : null;
+}
+
+/**
+ * How a gateway reaches a replica on an SSH fleet's host: through the host's proxy_jump (jumpHostOf);
+ * else, when the replica's address is the host's private one (`internal_ip`, not the name the fleet
+ * reaches the host by), straight first and through the host's own SSH where that address has no
+ * route; else null (straight only).
+ */
+export function replicaRouteOf(details: Readonly<Record<string, string>>, replicaIp: string): JumpHost | null {
+  const target = targetOf(details);
+  if (!target) return null;
+  if (target.proxy_jump) return viaOf(target.proxy_jump);
+  if (typeof target.hostname !== 'string' || target.hostname === replicaIp) return null;
+  const own = viaOf(target);
+  return own ? { ...own, direct_first: true } : null;
+}
+
+function targetOf(details: Readonly<Record<string, string>>): Partial<SshTarget> | null {
   if (details.target === undefined) return null;
-  let target: Partial<SshTarget>;
   try {
-    target = JSON.parse(details.target) as Partial<SshTarget>;
+    const target = JSON.parse(details.target) as unknown;
+    return typeof target === 'object' && target !== null ? (target as Partial<SshTarget>) : null;
   } catch {
     return null;
   }
-  const jump = target.proxy_jump;
-  if (!jump || typeof jump.hostname !== 'string' || typeof jump.port !== 'number' || typeof jump.user !== 'string') return null;
-  const keys = Array.isArray(jump.host_key_fingerprints) ? jump.host_key_fingerprints.filter((k): k is string => typeof k === 'string') : [];
-  return { host: jump.hostname, port: jump.port, user: jump.user, ...(keys.length > 0 ? { host_key_fingerprints: keys } : {}) };
+}
+
+function viaOf(host: Partial<SshTarget>): JumpHost | null {
+  if (typeof host.hostname !== 'string' || typeof host.port !== 'number' || typeof host.user !== 'string') return null;
+  const keys = Array.isArray(host.host_key_fingerprints) ? host.host_key_fingerprints.filter((k): k is string => typeof k === 'string') : [];
+  return { host: host.hostname, port: host.port, user: host.user, ...(keys.length > 0 ? { host_key_fingerprints: keys } : {}) };
 }
