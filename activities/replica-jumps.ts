@@ -1,14 +1,20 @@
-import type { Client } from '@temporalio/client';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { Context } from '@temporalio/activity';
+import type { Client as TemporalClient } from '@temporalio/client';
+import { Client } from 'undici';
+import { forwardThroughJump } from '../src/backends/ssh/jump-forward';
 import { SshTargetSchema, type SshTarget } from '../src/backends/ssh/target';
 import { runJobsQuery } from '../src/contract/messages';
 import { JOBS_PAGE_MAX, type JobState } from '../src/contract/run-state';
 
 /**
- * Which replicas of a run sit on an SSH host behind its fleet's proxy_jump, for the worker to read
- * them through the jump host. The run core's scrape targets carry only a URL (the replica's internal
- * address), so the activity looks the address up in the run's own job records: the SSH backend wrote
- * each host's target there (`instance.details.target`: the fleet's host, its jump and the keys the
- * fleet verified), which is what it reaches the host by too.
+ * Which replicas of a run sit on an SSH host behind its fleet's proxy_jump, and a connection to one
+ * through the jump host, for the worker to reach them (its replica metrics, a rollout's gate A). The
+ * run core gives the activities only a URL (the replica's internal address), so the activity looks the
+ * address up in the run's own job records: the SSH backend wrote each host's target there
+ * (`instance.details.target`: the fleet's host, its jump and the keys the fleet verified), which is
+ * what it reaches the host by too.
  */
 
 /** By internal address: the SSH host behind a jump that a job of the run had there. Pure. */
@@ -42,7 +48,7 @@ function addressesOf(jobs: readonly JobState[]): Set<string> {
 }
 
 /** The run's jobs, a page at a time (its `runJobs` query). */
-export async function runJobsOf(client: Client, runWorkflowId: string): Promise<JobState[]> {
+export async function runJobsOf(client: TemporalClient, runWorkflowId: string): Promise<JobState[]> {
   const handle = client.workflow.getHandle(runWorkflowId);
   const jobs: JobState[] = [];
   for (;;) {
@@ -70,4 +76,70 @@ export class ReplicaJumps {
     this.known.set(runWorkflowId, fresh);
     return fresh.hosts;
   }
+}
+
+/** The run's jumped hosts for an activity its RunWorkflow called (asked by the run's workflow id), looked up in its jobs. */
+export function replicaJumpsOfRuns(): ReplicaJumps {
+  return new ReplicaJumps((runWorkflowId) => runJobsOf(Context.current().client, runWorkflowId));
+}
+
+/**
+ * By address, the hosts behind a jump among `urls` for the activity under way: none unless a
+ * RunWorkflow called it (only a run has jobs to look up). Throws when the lookup fails, saying so: the
+ * caller reports it for each URL rather than trying a direct request that cannot work.
+ */
+export async function jumpedHostsOfCaller(jumps: ReplicaJumps, urls: readonly string[]): Promise<Map<string, SshTarget>> {
+  const { workflowType, workflowExecution } = Context.current().info;
+  if (workflowType !== 'RunWorkflow' || !workflowExecution) return new Map();
+  try {
+    return await jumps.hostsFor(workflowExecution.workflowId, urls.map(addressOf));
+  } catch (err) {
+    throw new Error(`its host could not be looked up in the run's jobs: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+  }
+}
+
+/** The address a replica's URL names, as the run's jobs have it (an IPv6 one without brackets). */
+export function addressOf(url: string): string {
+  return new URL(url).hostname.replace(/^\[(.*)\]$/, '$1');
+}
+
+/** A stream opened before `signal` fires; one that arrives after it is closed, not leaked. */
+async function openBefore(opening: Promise<Duplex>, signal: AbortSignal): Promise<Duplex> {
+  let onAbort = (): void => undefined;
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([opening, aborted]);
+  } catch (err) {
+    opening.then((stream) => stream.destroy(), () => undefined);
+    throw err;
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+  }
+}
+
+/**
+ * A dispatcher for one request to `url`, whose one connection is a channel the jump host of `host`
+ * forwards to the replica, opened when undici asks for it (its `connect`, as the gateway's tunnels:
+ * a socket opened beforehand stalls undici), within `timeoutMs` and before `signal` fires. Destroying
+ * the dispatcher closes the channel.
+ */
+export function dispatcherThroughJump(url: string, host: SshTarget, timeoutMs: number, signal: AbortSignal): Client {
+  const { origin, port } = new URL(url);
+  let asked = false;
+  return new Client(origin, {
+    connect: (_opts, callback) => {
+      // One request: no second connection.
+      if (asked) return callback(new Error('the tunnel to this replica is closed'), null);
+      asked = true;
+      openBefore(forwardThroughJump(host, addressOf(url), Number(port) || 80, timeoutMs), signal).then(
+        // Not a net.Socket, but what undici uses of one: a Duplex.
+        (channel) => callback(null, channel as unknown as Socket),
+        (err: Error) => callback(err, null),
+      );
+    },
+  });
 }
