@@ -124,8 +124,8 @@ async function openBefore(opening: Promise<Duplex>, signal: AbortSignal): Promis
 /**
  * A dispatcher for one request to `url`, whose one connection is a channel the jump host of `host`
  * forwards to the replica, opened when undici asks for it (its `connect`, as the gateway's tunnels:
- * a socket opened beforehand stalls undici), within `timeoutMs` and before `signal` fires. Destroying
- * the dispatcher closes the channel.
+ * a socket opened beforehand stalls undici), within `timeoutMs` and before `signal` fires. Closed with
+ * closeThroughJump once its answer is read.
  */
 export function dispatcherThroughJump(url: string, host: SshTarget, timeoutMs: number, signal: AbortSignal): Client {
   const { origin, port } = new URL(url);
@@ -142,4 +142,13 @@ export function dispatcherThroughJump(url: string, host: SshTarget, timeoutMs: n
       );
     },
   });
+}
+
+/**
+ * Closes a dispatcher of dispatcherThroughJump and its channel, without waiting: undici's `destroy`
+ * resolves only once the channel reports it closed, which the e2e saw never come after the answer was
+ * read (a gate A with its 200 in hand, stuck for minutes), so the caller would outlive every bound.
+ */
+export function closeThroughJump(dispatcher: Client): void {
+  dispatcher.destroy().catch(() => undefined);
 }

@@ -1,7 +1,7 @@
 import { fetch, type Response } from 'undici';
 import type { SshTarget } from '../src/backends/ssh/target';
 import { sumMetrics } from '../src/metrics/exposition-sums';
-import { addressOf, dispatcherThroughJump, jumpedHostsOfCaller, replicaJumpsOfRuns } from './replica-jumps';
+import { addressOf, closeThroughJump, dispatcherThroughJump, jumpedHostsOfCaller, replicaJumpsOfRuns } from './replica-jumps';
 import type { ReadReplicaMetricsInput, ReadReplicaMetricsResult } from './types';
 
 /**
@@ -50,8 +50,7 @@ async function readOne(url: string, names: readonly string[], jumped: SshTarget 
     const why = err instanceof Error && err.cause instanceof Error ? err.cause.message : err instanceof Error ? err.message : String(err);
     return { values: null, error: why };
   } finally {
-    // Closes the channel with it.
-    await dispatcher?.destroy().catch(() => undefined);
+    if (dispatcher) closeThroughJump(dispatcher);
   }
 }
 

@@ -1,6 +1,6 @@
 import type { SshTarget } from '../src/backends/ssh/target';
 import { probeStatus } from '../src/gateway/replica-probes';
-import { addressOf, dispatcherThroughJump, jumpedHostsOfCaller, replicaJumpsOfRuns } from './replica-jumps';
+import { addressOf, closeThroughJump, dispatcherThroughJump, jumpedHostsOfCaller, replicaJumpsOfRuns } from './replica-jumps';
 import type { CheckRevisionInput, CheckRevisionResult } from './types';
 
 /**
@@ -34,8 +34,7 @@ async function statusOf(url: string, request: Request, jumped: SshTarget | null)
   try {
     return await probeStatus(url, request, signal, dispatcher);
   } finally {
-    // Closes the channel with it.
-    await dispatcher.destroy().catch(() => undefined);
+    closeThroughJump(dispatcher);
   }
 }
 
