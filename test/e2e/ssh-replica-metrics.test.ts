@@ -17,14 +17,18 @@ import { expectAllClean, fleetYaml, startCliWorker, startSshFleetEnv, troupeCli,
  * decode replica's own counter through the jump host, and the group grows on it, 1 → 2. Each decode
  * replica's counter counts 50 requests a second by itself (no traffic is sent: nothing but the counter
  * can grow the group), the target is 20 per replica. The gateway has no `--ssh-identity`: it cannot
- * reach these replicas, so the figures that size decode come from the worker alone.
+ * reach these replicas, so the figures that size decode come from the worker alone. Then a coherent
+ * rollout on the same hosts: its gate A, sent from the worker, reaches the new router through the jump
+ * host and passes.
  */
 
-const HIDDEN = ['hid0', 'hid1', 'hid2'];
+/** Four: the rollout's new revision (router and decode) starts beside the old one. */
+const HIDDEN = ['hid0', 'hid1', 'hid2', 'hid3'];
 const taskQueue = uniqueTaskQueue('ssh-rm-jump');
 const suffix = taskQueue.slice(-6);
 const fleetName = `rm-jump-${suffix}`;
 const name = `rm-jump-${suffix}`;
+const rolled = `gate-jump-${suffix}`;
 
 let env: SshFleetEnv;
 let gateway: GatewayProcess;
@@ -47,10 +51,12 @@ beforeAll(async () => {
 
 afterAll(async () => {
   // Only what a failed test left going: the run aborted, the fleet deleted, then what this file started, by pid.
-  const state = troupe ? await troupe.run(name).state().catch(() => null) : null;
-  if (state && !['DONE', 'FAILED', 'TERMINATED'].includes(state.status)) {
-    await cli(['stop', name, '-x', '-y']);
-    await troupe.run(name).wait().catch(() => undefined);
+  for (const run of [name, rolled]) {
+    const state = troupe ? await troupe.run(run).state().catch(() => null) : null;
+    if (state && !['DONE', 'FAILED', 'TERMINATED'].includes(state.status)) {
+      await cli(['stop', run, '-x', '-y']);
+      await troupe.run(run).wait().catch(() => undefined);
+    }
   }
   if (fleets) await fleets.delete(fleetName, { force: true }).catch(() => undefined);
   if (worker) await kill9(worker);
@@ -61,6 +67,26 @@ afterAll(async () => {
 const cli = (args: string[]): Promise<CliResult> => troupeCli({ ...env, taskQueue }, args);
 
 const live = (s: RunState) => s.jobs.filter((j) => !j.removed);
+
+/** A service's YAML on this file's fleet, probed on `/ready` every second, up to its router group's commands; `extra`: top-level lines. */
+const serviceUpToRouter = (run: string, extra: string[] = []): string[] => [
+  'type: service',
+  `name: ${run}`,
+  'port: 8000',
+  'auth: false',
+  ...extra,
+  `fleets: [${fleetName}]`,
+  'probes:',
+  '  - type: http',
+  '    url: /ready',
+  '    interval: 1s',
+  'groups:',
+  '  - name: router',
+  '    replicas: 1',
+  '    resources: {cpu: 1.., memory: 1GB.., disk: 1GB..}',
+  '    router:',
+  '      type: smg',
+];
 const decodes = (s: RunState) => live(s).filter((j) => j.group_name === 'decode');
 
 describe('replica_metrics behind a proxy_jump', () => {
@@ -69,21 +95,7 @@ describe('replica_metrics behind a proxy_jump', () => {
     const fleet = await cli(['fleet', 'apply', '-f', join(env.dir, 'fleet.yml'), '-y']);
     expect(fleet.code, fleet.stderr).toBe(0);
     const yaml = [
-      'type: service',
-      `name: ${name}`,
-      'port: 8000',
-      'auth: false',
-      `fleets: [${fleetName}]`,
-      'probes:',
-      '  - type: http',
-      '    url: /ready',
-      '    interval: 1s',
-      'groups:',
-      '  - name: router',
-      '    replicas: 1',
-      '    resources: {cpu: 1.., memory: 1GB.., disk: 1GB..}',
-      '    router:',
-      '      type: smg',
+      ...serviceUpToRouter(name),
       '    commands:',
       `      - ${writeReplicaServer(env.dir)('router')}`,
       '  - name: decode',
@@ -121,4 +133,45 @@ describe('replica_metrics behind a proxy_jump', () => {
     expect((await troupe.run(name).wait()).status).toBe('TERMINATED');
     await expectAllClean({ ...env, fleets }, fleetName);
   }, 180_000);
+
+  it("a coherent rollout's gate A reaches the new router through the jump host, and passes", async () => {
+    writeFileSync(join(env.dir, 'fleet.yml'), fleetYaml(env, fleetName, HIDDEN));
+    expect((await cli(['fleet', 'apply', '-f', join(env.dir, 'fleet.yml'), '-y'])).code).toBe(0);
+    const server = writeReplicaServer(env.dir);
+    const spec = (label: string) =>
+      [
+        ...serviceUpToRouter(rolled, ['rollout: {coherence: revision}']),
+        '    commands:',
+        `      - ${server(`router-${label}`)}`,
+        '  - name: decode',
+        '    replicas: 1',
+        '    resources: {cpu: 1.., memory: 1GB.., disk: 1GB..}',
+        '    commands:',
+        `      - ${server(`decode-${label}`)}`,
+        '',
+      ].join('\n');
+    const apply = async (label: string) => {
+      writeFileSync(join(env.dir, 'rolled.yml'), spec(label));
+      const applied = await cli(['apply', '-f', join(env.dir, 'rolled.yml'), '-y', '-d']);
+      expect(applied.code, applied.stderr).toBe(0);
+    };
+    await apply('v1');
+    await waitForRun({ troupe }, rolled, (s) => s.status === 'FAILED' || (live(s).length === 2 && live(s).every((j) => j.status === 'READY')), 60_000);
+    const deploying = apply('v2');
+    const over = await waitForRun({ troupe }, rolled, (s) => s.status === 'FAILED' || (s.service?.rollout?.deployment === 1 && s.service.rollout.phase === 'over'), 120_000).catch(async (err: unknown) => {
+      const state = await troupe.run(rolled).state().catch(() => null);
+      throw new Error(`${(err as Error).message.split('\n')[0]}\n${JSON.stringify(state?.service?.rollout)}`);
+    });
+    await deploying;
+    // Without the jump it fails: the worker has no route to the new router (`… connect EHOSTUNREACH`, or a timeout), and the rollout is rolled back.
+    expect(over.service?.rollout?.error ?? null).toBeNull();
+    expect(over.service?.rollout?.synthetic).toMatch(/GET \/ready passed on 1 entry replica/);
+    const hidden = new Set(HIDDEN.map((h) => env.hosts.host(h).address));
+    expect(live(over).map((j) => j.instance?.internal_ip).filter((ip) => !hidden.has(ip ?? ''))).toEqual([]);
+    console.log(`${rolled}: ${over.service?.rollout?.synthetic}`);
+
+    expect((await cli(['stop', rolled, '-y'])).code).toBe(0);
+    expect((await troupe.run(rolled).wait()).status).toBe('TERMINATED');
+    await expectAllClean({ ...env, fleets }, fleetName);
+  }, 240_000);
 });
