@@ -1,4 +1,4 @@
-import type { Socket } from 'node:net';
+import { connect as netConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Context } from '@temporalio/activity';
 import type { Client as TemporalClient } from '@temporalio/client';
@@ -17,7 +17,11 @@ import { JOBS_PAGE_MAX, type JobState } from '../src/contract/run-state';
  * what it reaches the host by too.
  */
 
-/** By internal address: the SSH host behind a jump that a job of the run had there. Pure. */
+/**
+ * By internal address: the SSH host a job of the run had there, when the worker may not reach that
+ * address straight — a host behind a jump, or a host reached by another name than its private address
+ * (`internal_ip`), which is tried straight first (dispatcherThroughJump). Pure.
+ */
 export function jumpedHostsOf(jobs: readonly JobState[]): Map<string, SshTarget> {
   const hosts = new Map<string, SshTarget>();
   // Live jobs last: what a replica has now wins over what an earlier one had at that address.
@@ -26,7 +30,7 @@ export function jumpedHostsOf(jobs: readonly JobState[]): Map<string, SshTarget>
     const instance = job.instance;
     if (!instance?.internal_ip) continue;
     const target = sshTargetOf(instance.details);
-    if (target?.proxy_jump) hosts.set(instance.internal_ip, target);
+    if (target && (target.proxy_jump || target.hostname !== instance.internal_ip)) hosts.set(instance.internal_ip, target);
     else hosts.delete(instance.internal_ip);
   }
   return hosts;
@@ -129,18 +133,64 @@ async function openBefore(opening: Promise<Duplex>, signal: AbortSignal): Promis
  */
 export function dispatcherThroughJump(url: string, host: SshTarget, timeoutMs: number, signal: AbortSignal): Client {
   const { origin, port } = new URL(url);
+  const address = addressOf(url);
+  const replicaPort = Number(port) || 80;
   let asked = false;
   return new Client(origin, {
     connect: (_opts, callback) => {
       // One request: no second connection.
       if (asked) return callback(new Error('the tunnel to this replica is closed'), null);
       asked = true;
-      openBefore(forwardThroughJump(host, addressOf(url), Number(port) || 80, timeoutMs), signal).then(
-        // Not a net.Socket, but what undici uses of one: a Duplex.
-        (channel) => callback(null, channel as unknown as Socket),
-        (err: Error) => callback(err, null),
+      const tunnel = (): void =>
+        void openBefore(forwardThroughJump(host, address, replicaPort, timeoutMs), signal).then(
+          // Not a net.Socket, but what undici uses of one: a Duplex.
+          (channel) => callback(null, channel as unknown as Socket),
+          (err: Error) => callback(err, null),
+        );
+      // The host's own private address: straight first, unless it found no route lately.
+      if (host.proxy_jump || noRouteLately(address)) return tunnel();
+      connectStraight(address, replicaPort, Math.min(DIRECT_FIRST_TIMEOUT_MS, timeoutMs / 2)).then(
+        (socket) => callback(null, socket),
+        (err: Error & { code?: string }) => {
+          if (!NO_ROUTE.has(err.code ?? '')) return callback(err, null);
+          noRoute.set(address, Date.now());
+          tunnel();
+        },
       );
     },
+  });
+}
+
+/** A straight connection to a host's private address gets this long before the request goes through the host. */
+const DIRECT_FIRST_TIMEOUT_MS = 1000;
+/** What a straight connection that found no route fails with. */
+const NO_ROUTE = new Set(['EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT']);
+/** Addresses a straight connection found no route to, and when: gone through the host for a minute. */
+const noRoute = new Map<string, number>();
+const NO_ROUTE_KEPT_MS = 60_000;
+
+function noRouteLately(address: string): boolean {
+  const at = noRoute.get(address);
+  if (at !== undefined && Date.now() - at < NO_ROUTE_KEPT_MS) return true;
+  noRoute.delete(address);
+  return false;
+}
+
+function connectStraight(host: string, port: number, timeoutMs: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = netConnect({ host, port });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(Object.assign(new Error(`no answer from ${host}:${port} within ${timeoutMs} ms`), { code: 'ETIMEDOUT' }));
+    }, timeoutMs);
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      resolve(socket);
+    });
+    socket.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
   });
 }
 

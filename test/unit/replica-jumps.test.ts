@@ -43,6 +43,12 @@ describe('jumpedHostsOf, pure', () => {
     expect(hosts.get('10.0.1.9')?.proxy_jump).toEqual(JUMP);
   });
 
+  it('a host reached by another name than its private address (internal_ip, no proxy_jump) is found too: the worker tries it straight first', () => {
+    const own: SshTarget = { hostname: 'gpu-0.example.com', port: 22, user: 'root', identity_file: '/keys/fleet' };
+    const hosts = jumpedHostsOf([on(0, '10.0.1.12', ssh(own))]);
+    expect(hosts.get('10.0.1.12')).toEqual(own);
+  });
+
   it('a live job wins over a removed one that had the same address', () => {
     const direct = ssh({ hostname: '10.0.1.9', port: 22, user: 'root', identity_file: '/keys/fleet' });
     expect(jumpedHostsOf([on(0, '10.0.1.9', direct), on(1, '10.0.1.9', ssh(hidden('10.0.1.9')), { removed: true })]).size).toBe(0);
@@ -213,5 +219,20 @@ describe('checkRevision: the hosts behind a jump looked up in the calling run\'s
       throw new Error('query timed out');
     });
     expect(await failing.check([url])).toEqual({ error: `GET / to ${url}: its host could not be looked up in the run's jobs: query timed out`, note: null });
+  });
+});
+
+describe("readReplicas: a replica at its host's private address (no proxy_jump), straight first, else through the host", () => {
+  it('goes straight where there is a route (no SSH connection), through the host itself where there is none', async () => {
+    const { key, jump: host, port } = await jumpAndReplica();
+    // The in-process SSH server plays the replica's host: reached by its name, it forwards its private address.
+    const own: SshTarget = { hostname: '127.0.0.1', port: host.port, user: 'ops', identity_file: key.file, host_key_fingerprints: [host.fingerprint] };
+    const straight = await readReplicas([{ group: 1, url: `http://127.0.0.1:${port}/metrics`, names: ['answered_total'] }], new Map([['127.0.0.1', { ...own, hostname: 'gpu-0.example.com' }]]));
+    expect(straight.replicas.map((r) => r.values)).toEqual([{ answered_total: 42 }]);
+    expect(host.connections).toBe(0);
+    const hidden = await readReplicas([{ group: 1, url: `http://${JUMP_HIDDEN}:${port}/metrics`, names: ['answered_total'] }], new Map([[JUMP_HIDDEN, own]]));
+    expect(hidden.replicas.map((r) => ({ values: r.values, error: r.error }))).toEqual([{ values: { answered_total: 42 }, error: null }]);
+    expect(host.connections).toBe(1);
+    expect(host.channels.map((c) => `${c.host}:${c.port}`)).toEqual([`${JUMP_HIDDEN}:${port}`]);
   });
 });

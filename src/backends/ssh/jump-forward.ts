@@ -9,18 +9,19 @@ const trust = new HostKeyTrust({ knownHostsFiles: [], allowPinning: false });
 /**
  * A stream to `hostname:port` on the private network of `host`'s proxy_jump, forwarded by the jump host
  * (`direct-tcpip`) over the pooled connection the SSH backend already keeps to it for that host, with
- * the fleet's key. Throws, naming the jump host, when it cannot be reached or will not forward.
+ * the fleet's key; for a host with no proxy_jump, forwarded by the host itself (its own private
+ * address). Throws, naming the host, when it cannot be reached or will not forward.
  */
 export async function forwardThroughJump(host: SshTarget, hostname: string, port: number, timeoutMs: number): Promise<Duplex> {
-  const jump = host.proxy_jump;
-  if (!jump) throw new Error(`${describeTarget(host)} has no proxy_jump`);
+  // A host with no proxy_jump forwards to its own private address itself.
+  const through = host.proxy_jump ?? host;
   try {
-    const session = await connectSsh(jump, trust);
+    const session = await connectSsh(through, trust);
     return await session.forwardOut(hostname, port, timeoutMs);
   } catch (err) {
-    const where = describeTarget(jump);
-    // The SSH errors name the jump host first already.
+    const where = describeTarget(through);
+    // The SSH errors name the host first already.
     const why = (err instanceof Error ? err.message : String(err)).replace(`${where}: `, '');
-    throw new Error(`through jump host ${where}: ${why}`, { cause: err });
+    throw new Error(`through ${host.proxy_jump ? 'jump host' : 'host'} ${where}: ${why}`, { cause: err });
   }
 }
