@@ -4,6 +4,7 @@ import { Context } from '@temporalio/activity';
 import type { Client as TemporalClient } from '@temporalio/client';
 import { Client } from 'undici';
 import { forwardThroughJump } from '../src/backends/ssh/jump-forward';
+import { DIRECT_FIRST_TIMEOUT_MS, NO_ROUTE_CODES } from '../src/backends/ssh/jump-host';
 import { SshTargetSchema, type SshTarget } from '../src/backends/ssh/target';
 import { runJobsQuery } from '../src/contract/messages';
 import { JOBS_PAGE_MAX, type JobState } from '../src/contract/run-state';
@@ -152,7 +153,7 @@ export function dispatcherThroughJump(url: string, host: SshTarget, timeoutMs: n
       connectStraight(address, replicaPort, Math.min(DIRECT_FIRST_TIMEOUT_MS, timeoutMs / 2)).then(
         (socket) => callback(null, socket),
         (err: Error & { code?: string }) => {
-          if (!NO_ROUTE.has(err.code ?? '')) return callback(err, null);
+          if (!NO_ROUTE_CODES.has(err.code ?? '')) return callback(err, null);
           noRoute.set(address, Date.now());
           tunnel();
         },
@@ -161,10 +162,6 @@ export function dispatcherThroughJump(url: string, host: SshTarget, timeoutMs: n
   });
 }
 
-/** A straight connection to a host's private address gets this long before the request goes through the host. */
-const DIRECT_FIRST_TIMEOUT_MS = 1000;
-/** What a straight connection that found no route fails with. */
-const NO_ROUTE = new Set(['EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT']);
 /** Addresses a straight connection found no route to, and when: gone through the host for a minute. */
 const noRoute = new Map<string, number>();
 const NO_ROUTE_KEPT_MS = 60_000;

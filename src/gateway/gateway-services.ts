@@ -1,4 +1,5 @@
 import { buildConnector, Pool } from 'undici';
+import { DIRECT_FIRST_TIMEOUT_MS } from '../backends/ssh/jump-host';
 import { ServiceWindow, type FiguresPart } from './figures';
 import { RateLimiter } from './rate-limit';
 import type { Candidate } from './replica-choice';
@@ -51,9 +52,6 @@ export interface PoolOptions {
   /** A replica on its host's private address (`via.direct_first`): how long a straight connect may take before it goes through the host; default DIRECT_FIRST_TIMEOUT_MS. */
   directFirstTimeoutMs?: number | undefined;
 }
-
-/** A straight connection to a replica's private address is given this long before the pool goes through its host's SSH. */
-export const DIRECT_FIRST_TIMEOUT_MS = 1000;
 
 const NO_URLS: ReadonlySet<string> = new Set();
 

@@ -3,6 +3,7 @@ import type { buildConnector } from 'undici';
 import { connectSsh } from '../backends/ssh/connect';
 import { SshConnectionLostError, SshConnectionRefusedError, SshError, SshHostUnreachableError, SshTimeoutError } from '../backends/ssh/errors';
 import { HostKeyTrust } from '../backends/ssh/host-key-trust';
+import { NO_ROUTE_CODES } from '../backends/ssh/jump-host';
 import type { SshSession } from '../backends/ssh/session';
 import { describeTarget, type SshTarget } from '../backends/ssh/target';
 import { resolveTimeouts, type SshTimeouts } from '../backends/ssh/timeouts';
@@ -57,9 +58,6 @@ export function jumpTargetOf(via: ReplicaVia, options: TunnelOptions): SshTarget
 function hostWord(via: ReplicaVia): string {
   return via.direct_first ? 'host' : 'jump host';
 }
-
-/** What a straight connection that found no route fails with: then a `direct_first` replica is reached through its host. */
-const NO_ROUTE = new Set(['EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT']);
 
 function sessionKey(target: SshTarget): string {
   return JSON.stringify([target.user, target.hostname, target.port, target.host_key_fingerprints ?? []]);
@@ -127,7 +125,7 @@ export class ReplicaTunnels {
       if (throughHost) return tunnel(opts, callback);
       direct(opts, (err, socket) => {
         if (!err) return callback(null, socket);
-        if (!NO_ROUTE.has((err as Error & { code?: string }).code ?? '')) return callback(err, null);
+        if (!NO_ROUTE_CODES.has((err as Error & { code?: string }).code ?? '')) return callback(err, null);
         throughHost = true;
         tunnel(opts, callback);
       });

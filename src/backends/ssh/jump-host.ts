@@ -25,6 +25,12 @@ export function jumpHostOf(details: Readonly<Record<string, string>>): JumpHost 
   return jump ? viaOf(jump) : null;
 }
 
+/** A straight connection to a host's private address is given this long before it goes through the host's SSH (the gateway's pools, the worker's reads). */
+export const DIRECT_FIRST_TIMEOUT_MS = 1000;
+
+/** What a straight connection that found no route fails with: then a `direct_first` replica is reached through its host. */
+export const NO_ROUTE_CODES: ReadonlySet<string> = new Set(['EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'UND_ERR_CONNECT_TIMEOUT']);
+
 /**
  * How a gateway reaches a replica on an SSH fleet's host: through the host's proxy_jump (jumpHostOf);
  * else, when the replica's address is the host's private one (`internal_ip`, not the name the fleet
