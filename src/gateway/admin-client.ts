@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ServiceFiguresSchema, type ServiceFigures } from './figures';
+import { RevisionCheckAnswerSchema, type RevisionCheck, type RevisionCheckAnswer } from './revision-check';
 import { GatewayInfoSchema, type GatewayInfo, type ServiceTableInput } from './routing-table';
 
 const InflightAnswerSchema = z.object({ replicas: z.array(z.object({ url: z.string(), inflight: z.number().int().nonnegative() })) });
@@ -157,4 +158,19 @@ export async function serviceFigures(admin: GatewayAdmin, run: string, windowS: 
   const figures = answerOf(ServiceFiguresSchema, res.text);
   if (figures === undefined) throw new GatewayAdminError(admin.url, 'refused', 200, `gateway ${admin.url}: GET ${path} answered something that is not a Troupe gateway's`);
   return figures;
+}
+
+/**
+ * A rollout's gate A sent by the gateway to each ready entry replica of `check.revision` in its table of
+ * `run` (revision-check.ts): their statuses, judged by the caller. The call's limit is the request's own
+ * timeout and DEFAULT_ADMIN_TIMEOUT_MS more. A gateway with no table of the run (404) or without the
+ * revision's ready entry replicas in it (409: its push not landed yet) fails as `refused` with that status.
+ */
+export async function checkServiceRevision(admin: GatewayAdmin, run: string, check: RevisionCheck): Promise<RevisionCheckAnswer> {
+  const path = `/services/${encodeURIComponent(run)}/check`;
+  const res = await call(admin, 'POST', path, check, check.request.timeout_s * 1000 + DEFAULT_ADMIN_TIMEOUT_MS);
+  if (res.status !== 200) throw failed(admin, 'POST', path, res);
+  const answer = answerOf(RevisionCheckAnswerSchema, res.text);
+  if (answer === undefined) throw new GatewayAdminError(admin.url, 'refused', 200, `gateway ${admin.url}: POST ${path} answered something that is not a Troupe gateway's`);
+  return answer;
 }

@@ -3,12 +3,14 @@ import { mergeFigures, windowParam, type FiguresPart } from './figures';
 import { bearerToken, tokenHash, tokenMatchesHashes } from './token-auth';
 import type { GatewayMetrics } from './gateway-metrics';
 import type { GatewayServices, InflightRow } from './gateway-services';
+import { checkRevisionHere, RevisionCheckSchema } from './revision-check';
 import { describeTableIssues, ServiceTableSchema, type GatewayInfo, type ServiceTable } from './routing-table';
 import type { GatewayStateWriter } from './state-file';
 
 /**
  * The admin API, on its own address: what a run pushes (a service's whole table, a lower generation
- * than the one held refused with 409) and what a rollout's drain and an operator read. Every call needs `Authorization: Bearer <admin token>`.
+ * than the one held refused with 409), what a rollout's drain and an operator read, and a rollout's gate A
+ * sent from here (revision-check.ts). Every call needs `Authorization: Bearer <admin token>`.
  */
 
 /** A table is small; a bigger body is a mistake or an attack. */
@@ -28,6 +30,21 @@ async function readBody(req: IncomingMessage): Promise<string | null> {
     chunks.push(chunk as Buffer);
   }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** The request's body as JSON; undefined once the 413 or 400 saying why is sent (`what`: the body's name, `tail`: said after a 400). */
+async function jsonBody(req: IncomingMessage, res: ServerResponse, what: string, tail: string): Promise<{ data: unknown } | undefined> {
+  const text = await readBody(req);
+  if (text === null) {
+    send(res, 413, { error: `a ${what} is at most ${MAX_TABLE_BYTES} bytes` });
+    return undefined;
+  }
+  try {
+    return { data: JSON.parse(text) as unknown };
+  } catch (err) {
+    send(res, 400, { error: `the ${what} is not JSON: ${err instanceof Error ? err.message : String(err)}${tail}` });
+    return undefined;
+  }
 }
 
 /** A table as `GET /services` shows it: how many tokens, never their hashes. */
@@ -90,18 +107,23 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
       const parts = workers ? await workers.figures(run, windowS) : [services.figuresPart(run, windowS, Date.now())];
       return send(res, 200, mergeFigures(run, windowS, parts));
     }
+    const check = /^\/services\/([^/]+)\/check$/.exec(path);
+    if (check && req.method === 'POST') {
+      const run = check[1] as string;
+      const body = await jsonBody(req, res, 'check', '');
+      if (!body) return;
+      const parsed = RevisionCheckSchema.safeParse(body.data);
+      if (!parsed.success) return send(res, 400, { error: `bad check: ${describeTableIssues(parsed.error, '(body)')}` });
+      // This process's services: a clustered gateway's primary reaches replicas for its probes, and so for this.
+      const outcome = await checkRevisionHere(services, run, parsed.data);
+      return outcome.status === 200 ? send(res, 200, outcome.answer) : send(res, outcome.status, { error: outcome.error });
+    }
     const one = /^\/services\/([^/]+)$/.exec(path);
     if (one && req.method === 'PUT') {
       const run = one[1] as string;
-      const text = await readBody(req);
-      if (text === null) return send(res, 413, { error: `a table is at most ${MAX_TABLE_BYTES} bytes` });
-      let data: unknown;
-      try {
-        data = JSON.parse(text);
-      } catch (err) {
-        return send(res, 400, { error: `the table is not JSON: ${err instanceof Error ? err.message : String(err)}; the service's table is unchanged` });
-      }
-      const parsed = ServiceTableSchema.safeParse(data);
+      const body = await jsonBody(req, res, 'table', "; the service's table is unchanged");
+      if (!body) return;
+      const parsed = ServiceTableSchema.safeParse(body.data);
       if (!parsed.success) return send(res, 400, { error: `bad table: ${describeTableIssues(parsed.error)}; the service's table is unchanged` });
       if (parsed.data.run !== run) return send(res, 400, { error: `the table is for run "${parsed.data.run}", the path names "${run}"; the service's table is unchanged` });
       // Checked and put with no await between: two PUTs at once cannot both pass the check.
@@ -119,7 +141,7 @@ export function adminPlaneHandler(options: AdminPlaneOptions): (req: IncomingMes
       await persist();
       return send(res, 200, { run, deleted: true });
     }
-    return send(res, 404, { error: 'admin API: PUT|DELETE /services/<run>, GET /services, GET /services/<run>/inflight, GET /services/<run>/figures?window=<s>, GET /info, GET /metrics' });
+    return send(res, 404, { error: 'admin API: PUT|DELETE /services/<run>, GET /services, GET /services/<run>/inflight, GET /services/<run>/figures?window=<s>, POST /services/<run>/check, GET /info, GET /metrics' });
   };
   return (req, res) => {
     handle(req, res).catch((err: unknown) => {

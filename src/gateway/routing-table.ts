@@ -167,7 +167,7 @@ export const GatewayStateSchema = z.strictObject({
 });
 export type GatewayState = z.infer<typeof GatewayStateSchema>;
 
-/** A zod failure as one line a caller can act on: `field.path: message; …`. */
-export function describeTableIssues(error: z.ZodError): string {
-  return error.issues.map((issue) => `${issue.path.length > 0 ? issue.path.join('.') : '(table)'}: ${issue.message}`).join('; ');
+/** A zod failure as one line a caller can act on: `field.path: message; …` (`whole`: what an issue of the whole body is said of). */
+export function describeTableIssues(error: z.ZodError, whole = '(table)'): string {
+  return error.issues.map((issue) => `${issue.path.length > 0 ? issue.path.join('.') : whole}: ${issue.message}`).join('; ');
 }

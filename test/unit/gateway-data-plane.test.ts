@@ -485,6 +485,89 @@ describe('the admin API', () => {
   });
 });
 
+describe('the admin API: a rollout\'s gate A sent from the gateway (POST /services/<run>/check)', () => {
+  const HEALTH_PROBE = { url: '/health', method: 'post', headers: [{ name: 'authorization', value: 'Bearer probe' }], body: '{"q":1}', timeout_s: 2 };
+  /** Revision 0 served by `current`, revision 1 (no traffic yet) by `fresh`, entry group `router`. */
+  const twoRevisions = (current: StandIn[], fresh: StandIn[], draining: StandIn[] = []): ServiceTableInput => ({
+    run: 'alpha',
+    generation: 7,
+    auth: null,
+    current_revision: 0,
+    revisions: [
+      { number: 0, entry: ['router'], groups: [{ name: 'router', replicas: current.map((r) => ({ url: r.url, state: 'ready' as const })) }] },
+      {
+        number: 1,
+        entry: ['router'],
+        groups: [
+          { name: 'router', replicas: [...fresh.map((r) => ({ url: r.url, state: 'ready' as const })), ...draining.map((r) => ({ url: r.url, state: 'draining' as const }))] },
+          { name: 'decode', replicas: [] },
+        ],
+      },
+    ],
+  });
+  const check = (gw: RunningGateway, body: unknown, run = 'alpha', token: string | null = ADMIN_TOKEN) => admin(gw, 'POST', `/services/${run}/check`, body, token);
+
+  it("sends the request to each ready entry replica of the revision, as written, and answers each one's status; nothing counts in the service's figures or metrics", async () => {
+    const [old, a, b, gone] = await Promise.all([standIn('old'), standIn('a'), standIn('b'), standIn('gone')]);
+    b.healthy = false;
+    const gw = await gateway();
+    await put(gw, twoRevisions([old], [a, b], [gone]));
+    const res = await check(gw, { revision: 1, request: HEALTH_PROBE });
+    expect(res.status, res.text).toBe(200);
+    const answer = JSON.parse(res.text) as { run: string; generation: number; revision: number; replicas: Array<{ url: string; status: number | null; ms: number | null; error: string | null }> };
+    expect(answer).toMatchObject({ run: 'alpha', generation: 7, revision: 1 });
+    // A 2xx is a pass, a 500 a failure: the caller judges; a draining replica and the old revision are not asked.
+    expect(answer.replicas.map(({ url, status, error }) => ({ url, status, error }))).toEqual([
+      { url: a.url, status: 200, error: null },
+      { url: b.url, status: 500, error: null },
+    ]);
+    expect(answer.replicas.every((r) => typeof r.ms === 'number')).toBe(true);
+    for (const r of [a, b]) expect(r.probes).toEqual([{ method: 'POST', auth: 'Bearer probe', body: '{"q":1}' }]);
+    expect(old.probes).toEqual([]);
+    expect(gone.probes).toEqual([]);
+    // Out of the figures (gate B, autoscaling), the in-flight counts (drains) and the metrics.
+    const figures = JSON.parse((await admin(gw, 'GET', '/services/alpha/figures?window=60')).text) as { revisions: Array<{ revision: number; requests: number }>; groups: Array<{ requests: number }> };
+    expect(figures.revisions.map((r) => r.requests)).toEqual([0, 0]);
+    expect(figures.groups.map((g) => g.requests)).toEqual([0, 0]);
+    expect((await admin(gw, 'GET', '/metrics')).text).not.toMatch(/troupe_gateway_requests_total\{service="alpha"/);
+    expect(JSON.parse((await admin(gw, 'GET', '/services/alpha/inflight')).text).replicas.every((r: { inflight: number }) => r.inflight === 0)).toBe(true);
+  });
+
+  it('answers a replica that does not answer with its error, within the timeout', async () => {
+    const [dead, hang] = await Promise.all([deadUrl(), standIn('hang')]);
+    const gw = await gateway();
+    await put(gw, { ...table('alpha', [{ url: dead }]), revisions: [{ number: 0, entry: ['main'], groups: [{ name: 'main', replicas: [{ url: dead, state: 'ready' }, { url: hang.url, state: 'ready' }] }] }] });
+    const started = Date.now();
+    const res = await check(gw, { revision: 0, request: { url: '/hang', method: 'get', headers: [], body: null, timeout_s: 1 } });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    const replicas = (JSON.parse(res.text) as { replicas: Array<{ url: string; status: number | null; error: string | null }> }).replicas;
+    expect(replicas[0]).toMatchObject({ url: dead, status: null, ms: null, error: expect.stringContaining('ECONNREFUSED') });
+    expect(replicas[1]).toMatchObject({ url: hang.url, status: null, ms: null, error: 'The operation was aborted due to timeout' });
+  });
+
+  it('404 for a run it has no table of, 409 for a revision not in its table or with no ready entry replica, 400 for a bad body, 401 without the token', async () => {
+    const [old, gone] = await Promise.all([standIn('old'), standIn('gone')]);
+    const gw = await gateway();
+    await put(gw, twoRevisions([old], [], [gone]));
+    const request = { url: '/', method: 'get', headers: [], body: null, timeout_s: 5 };
+    expect(await check(gw, { revision: 1, request }, 'beta')).toEqual({ status: 404, text: `${JSON.stringify({ error: 'no service "beta" on this gateway' })}\n` });
+    const missing = await check(gw, { revision: 3, request });
+    expect(missing.status).toBe(409);
+    expect(JSON.parse(missing.text)).toEqual({ error: "revision 3 not in this gateway's table (generation 7)" });
+    const none = await check(gw, { revision: 1, request });
+    expect(none.status).toBe(409);
+    expect(JSON.parse(none.text)).toEqual({ error: "revision 1 has no ready entry replica in this gateway's table (generation 7)" });
+    const bad = await check(gw, { revision: -1, request: { ...request, url: 'http://elsewhere/', timeout_s: 0 } });
+    expect(bad.status).toBe(400);
+    expect(JSON.parse(bad.text).error).toMatch(/^bad check: revision: .*; request\.url: a URL path: starts with \/.*; request\.timeout_s: /);
+    expect(JSON.parse((await check(gw, 'null')).text)).toEqual({ error: 'bad check: (body): Invalid input: expected object, received null' });
+    expect((await check(gw, '{not json')).status).toBe(400);
+    expect((await check(gw, { revision: 0, request }, 'alpha', null)).status).toBe(401);
+    expect((await check(gw, { revision: 0, request }, 'alpha', 'wrong-token')).status).toBe(403);
+    expect(old.probes).toEqual([]);
+  });
+});
+
 describe('a clustered gateway (--workers 2): one set of tables, limits, counts and metrics', () => {
   it('serves on every worker, with 401, 503, the generation check and strip_prefix as one process does', async () => {
     const a = await standIn('a1');

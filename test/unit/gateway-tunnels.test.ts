@@ -130,6 +130,19 @@ describe('the gateway through a jump host', () => {
     expect(jump.connections).toBeLessThanOrEqual(3);
   }, 30_000);
 
+  it("with --workers 2, a rollout's gate A sent from the gateway (its primary) goes through the jump host, as its requests do", async () => {
+    const { jump, up, gw } = await throughJump(false, 2);
+    const res = await fetch(`${gw.adminUrl}/services/hid/check`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer admin-token-for-tests-0123456789', 'content-type': 'application/json' },
+      body: JSON.stringify({ revision: 0, request: { url: '/ready', method: 'get', headers: [], body: null, timeout_s: 5 } }),
+    });
+    const answer = (await res.json()) as { replicas: Array<{ url: string; status: number | null; error: string | null }> };
+    expect(answer.replicas).toMatchObject([{ url: `http://${HIDDEN}:${up.port}`, status: 200, error: null }]);
+    // HIDDEN is an address this machine has no route to: the answer came through the jump host.
+    expect(jump.channels.map((c) => `${c.host}:${c.port}`)).toContain(`${HIDDEN}:${up.port}`);
+  }, 30_000);
+
   it('connects again after the SSH connection drops', async () => {
     const { jump, up, gw } = await throughJump(false);
     expect((await get(gw)).status).toBe(200);
