@@ -15,7 +15,7 @@ import type { BackendRegistry } from './types';
 export type * from './types';
 
 export interface ActivityOptions {
-  /** The gateways services' tables are pushed to; none: pushServiceTable fails with NoGateway. */
+  /** The gateways services' tables are pushed to, and a rollout's gate A sent through; none: pushServiceTable fails with NoGateway. */
   gateways?: readonly GatewayAdmin[];
 }
 
@@ -28,7 +28,7 @@ export function createActivities(backends: BackendRegistry, options: ActivityOpt
     ...createTeardownActivities(backends),
     ...createPeersActivities(backends),
     ...createFleetActivities(),
-    ...createSyntheticRequestActivities(),
+    ...createSyntheticRequestActivities(options.gateways ?? []),
     ...createReplicaMetricsActivities(),
     ...createRunIdentityActivities(),
     ...createGatewayRouteActivities(options.gateways ?? []),

@@ -132,6 +132,12 @@ export interface CheckRevisionInput {
   urls: string[];
   /** The entry group's first probe, or null: `GET /`. */
   probe: ServiceProbe | null;
+  /**
+   * The service's run and the revision's number in its routing table: with both, every gateway of the
+   * worker sends the request too, by its own way to the replicas. Without: from the worker only.
+   */
+  run?: string;
+  revision?: number;
 }
 
 /** `error`: the first request that failed (which replica, what came back); null: all passed, `note` says how. */

@@ -4,15 +4,16 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createGatewayRouteActivities } from '../../activities/gateway-routes';
-import type { DrainReplicasResult, PushServiceTableResult } from '../../activities/types';
+import { createSyntheticRequestActivities } from '../../activities/synthetic-request';
+import type { CheckRevisionInput, CheckRevisionResult, DrainReplicasResult, PushServiceTableResult } from '../../activities/types';
 import { gatewayInfo, GatewayAdminError, type GatewayAdmin } from '../../src/gateway/admin-client';
 import { startGateway, type RunningGateway } from '../../src/gateway/gateway';
 import type { ServiceTableInput } from '../../src/gateway/routing-table';
 import { listenLocal } from '../helpers/local-server';
 
 /**
- * The worker's side of the gateway: the push and remove activities (in the SDK's MockActivityEnvironment,
- * no Temporal server) against real gateways and a real upstream on 127.0.0.1.
+ * The worker's side of the gateway: the push and remove activities and gate A's check (in the SDK's
+ * MockActivityEnvironment, no Temporal server) against real gateways and a real upstream on 127.0.0.1.
  */
 
 const ADMIN_TOKEN = 'push-test-admin-token-0123456789';
@@ -225,5 +226,93 @@ describe('drainReplicas', () => {
     const result = await drain('web', ['http://127.0.0.1:9'], 0.3);
     expect(result.left).toBe(0);
     expect(result.silent_gateways).toHaveLength(1);
+  });
+});
+
+describe("checkRevision (a rollout's gate A) through every gateway", () => {
+  /** The activity with these gateways; a gateway without the revision is asked again for `waitMs`. */
+  function gateA(gateways: GatewayAdmin[], waitMs = 1_000) {
+    const acts = createSyntheticRequestActivities(gateways, { tableWaitMs: waitMs });
+    const env = new MockActivityEnvironment();
+    return (input: CheckRevisionInput) => env.run(acts.checkRevision, input) as Promise<CheckRevisionResult>;
+  }
+  const PROBE = { type: 'http' as const, url: '/ready', method: 'get' as const, headers: [], body: null, timeout_s: 5, interval_s: 10, ready_after: 1, until_ready: false };
+
+  /** A replica whose `/ready` answers `status`, counting the requests it gets. */
+  async function readyReplica(status: number): Promise<{ url: string; asked: () => number }> {
+    let asked = 0;
+    const url = await listening(createServer((req, res) => res.writeHead(req.url === '/ready' ? ((asked += 1), status) : 200).end('body not to be shown')));
+    return { url, asked: () => asked };
+  }
+
+  /** The table of run `web` whose revision 1 (no traffic yet) is served by `fresh`, revision 0 by `old`. */
+  const rolling = (generation: number, old: string, fresh: string[]): ServiceTableInput => ({
+    run: 'web',
+    generation,
+    auth: null,
+    current_revision: 0,
+    revisions: [
+      { number: 0, entry: ['main'], groups: [{ name: 'main', replicas: [{ url: old, state: 'ready' }] }] },
+      { number: 1, entry: ['main'], groups: [{ name: 'main', replicas: fresh.map((url) => ({ url, state: 'ready' as const })) }] },
+    ],
+  });
+
+  it('passes when the request passes from the worker and from each gateway, saying how many gateways', async () => {
+    const [old, fresh] = await Promise.all([readyReplica(200), readyReplica(200)]);
+    const [a, b] = await Promise.all([gateway(), gateway()]);
+    await activities([admin(a), admin(b)]).push(rolling(3, old.url, [fresh.url]));
+    const verdict = await gateA([admin(a), admin(b)])({ urls: [fresh.url], probe: PROBE, run: 'web', revision: 1 });
+    expect(verdict).toEqual({ error: null, note: expect.stringMatching(/^GET \/ready passed on 1 entry replica \(slowest \d+ ms\), and through 2 gateways \(slowest \d+ ms\)$/) });
+    // Once from the worker, once from each gateway; the old revision's replica is not asked.
+    expect(fresh.asked()).toBe(3);
+    expect(old.asked()).toBe(0);
+  });
+
+  it("fails naming the gateway, the replica and its status where a gateway's way fails though the worker's passes", async () => {
+    const [old, good, bad] = await Promise.all([readyReplica(200), readyReplica(200), readyReplica(503)]);
+    const [a, b] = await Promise.all([gateway(), gateway()]);
+    await activities([admin(a)]).push(rolling(3, old.url, [good.url]));
+    // Gateway b's table sends users of revision 1 to a replica that answers 503.
+    await activities([admin(b)]).push(rolling(3, old.url, [bad.url]));
+    const verdict = await gateA([admin(a), admin(b)])({ urls: [good.url], probe: PROBE, run: 'web', revision: 1 });
+    expect(verdict).toEqual({ error: expect.stringMatching(new RegExp(`^GET /ready to ${bad.url} through gateway ${b.adminUrl}: HTTP 503 after \\d+ ms$`)), note: null });
+    messages.push(verdict.error ?? '');
+    expect(verdict.error).not.toContain('body not to be shown');
+  });
+
+  it("a gateway whose table lacks the revision fails it, named, once its push has not come in the wait; one that comes meanwhile passes", async () => {
+    const [old, fresh] = await Promise.all([readyReplica(200), readyReplica(200)]);
+    const [a, behind] = await Promise.all([gateway(), gateway()]);
+    await activities([admin(a)]).push(rolling(3, old.url, [fresh.url]));
+    await activities([admin(behind)]).push(table(2, [{ url: old.url, state: 'ready' }]));
+    const started = Date.now();
+    const verdict = await gateA([admin(a), admin(behind)], 1_000)({ urls: [fresh.url], probe: null, run: 'web', revision: 1 });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(900);
+    expect(verdict).toEqual({ error: `GET /: gateway ${behind.adminUrl}: POST /services/web/check answered 409: revision 1 not in this gateway's table (generation 2) (asked for 1 s)`, note: null });
+    messages.push(verdict.error ?? '');
+
+    // The push lands while the gate waits for it: the gate passes.
+    const waiting = gateA([admin(a), admin(behind)], 10_000)({ urls: [fresh.url], probe: null, run: 'web', revision: 1 });
+    await new Promise((r) => setTimeout(r, 700));
+    await activities([admin(behind)]).push(rolling(3, old.url, [fresh.url]));
+    expect((await waiting).error).toBeNull();
+  });
+
+  it('a gateway that refuses the token fails it at once; without the run and revision, or with no gateway, only the worker sends it', async () => {
+    const [old, fresh] = await Promise.all([readyReplica(200), readyReplica(200)]);
+    const gw = await gateway();
+    await activities([admin(gw)]).push(rolling(3, old.url, [fresh.url]));
+    const started = Date.now();
+    const refused = await gateA([admin(gw, 'another-token-0123456789abcdef')], 30_000)({ urls: [fresh.url], probe: null, run: 'web', revision: 1 });
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(refused.error).toBe(`GET /: gateway ${gw.adminUrl}: POST /services/web/check answered 403: wrong admin token`);
+    messages.push(refused.error ?? '');
+
+    const asked = fresh.asked();
+    const workerOnly = { error: null, note: expect.stringMatching(/^GET \/ready passed on 1 entry replica \(slowest \d+ ms\)$/) };
+    expect(await gateA([admin(gw)])({ urls: [fresh.url], probe: PROBE })).toEqual(workerOnly);
+    expect(await gateA([])({ urls: [fresh.url], probe: PROBE, run: 'web', revision: 1 })).toEqual(workerOnly);
+    // One request each, the worker's: no gateway sent one.
+    expect(fresh.asked() - asked).toBe(2);
   });
 });
