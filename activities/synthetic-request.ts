@@ -2,6 +2,7 @@ import type { SshTarget } from '../src/backends/ssh/target';
 import { checkServiceRevision, GatewayAdminError, type GatewayAdmin } from '../src/gateway/admin-client';
 import { probeStatus } from '../src/gateway/replica-probes';
 import type { RevisionCheck } from '../src/gateway/revision-check';
+import { whileHeartbeating } from './heartbeat';
 import { addressOf, closeThroughJump, dispatcherThroughJump, jumpedHostsOfCaller, replicaJumpsOfRuns } from './replica-jumps';
 import type { CheckRevisionInput, CheckRevisionResult } from './types';
 
@@ -126,22 +127,25 @@ export interface SyntheticRequestOptions {
 export function createSyntheticRequestActivities(gateways: readonly GatewayAdmin[] = [], options: SyntheticRequestOptions = {}) {
   const jumps = replicaJumpsOfRuns();
   return {
-    async checkRevision({ urls, probe, run, revision }: CheckRevisionInput): Promise<CheckRevisionResult> {
-      let hosts: Map<string, SshTarget>;
-      try {
-        hosts = await jumpedHostsOfCaller(jumps, urls);
-      } catch (err) {
-        // Not a direct request that cannot work: the gate fails, saying why.
-        return { error: `${describe(requestOf(probe))} to ${urls[0] ?? 'its entry replicas'}: ${err instanceof Error ? err.message : String(err)}`, note: null };
-      }
-      const throughGateways = run !== undefined && revision !== undefined && gateways.length > 0;
-      const [direct, viaGateways] = await Promise.all([
-        checkUrls(urls, probe, hosts),
-        throughGateways ? checkThroughGateways(gateways, run, revision, probe, options.tableWaitMs) : null,
-      ]);
-      if (direct.error !== null || viaGateways === null) return direct;
-      if (viaGateways.error !== null) return viaGateways;
-      return { error: null, note: `${direct.note ?? ''}, and ${viaGateways.note ?? ''}` };
-    },
+    // Heartbeating: a worker killed mid-gate (up to a probe's timeout and the gateways' wait) is seen in
+    // seconds and the gate tried again by the next one, not after the activity's whole timeout.
+    checkRevision: (input: CheckRevisionInput): Promise<CheckRevisionResult> => whileHeartbeating(() => check(input)),
   };
+  async function check({ urls, probe, run, revision }: CheckRevisionInput): Promise<CheckRevisionResult> {
+    let hosts: Map<string, SshTarget>;
+    try {
+      hosts = await jumpedHostsOfCaller(jumps, urls);
+    } catch (err) {
+      // Not a direct request that cannot work: the gate fails, saying why.
+      return { error: `${describe(requestOf(probe))} to ${urls[0] ?? 'its entry replicas'}: ${err instanceof Error ? err.message : String(err)}`, note: null };
+    }
+    const throughGateways = run !== undefined && revision !== undefined && gateways.length > 0;
+    const [direct, viaGateways] = await Promise.all([
+      checkUrls(urls, probe, hosts),
+      throughGateways ? checkThroughGateways(gateways, run, revision, probe, options.tableWaitMs) : null,
+    ]);
+    if (direct.error !== null || viaGateways === null) return direct;
+    if (viaGateways.error !== null) return viaGateways;
+    return { error: null, note: `${direct.note ?? ''}, and ${viaGateways.note ?? ''}` };
+  }
 }

@@ -57,10 +57,12 @@ describe('a coherent rollout of a running service', () => {
     let load = steadyLoad();
     await new Promise((r) => setTimeout(r, 2000));
     const rounds: unknown[] = [];
+    const gateNotes = new Set<string>();
     const watching = setInterval(() => {
       void handle.query(runStateQuery).then((s) => {
         const r = s.service?.rollout;
         if (r && r.phase !== 'over') rounds.push({ round: r.round, phase: r.phase, share_percent: r.share_percent });
+        if (r?.synthetic) gateNotes.add(r.synthetic);
       }, () => undefined);
     }, 100);
     const result = await handle.executeUpdate(applyServiceUpdate, { args: [{ plan: v2 }] }).finally(() => clearInterval(watching));
@@ -74,6 +76,8 @@ describe('a coherent rollout of a running service', () => {
     // current. (Polled every 100 ms: with no soak its `canary` phase can pass between two polls — a fresh
     // clone's CI saw only `retiring` with the share —, so the share is looked for, and the phase in the steps below.)
     expect(rounds).toContainEqual(expect.objectContaining({ round: { number: 1, of: 2 }, share_percent: 50 }));
+    // Gate A's request went through the gateway too (the path users take), not only from the worker.
+    expect([...gateNotes].join('\n')).toMatch(/passed on 1 entry replica \(slowest \d+ ms\), and through 1 gateway/);
     // The Web UI's current details list the rollout's steps as they went.
     const details = (await handle.query<{ currentDetails?: string }>('__temporal_workflow_metadata')).currentDetails ?? '';
     expect(details).toMatch(/- \d\d:\d\d:\d\d deployment 1 round 1 of 2: canary, new revision at 50%\n(.|\n)*- \d\d:\d\d:\d\d deployment 1 round 2 of 2: starting/);

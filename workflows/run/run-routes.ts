@@ -60,6 +60,7 @@ export function drainReplicas(run: Run, effect: Extract<Effect, { kind: 'drain' 
 /** Gate A's synthetic requests: each bounded by its timeout; one try more if the worker went away meanwhile. */
 const checkActivities = proxyActivities<TroupeActivities>({
   startToCloseTimeout: '6m',
+  heartbeatTimeout: '10s',
   retry: { initialInterval: '1s', maximumAttempts: 2 },
 });
 
@@ -67,7 +68,7 @@ const checkActivities = proxyActivities<TroupeActivities>({
 export function checkRevision(run: Run, effect: Extract<Effect, { kind: 'check-revision' }>): void {
   const { revision, round, urls, probe } = effect;
   void checkActivities.checkRevision
-    .executeWithOptions({ summary: `gate A of revision ${revision}, round ${round}: ${urls.length} entry replica${urls.length === 1 ? '' : 's'}` }, [{ urls, probe }])
+    .executeWithOptions({ summary: `gate A of revision ${revision}, round ${round}: ${urls.length} entry replica${urls.length === 1 ? '' : 's'}` }, [{ urls, probe, run: run.state.run_name, revision }])
     .then(
       ({ error, note }) => run.inbox.push({ kind: 'revision-checked', revision, round, note, error }),
       (err: unknown) => run.inbox.push({ kind: 'revision-checked', revision, round, note: null, error: rootMessage(err) }),
