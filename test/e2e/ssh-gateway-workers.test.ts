@@ -174,7 +174,6 @@ async function freshPool(token: string): Promise<Pinned[]> {
 
 interface Sent {
   at: number;
-  conn: Pinned;
   /** The process its connection was held by when it was sent (0: a connection opened again, unknown). */
   pid: number;
   ok: boolean;
@@ -215,7 +214,7 @@ describe('troupe gateway --workers 2 with replicas behind a jump host', () => {
       timeoutMs: 10_000,
       send: async (signal) => {
         const conn = pool[sent.length % pool.length] as Pinned;
-        const record: Sent = { at: Date.now(), conn, pid: conn.pid, ok: false };
+        const record: Sent = { at: Date.now(), pid: conn.pid, ok: false };
         sent.push(record);
         try {
           record.address = await where(conn, token, signal);
@@ -232,7 +231,9 @@ describe('troupe gateway --workers 2 with replicas behind a jump host', () => {
     await sleep(5_000);
     // Each data-plane process keeps its own SSH connection to the jump host (the primary one more, for its probes).
     const before = jumpConnections();
-    expect([first, second].map((pid) => before.get(pid)?.length ?? 0), `SSH connections to the jump host by pid: ${JSON.stringify([...before])}`).toEqual([1, 1]);
+    const primary = gateway.child.pid ?? 0;
+    expect([primary, first, second].map((pid) => before.get(pid)?.length ?? 0), `SSH connections to the jump host by pid: ${JSON.stringify([...before])}`).toEqual([1, 1, 1]);
+    expect(before.size).toBe(3);
     const servedBefore = [first, second].map((pid) => sent.filter((s) => s.ok && s.pid === pid).length);
     expect(servedBefore.every((n) => n > 0), `served by each: ${servedBefore.join(', ')}`).toBe(true);
 
