@@ -14,6 +14,8 @@ import { fleetSpecOf } from '../../src/fleet/fleet-spec';
 import type { FleetState } from '../../src/contract/fleet-messages';
 import { temporalAddress, testClient, uniqueTaskQueue } from '../helpers/temporal';
 import { startTroupeWorker } from '../helpers/troupe-worker';
+import type { GatewayProcess } from '../helpers/gateway-process';
+import { kill9 } from '../helpers/worker-process-control';
 import { createTestHosts, jobDirOfTestHost, testHostsFleetYaml, type TestHostSpec, type TestHosts } from './hosts';
 
 /**
@@ -234,3 +236,41 @@ export async function startCliWorker(extraEnv: Record<string, string>, extraArgs
   return child;
 }
 
+
+/**
+ * `troupe worker --gateway` pushing to a `troupe gateway` of this env, on the test file's own task queue
+ * (the env's in-process worker pushes to no gateway); started again the same way after a test kills it.
+ */
+export function startGatewayCliWorker(env: SshFleetEnv, taskQueue: string, gateway: Pick<GatewayProcess, 'adminUrl' | 'adminTokenFile'>): Promise<ChildProcess> {
+  return startCliWorker({ TROUPE_TASK_QUEUE: taskQueue, TROUPE_STATE_DIR: join(env.dir, 'state'), TROUPE_KNOWN_HOSTS: env.hosts.knownHostsFile }, [
+    '--gateway',
+    gateway.adminUrl,
+    '--gateway-token-file',
+    gateway.adminTokenFile,
+  ]);
+}
+
+/**
+ * A services test file's end: only what a failed test left going — its runs still live stopped (aborted)
+ * and waited for, its fleets deleted — then the processes it started killed by pid, and the env closed.
+ */
+export async function closeServiceEnv(
+  env: SshFleetEnv | undefined,
+  taskQueue: string,
+  left: { runs: string[]; fleets: string[]; processes: Array<ChildProcess | undefined> },
+): Promise<void> {
+  if (env) {
+    const troupe = new TroupeClient(env.client, { taskQueue });
+    const fleets = new FleetClient(env.client, { taskQueue });
+    for (const run of left.runs) {
+      const state = await troupe.run(run).state().catch(() => null);
+      if (state && !['DONE', 'FAILED', 'TERMINATED'].includes(state.status)) {
+        await troupeCli({ ...env, taskQueue }, ['stop', run, '-x', '-y']);
+        await troupe.run(run).wait().catch(() => undefined);
+      }
+    }
+    for (const fleet of left.fleets) await fleets.delete(fleet, { force: true }).catch(() => undefined);
+  }
+  for (const child of left.processes) if (child) await kill9(child);
+  await env?.close();
+}

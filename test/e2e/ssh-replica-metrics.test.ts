@@ -8,8 +8,7 @@ import { FleetClient } from '../../src/fleet/fleet-client';
 import { startGatewayProcess, type GatewayProcess } from '../helpers/gateway-process';
 import { writeReplicaServer } from '../helpers/replica-server';
 import { uniqueTaskQueue } from '../helpers/temporal';
-import { kill9 } from '../helpers/worker-process-control';
-import { expectAllClean, fleetYaml, startCliWorker, startSshFleetEnv, troupeCli, waitForRun, type CliResult, type SshFleetEnv } from './ssh-fleet-fixtures';
+import { closeServiceEnv, expectAllClean, fleetYaml, startGatewayCliWorker, startSshFleetEnv, troupeCli, waitForRun, type CliResult, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
  * `scaling.replica_metrics` for replicas on SSH hosts behind their fleet's proxy_jump, on a subnet the
@@ -39,29 +38,13 @@ let fleets: FleetClient;
 beforeAll(async () => {
   env = await startSshFleetEnv([{ name: 'jump' }, ...HIDDEN.map((n) => ({ name: n, behindJump: 'jump' }))]);
   gateway = await startGatewayProcess(env.dir);
-  worker = await startCliWorker({ TROUPE_TASK_QUEUE: taskQueue, TROUPE_STATE_DIR: join(env.dir, 'state'), TROUPE_KNOWN_HOSTS: env.hosts.knownHostsFile }, [
-    '--gateway',
-    gateway.adminUrl,
-    '--gateway-token-file',
-    gateway.adminTokenFile,
-  ]);
+  worker = await startGatewayCliWorker(env, taskQueue, gateway);
   troupe = new TroupeClient(env.client, { taskQueue });
   fleets = new FleetClient(env.client, { taskQueue });
 }, 120_000);
 
 afterAll(async () => {
-  // Only what a failed test left going: the run aborted, the fleet deleted, then what this file started, by pid.
-  for (const run of [name, rolled]) {
-    const state = troupe ? await troupe.run(run).state().catch(() => null) : null;
-    if (state && !['DONE', 'FAILED', 'TERMINATED'].includes(state.status)) {
-      await cli(['stop', run, '-x', '-y']);
-      await troupe.run(run).wait().catch(() => undefined);
-    }
-  }
-  if (fleets) await fleets.delete(fleetName, { force: true }).catch(() => undefined);
-  if (worker) await kill9(worker);
-  if (gateway) await kill9(gateway.child);
-  await env?.close();
+  await closeServiceEnv(env, taskQueue, { runs: [name, rolled], fleets: [fleetName], processes: [worker, gateway?.child] });
 }, 120_000);
 
 const cli = (args: string[]): Promise<CliResult> => troupeCli({ ...env, taskQueue }, args);

@@ -10,7 +10,7 @@ import { timedSteps } from '../helpers/timed-steps';
 import { writeReplicaServer } from '../helpers/replica-server';
 import { uniqueTaskQueue } from '../helpers/temporal';
 import { kill9 } from '../helpers/worker-process-control';
-import { expectAllClean, fleetYaml, startCliWorker, startSshFleetEnv, troupeCli, waitForRun, type CliResult, type SshFleetEnv } from './ssh-fleet-fixtures';
+import { closeServiceEnv, expectAllClean, fleetYaml, startGatewayCliWorker, startSshFleetEnv, troupeCli, waitForRun, type CliResult, type SshFleetEnv } from './ssh-fleet-fixtures';
 
 /**
  * A service on an SSH fleet, end to end, as a user runs it: three real sshd hosts (test/e2e/hosts),
@@ -71,29 +71,12 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  // Only what a failed test left going: the run aborted, the fleet deleted, then what this file started, by pid.
-  for (const run of troupe ? [name, hiddenName, privateName] : []) {
-    const state = await troupe.run(run).state().catch(() => null);
-    if (state && !['DONE', 'FAILED', 'TERMINATED'].includes(state.status)) {
-      await cli(['stop', run, '-x', '-y']);
-      await troupe.run(run).wait().catch(() => undefined);
-    }
-  }
-  for (const fleet of fleets ? [fleetName, hiddenFleet, privateFleet] : []) await fleets.delete(fleet, { force: true }).catch(() => undefined);
   spawnSync('ip', ['route', 'del', 'unreachable', `${PRIVATE_IP}/32`]);
-  if (worker) await kill9(worker);
-  if (gateway) await kill9(gateway.child);
-  await env?.close();
+  await closeServiceEnv(env, taskQueue, { runs: [name, hiddenName, privateName], fleets: [fleetName, hiddenFleet, privateFleet], processes: [worker, gateway?.child] });
 }, 120_000);
 
 /** `troupe worker` pushing to this file's gateway (started again after a test kills it). */
-const startWorker = (): Promise<ChildProcess> =>
-  startCliWorker({ TROUPE_TASK_QUEUE: taskQueue, TROUPE_STATE_DIR: join(env.dir, 'state'), TROUPE_KNOWN_HOSTS: env.hosts.knownHostsFile }, [
-    '--gateway',
-    gateway.adminUrl,
-    '--gateway-token-file',
-    gateway.adminTokenFile,
-  ]);
+const startWorker = (): Promise<ChildProcess> => startGatewayCliWorker(env, taskQueue, gateway);
 
 /** `troupe …` on this file's task queue. */
 const cli = (args: string[]): Promise<CliResult> => troupeCli({ ...env, taskQueue }, args);
