@@ -24,7 +24,7 @@
  * Prints figures. Asserts nothing.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -73,9 +73,9 @@ function openFiles(pid: number): number {
  * until none is. Isolated, bash stays the namespace's init as isolate.sh does, and `--kill-child`
  * ends the namespace with its `unshare`.
  */
-function floorNode(tag: string, isolated: boolean): string {
+function floorNode(tag: string, isolated: boolean, sshd = ''): string {
   return isolated
-    ? `setsid unshare --mount --pid --uts --ipc --fork --kill-child bash --noprofile --norc -c "mount -t tmpfs -o size=64k none /tmp && mount -t tmpfs none /dev/shm && mount -t proc proc /proc && setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs bash --noprofile --norc -c 'exec -a ${tag} sleep infinity'; exit"`
+    ? `setsid unshare --mount --pid --uts --ipc --fork --kill-child bash --noprofile --norc -c "${sshd}mount -t tmpfs -o size=64k none /tmp && mount -t tmpfs none /dev/shm && mount -t proc proc /proc && setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs bash --noprofile --norc -c 'exec -a ${tag} sleep infinity'; exit"`
     : `setsid bash --noprofile --norc -c 'exec -a ${tag} sleep infinity'`;
 }
 
@@ -99,9 +99,12 @@ function floor(n: number, isolated: boolean): { startMs: number; stopMs: number 
  * exec`, until all `sleep`s are there; then killed and every namespace deleted. Serial: one `ip`
  * process per step, one node after the other. Batched: the root namespace's steps of all nodes in
  * one `ip -batch`, then one `ip -n NS -batch` per node. Its own bridge and names (a tag of this
- * process), so it never meets a fleet's; cleaned up whatever happens.
+ * process), so it never meets a fleet's; cleaned up whatever happens. With `ssh` (batched), the fair
+ * floor of what a Troupe node of a multi-node group is: each node also starts an OpenSSH server on
+ * its address (inter-node SSH, which the fleet starts for every such node) and counts only once that
+ * server has written its pid file (listens), as a Troupe job is RUNNING only then.
  */
-function netnsFloor(n: number, batched: boolean): { startMs: number; stopMs: number } {
+function netnsFloor(n: number, batched: boolean, ssh = false): { startMs: number; stopMs: number } {
   const tag = `troupe-nsfloor-${process.pid}`;
   const short = (process.pid % 0xfff).toString(16);
   const bridge = `tfb${short}`;
@@ -118,22 +121,35 @@ function netnsFloor(n: number, batched: boolean): { startMs: number; stopMs: num
     'link set lo up',
     `route replace default dev ${peer(i)} src ${addr(i)}`,
   ];
-  const node = floorNode(tag, true);
+  // The SSH servers' files in a folder the nodes' own /tmp does not hide; each server's address and pid file its node's.
+  const sshDir = ssh ? mkdtempSync('/var/tmp/troupe-bench-floor-sshd-') : null;
+  const sshd = (i: number) =>
+    sshDir ? `/usr/sbin/sshd -D -e -f ${sshDir}/sshd_config -o ListenAddress=${addr(i)} -o PidFile=${sshDir}/pids/${i} < /dev/null > /dev/null 2>&1 & ` : '';
+  const nodeOf = (i: number) => floorNode(tag, true, sshd(i));
   const all = Array.from({ length: n }, (_, i) => i);
   const setUp = batched
     ? [
         `ip -batch - <<'OUT'`,
         ...all.flatMap(outside),
         'OUT',
-        ...all.flatMap((i) => [`ip -n ${ns(i)} -batch - <<'IN'`, ...inside(i), 'IN', `ip netns exec ${ns(i)} ${node} < /dev/null > /dev/null 2>&1 & pids+=($!); echo $! >> "$PIDS"`]),
+        ...all.flatMap((i) => [`ip -n ${ns(i)} -batch - <<'IN'`, ...inside(i), 'IN', `ip netns exec ${ns(i)} ${nodeOf(i)} < /dev/null > /dev/null 2>&1 & pids+=($!); echo $! >> "$PIDS"`]),
       ]
-    : all.map((i) => [...outside(i).map((c) => `ip ${c}`), ...inside(i).map((c) => `ip -n ${ns(i)} ${c}`), `ip netns exec ${ns(i)} ${node} < /dev/null > /dev/null 2>&1 & pids+=($!); echo $! >> "$PIDS"`].join('; '));
+    : all.map((i) => [...outside(i).map((c) => `ip ${c}`), ...inside(i).map((c) => `ip -n ${ns(i)} ${c}`), `ip netns exec ${ns(i)} ${nodeOf(i)} < /dev/null > /dev/null 2>&1 & pids+=($!); echo $! >> "$PIDS"`].join('; '));
   const tearDown = batched ? [`ip -batch - <<'DEL'`, ...all.map((i) => `netns del ${ns(i)}`), 'DEL'] : all.map((i) => `ip netns del ${ns(i)}`);
+  if (sshDir) {
+    mkdirSync(join(sshDir, 'pids'));
+    execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(sshDir, 'host_key')]);
+    writeFileSync(join(sshDir, 'sshd_config'), [`HostKey ${sshDir}/host_key`, 'UsePAM no', 'StrictModes no', 'PasswordAuthentication no', ''].join('\n'));
+  }
   const script = [
+    ...(sshDir ? ['mkdir -p /run/sshd'] : []),
     `ip link add ${bridge} type bridge && ip link set ${bridge} up || exit 1`,
     't0=$(date +%s%N)',
     ...setUp,
-    `until [ "$(pgrep -c -f '^${tag}')" -ge ${n} ]; do sleep 0.02; done; t1=$(date +%s%N)`,
+    `until [ "$(pgrep -c -f '^${tag}')" -ge ${n} ]; do sleep 0.02; done`,
+    ...(sshDir ? [`until [ "$(ls ${sshDir}/pids | wc -l)" -ge ${n} ]; do sleep 0.02; done`] : []),
+    't1=$(date +%s%N)',
+    // The servers leave with their namespaces' init (--kill-child kills the pid namespace).
     'kill -KILL "${pids[@]}" 2>/dev/null; wait 2>/dev/null',
     ...tearDown,
     `until [ "$(pgrep -c -f '^${tag}')" -eq 0 ]; do sleep 0.02; done; t2=$(date +%s%N)`,
@@ -151,6 +167,7 @@ function netnsFloor(n: number, batched: boolean): { startMs: number; stopMs: num
     // Whatever failed: no sleep, namespace or bridge of the floor stays.
     execFileSync('bash', ['--noprofile', '--norc', '-c', `[ -f ${dir}/pids ] && xargs -r kill -KILL < ${dir}/pids 2>/dev/null; for f in /run/netns/tfns-${short}-*; do [ -e "$f" ] && ip netns del "\${f##*/}"; done; ip link del ${bridge} 2>/dev/null; true`]);
     rmSync(dir, { recursive: true, force: true });
+    if (sshDir) rmSync(sshDir, { recursive: true, force: true });
   }
 }
 
@@ -238,7 +255,7 @@ try {
       const groupBytes = groups.reduce((sum, g) => sum + (g?.bytes ?? 0), 0);
       const plainFloor = floor(n, false);
       const isolatedFloor = floor(n, true);
-      const nsFloors = c.variant === 'netns' ? [netnsFloor(n, false), netnsFloor(n, true)] : null;
+      const nsFloors = c.variant === 'netns' ? [netnsFloor(n, false), netnsFloor(n, true), netnsFloor(n, true, true)] : null;
       rows.push([
         `${n}${{ plain: '', nofile: `, ulimit -n ${FILE_LIMIT}`, kill: ', worker killed mid-teardown', netns: ', network namespaces' }[c.variant]}`,
         withLoad(`${at(provisioned)} / ${at(running)}`, loadRunning),
@@ -269,7 +286,7 @@ const header = [
   'stop → torn down (load)',
   'floor plain: start / kill',
   'floor isolated: start / kill',
-  'floor netns, serial; batched: start / torn down',
+  'floor netns, serial; batched; batched + sshd: start / torn down',
   'worker CPU to RUNNING',
   'holding: worker CPU ms/job/s (load)',
   'worker peak RSS',
