@@ -31,8 +31,12 @@ export const CANARY_READ_MS = 1000;
 /** How long past its soak a canary whose figures cannot be read is waited on before it is rolled back. */
 const CANARY_UNREAD_MS = 60_000;
 
-/** The rollout's first move: the plan as deployed is the core's, `undo` the plan before it; `counts` the new revision's replicas, `from` the old one's, by group. */
-export function beginCoherent(core: RunCore, undo: Plan, counts: number[], from: number[], now: number, effects: Effect[]): RunCore {
+/**
+ * The rollout's first move: the plan as deployed is the core's, `undo` the plan before it; `counts` the new
+ * revision's replicas, `from` the old one's, by group. `restore` (the last good spec again, by hand): no
+ * canary — gate A and the rounds as asked, but no share watched against the revision being left.
+ */
+export function beginCoherent(core: RunCore, undo: Plan, counts: number[], from: number[], now: number, effects: Effect[], restore = false): RunCore {
   const service = serviceOf(core);
   const rollout = service.rollout;
   const spec = specOf(undo);
@@ -51,7 +55,7 @@ export function beginCoherent(core: RunCore, undo: Plan, counts: number[], from:
     undo: spec,
     deadline_ms: now + settings.gates.progress_deadline_s * 1000,
     cause: null,
-    canary: { traffic_percent: settings.canary?.traffic_percent ?? null, since_ms: null, reading: false, read_at_ms: null, gate: null },
+    canary: { traffic_percent: restore ? null : (settings.canary?.traffic_percent ?? null), since_ms: null, reading: false, read_at_ms: null, gate: null },
     paused_at_ms: null,
     synthetic: null,
   };

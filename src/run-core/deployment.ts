@@ -136,7 +136,7 @@ function deploy(core: RunCore, service: ServiceCore, event: Extract<RunEvent, { 
     const counts = core.plan.groups.map((g) => change.resize.find((r) => r.group === g.index)?.nodes ?? sizes[g.index] ?? g.nodes);
     const rollout = { id: event.id, number, steps: [], step: null, rolled: core.plan.groups.map((g) => g.index), coherent: null, error: null, over: false };
     const from = core.plan.groups.map((g) => sizes[g.index] ?? g.nodes);
-    return beginCoherent(withService(next, { ...service, deployment: number, rollout }), core.plan, counts, from, now, effects);
+    return beginCoherent(withService(next, { ...service, deployment: number, rollout }), core.plan, counts, from, now, effects, event.restore === true);
   }
   const rollout = { id: event.id, number, steps, step: null, rolled: [], coherent: null, error: null, over: false };
   return advance(withService(next, { ...service, deployment: number, rollout }), now, effects);

@@ -33,8 +33,12 @@ export type RunEvent =
    * flight), or it could not be asked (`error`: the gateways did not answer; null when it was).
    */
   | { kind: 'drained'; id: number; left: number; error: string | null }
-  /** Deploy this plan of the service (the applyService Update; `id` names its answer). */
-  | { kind: 'deploy'; id: number; plan: Plan }
+  /**
+   * Deploy this plan of the service (the applyService Update; `id` names its answer). `restore`: the
+   * last good spec again (`troupe rollout rollback` once a rollout went through), rolled without a
+   * canary — its gate would judge a spec known to serve against the revision the user is leaving.
+   */
+  | { kind: 'deploy'; id: number; plan: Plan; restore?: true }
   /**
    * A reading of the service's figures on the gateways over the last `window_s` seconds, for a canary's
    * gate or the autoscaler, or why it could not be read: per revision, and per revision and entry group

@@ -94,6 +94,30 @@ describe('a rollout steered by hand', () => {
     expect(lastGoodPlan(core)?.service?.revision).toBe(service('serve-v2').service?.revision);
   });
 
+  it('deploys the last good spec again without its canary: gate A and the rounds, no share judged against the revision being left', () => {
+    const canary = ', canary: {traffic: 20, soak: 10s}';
+    const before = servingCore(service('serve-v1', canary));
+    // v2 (no canary of its own) goes through; v1's spec, canary and all, is the last good one.
+    const deploying = pass(before, [{ kind: 'deploy', id: 1, plan: service('serve-v2') }], T0 + 3000);
+    let core = play(deploying.core, deploying.effects, T0 + 3000).core;
+    core = pass(core, [{ kind: 'deploy-answered', id: 1 }], T0 + 4000).core;
+    const old = lastGoodPlan(core)!;
+    expect(old.service?.rollout.canary).toEqual({ traffic_percent: 20, soak_s: 10 });
+    // Deployed as an apply would (no restore): its canary takes 20 % and waits for its soak's figures.
+    const applied = pass(core, [{ kind: 'deploy', id: 2, plan: old }], T0 + 5000);
+    const soaking = play(applied.core, applied.effects, T0 + 5000);
+    expect(soaking.core.service?.rollout?.over).toBe(false);
+    expect(soaking.core.service?.rollout?.coherent).toMatchObject({ phase: 'canary', share_percent: 20 });
+    // As the rollback by hand deploys it: gate A still asked, no canary read, through at once.
+    const restoring = pass(core, [{ kind: 'deploy', id: 2, plan: old, restore: true }], T0 + 5000);
+    const restored = play(restoring.core, restoring.effects, T0 + 5000);
+    expect(restored.seen.some(({ effect }) => effect.kind === 'check-revision')).toBe(true);
+    expect(restored.seen.some(({ effect }) => effect.kind === 'read-figures')).toBe(false);
+    expect(restored.core.service?.rollout).toMatchObject({ number: 2, over: true, error: null });
+    expect(decodeCommands(restored.core)).toEqual(['serve-v1', 'serve-v1']);
+    expect(activeJobs(restored.core.run).map((j) => revisionOf(restored.core, j.job_num))).toEqual([2, 2, 2]);
+  });
+
   it("takes a user's resize in the middle of a rollout as the new revision's target, and answers it once the rollout went through", () => {
     const { oldDecode, starting } = startingWithRange();
     expect(rolloutRefusal(starting)).toBeNull();

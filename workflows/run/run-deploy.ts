@@ -59,7 +59,7 @@ export function setRolloutControlHandler(run: Run): void {
         if (!plan) throw ApplicationFailure.nonRetryable(`service ${run.state.run_name} has nothing to roll back to`, FailureType.DeployFailed);
         // The last good spec again, as the next deployment: this Update is its answer.
         const id = (run.deploysAsked += 1);
-        run.inbox.push({ kind: 'deploy', id, plan });
+        run.inbox.push({ kind: 'deploy', id, plan, restore: true });
         const error = await rolloutEnded(run, id);
         run.inbox.push({ kind: 'deploy-answered', id });
         if (error) throw ApplicationFailure.nonRetryable(error, FailureType.DeployFailed);

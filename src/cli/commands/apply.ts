@@ -146,7 +146,7 @@ async function deploy(
     process.stderr.write('Not deployed.\n');
     return 0;
   }
-  process.stderr.write(`Deploying to ${paint(style, 'bold', plan.run_name)} (deployment ${number}): changed commands roll one replica at a time…\n`);
+  process.stderr.write(`Deploying to ${paint(style, 'bold', plan.run_name)} (deployment ${number}): ${howItRolls(plan)}…\n`);
   const result = await handle.applyService(plan);
   const rolled = result.rolled.length > 0 ? `rolled ${result.rolled.join(', ')}` : 'nothing to roll';
   process.stderr.write(
@@ -292,4 +292,12 @@ async function attach(handle: RunHandle, style: Style): Promise<number> {
   } finally {
     interrupt.dispose();
   }
+}
+
+/** How a changed spec reaches the replicas, as the plan's `rollout` says. */
+function howItRolls(plan: Plan): string {
+  const rollout = plan.service?.rollout;
+  if (rollout?.coherence !== 'revision') return 'changed commands roll one replica at a time';
+  const canary = rollout.canary ? `, a canary of ${rollout.canary.traffic_percent}% watched for ${rollout.canary.soak_s} s first` : '';
+  return `a new revision rolls in ${rollout.steps} step${rollout.steps === 1 ? '' : 's'} at least${canary}, each step's replicas answering end to end before they take traffic`;
 }
