@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, constants, fchownSync, openSync, renameSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, fchownSync, linkSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { chown, link, mkdir, readdir, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { z } from 'zod';
@@ -70,6 +70,26 @@ export async function createFileExclusive(path: string, content: string): Promis
   }
 }
 
+/** createFileExclusive without the thread pool (writeFileAtomicSync says why); `path`'s directory must exist. */
+export function createFileExclusiveSync(path: string, content: string): boolean {
+  const tmp = tempPath(path);
+  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  try {
+    writeFileSync(fd, content);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    linkSync(tmp, path);
+    return true;
+  } catch (err) {
+    if (isErrno(err, 'EEXIST')) return false;
+    throw err;
+  } finally {
+    removeFileSync(tmp);
+  }
+}
+
 /** A temporary file whose writer (by the pid in its name) is gone: left by a process killed mid-write. */
 function isOrphanedTemp(name: string): boolean {
   const pid = /\.tmp-(\d+)-[0-9a-f]{8}$/.exec(name)?.[1];
@@ -108,6 +128,24 @@ export async function readTextFile(path: string): Promise<string | null> {
 export async function readJsonFile<S extends z.ZodType>(path: string, schema: S): Promise<z.infer<S> | null> {
   const text = await readTextFile(path);
   return text === null ? null : schema.parse(JSON.parse(text));
+}
+
+/** The text of `path`, or null when it does not exist, without the thread pool (writeFileAtomicSync says why). */
+export function readTextFileSync(path: string): string | null {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (err) {
+    if (isErrno(err, 'ENOENT')) return null;
+    throw err;
+  }
+}
+
+export function removeFileSync(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (err) {
+    if (!isErrno(err, 'ENOENT')) throw err;
+  }
 }
 
 export async function removeFile(path: string): Promise<void> {
