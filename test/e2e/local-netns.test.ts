@@ -8,6 +8,10 @@ import { jobVisibleTempDir } from '../helpers/local-fleet';
 import { SubmissionClosedError } from '../../src/backends/backend';
 import type { LocalBackend } from '../../src/backends/local/local-backend';
 import { nodeMac } from '../../src/backends/local/netns';
+import { cgroupDirs } from '../../src/backends/cgroup-limits';
+import { cgroupHierarchy } from '../../src/backends/local/job-cgroup';
+import { jobCgroupName } from '../../src/backends/local/local-names';
+import { PREPARED_FILE } from '../../src/backends/local/node-preparation';
 import { readProcStat } from '../../src/backends/local/proc';
 import { JobLayout } from '../../src/runner/job-layout';
 import { alive, groupRequest, hostPid, jobRef, LocalFleetHarness, makeRun, waitFor } from './local-fixtures';
@@ -293,6 +297,32 @@ describe('local fleet, netns mode', () => {
     // provision() of the same job sets the namespace up again.
     expect(await backend.provision(groupRequest(run, 0))).toEqual(instances);
     expect(await backend.runnerReady(ref)).toBe(true);
+  });
+
+  it('sets a node up for its start when its runner is ready, and leaves nothing of that when it never starts', async () => {
+    const run = makeRun([{ name: 'main', nodes: 2, commands: ['echo started from its set-up'] }]);
+    const instances = await h.provision(backend, run);
+    const refs = instances.map((instance, num) => jobRef(run, num, instance));
+    const hierarchy = await cgroupHierarchy();
+    const cgroupsLeft = (num: number) =>
+      hierarchy.version === null ? [] : cgroupDirs(hierarchy, jobCgroupName(h.stateDir, instances[num]!.instance_id)).filter((d) => existsSync(d));
+    for (const ref of refs) expect(await backend.runnerReady(ref)).toBe(true);
+    for (const [num, ref] of refs.entries()) {
+      expect(existsSync(join(backend.jobDirectory(ref), PREPARED_FILE))).toBe(true);
+      // The cgroup with its limits is made ahead (a machine without a usable hierarchy has none to make).
+      if (hierarchy.version !== null) expect(cgroupsLeft(num)).not.toEqual([]);
+    }
+    // Asked again (a retried check), nothing changes.
+    expect(await backend.runnerReady(refs[0]!)).toBe(true);
+    await h.start(backend, run, instances, [0]);
+    await waitFor('its end', async () => (await backend.jobState(refs[0]!)).state === 'exited');
+    expect(await backend.jobState(refs[0]!)).toMatchObject({ exit_code: 0 });
+    expect((await backend.readLog(refs[0]!, 0, 1000)).data).toContain('started from its set-up');
+    await backend.releaseRun(run.runId, run.submission);
+    for (const num of [0, 1]) expect(cgroupsLeft(num)).toEqual([]);
+    // The never-started node: only the stop claim the release took, so a late start never runs.
+    expect(readdirSync(backend.jobDirectory(refs[1]!))).toEqual([JobLayout.started]);
+    expect(readdirSync(backend.jobDirectory(refs[0]!)).sort()).toEqual([JobLayout.exitCode, JobLayout.log, JobLayout.started]);
   });
 
   it('releaseRun stops every process, removes namespaces, links and leases, and refuses later provisioning', async () => {

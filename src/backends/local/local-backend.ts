@@ -1,6 +1,6 @@
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { constants } from 'node:fs';
+import { constants, mkdirSync } from 'node:fs';
 import { appendFile, mkdir, open } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -58,7 +58,8 @@ import { noNewPrivsLine, type Confinement } from '../no-new-privs';
 import { waitForSshServer, writeNodeSsh } from './node-ssh';
 import { isAlive, type ProcessIdentity } from './proc';
 import { ensureRunUser, lookupUser, removeRunUser, runUserName, type RunUser } from './run-user';
-import { pathExists, readTextFile, writeFileAtomic, type FileOwner } from './state-files';
+import { pathExists, readTextFile, writeFileAtomicSync, type FileOwner } from './state-files';
+import { readPrepared, recordPrepared, type PreparedNode } from './node-preparation';
 import { writePeersFile } from './peers-file';
 import { keepOnly, keepOnlyAll, openJobFileForReading, setDirectoryOwner } from './job-dir-safety';
 import { readLocalJobUsage } from './job-usage';
@@ -306,12 +307,69 @@ export class LocalBackend implements Backend {
     }
   }
 
+  /** Ready once its network is; meanwhile the node is set up for its start (prepareNode), once. */
   async runnerReady(job: JobRef): Promise<boolean> {
     if (await this.store.isReleased(job.run_id, job.submission)) return false;
     const record = await this.store.readRecord(job.instance.instance_id);
     if (!record) return false;
     const names = linkNames(record);
-    return names ? await nodeNetworkReady(names, record.ip) : true;
+    const [ready] = await Promise.all([names ? nodeNetworkReady(names, record.ip) : true, this.prepareAhead(job, record)]);
+    return ready;
+  }
+
+  /**
+   * The node's set-up for its start, ahead of it (node-preparation.ts), unless it is recorded.
+   * A release or a stop of the job that came meanwhile may have cleaned up before it: then what
+   * it made goes again (a release marks the submission, a stop claims the start, and a forget
+   * removes the record before they clean up, so one seen after it cleans up after it too).
+   */
+  private async prepareAhead(job: JobRef, record: LocalInstanceRecord): Promise<void> {
+    const dir = this.jobDirectory(job);
+    if (readPrepared(dir, this.isolation !== null)) return;
+    // What the jobs run under is looked at once per worker: its first start need not.
+    await Promise.all([this.prepareNode(job, record, dir), this.options.confinement ?? jobConfinement()]);
+    const [released, still, claim] = await Promise.all([
+      this.store.isReleased(job.run_id, job.submission),
+      this.store.readRecord(record.instance_id),
+      readClaim(dir),
+    ]);
+    if (!released && still && claim.kind !== 'stopped') return;
+    const h = await this.cgroups();
+    if (h.version !== null) await removeJobCgroup(h, jobCgroupName(this.options.stateDir, record.instance_id));
+    await keepOnly(dir, RELEASED_JOB_FILES);
+  }
+
+  /**
+   * What a start needs that none of its job's files do (node-preparation.ts): the job directory,
+   * the run's user and, when isolated, the directory's owners, `work/` and what the job must not
+   * see; the cgroup with its limits. Idempotent; recorded last.
+   */
+  private async prepareNode(job: JobRef, record: LocalInstanceRecord, dir: string): Promise<PreparedNode> {
+    await mkdir(dir, { recursive: true });
+    const user = this.isolation ? await ensureRunUser(runUserName(job.run_id, job.submission)) : null;
+    // The cgroup is made while the directories are set up: each is a chain of file-system calls.
+    const [cgroup, hide] = await Promise.all([this.jobCgroup(record), user ? this.isolatedDirectories(dir, user) : null]);
+    const prepared: PreparedNode = { user, cgroup_why: 'why' in cgroup ? cgroup.why : null, hide };
+    recordPrepared(dir, prepared);
+    return prepared;
+  }
+
+  /**
+   * An isolated job's directory: root's, readable by the run's group (0750), `work/` the run
+   * user's; returns what the job must not see (hiddenDirectories: after the owners are set, since
+   * it looks at which ancestors the run's user can traverse).
+   */
+  private async isolatedDirectories(dir: string, user: RunUser): Promise<string[]> {
+    setDirectoryOwner(join(dir, '..'), { uid: 0, gid: user.gid }, 0o750);
+    setDirectoryOwner(dir, { uid: 0, gid: user.gid }, 0o750);
+    const work = join(dir, L.workDir);
+    mkdirSync(work, { recursive: true });
+    setDirectoryOwner(work, user, 0o700);
+    const keyFiles = [
+      this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile,
+      this.options.codecKeyFile === undefined ? codecKeyFile() : this.options.codecKeyFile,
+    ];
+    return await hiddenDirectories(dir, this.options.stateDir, keyFiles);
   }
 
   async startJob(job: JobRef, files: JobFiles): Promise<{ pid: number }> {
@@ -320,18 +378,17 @@ export class LocalBackend implements Backend {
     if (claim.kind === 'none') {
       const [, record] = await Promise.all([this.refuseReleased(job.run_id, job.submission), this.store.readRecord(job.instance.instance_id)]);
       if (!record) throw new Error(`${job.job_name}: instance ${job.instance.instance_id} is not provisioned on the local fleet`);
-      await mkdir(dir, { recursive: true });
-      const user = this.isolation ? await ensureRunUser(runUserName(job.run_id, job.submission)) : null;
+      // Set up when its runner was found ready (prepareAhead), or now if that was not recorded.
+      const prepared = readPrepared(dir, this.isolation !== null) ?? (await this.prepareNode(job, record, dir));
       const confinement = this.options.confinement ?? (await jobConfinement());
       const walls = confinement.walls ?? [];
-      // The cgroup is made while the files are written: neither needs the other, and each is a
-      // chain of file-system calls that waits on the worker's event loop between two calls.
-      const [cgroup, isolated] = await Promise.all([this.jobCgroup(record), this.writeJobFiles(dir, record, files, user, walls)]);
+      const isolated = await this.writeJobFiles(dir, record, files, prepared, walls);
+      const cgroupProcs = prepared.cgroup_why === null ? await this.cgroupProcsOf(record) : [];
       // What the job runs without: its log's first lines, limits first.
-      const without = [...('why' in cgroup ? [noLimitsLine(cgroup.why)] : []), ...(confinement.walls ? [] : [noNewPrivsLine(confinement.why)])];
+      const without = [...(prepared.cgroup_why !== null ? [noLimitsLine(prepared.cgroup_why)] : []), ...(confinement.walls ? [] : [noNewPrivsLine(confinement.why)])];
       if (without.length > 0) await appendFile(join(dir, L.log), without.join(''));
       // An isolated job's walls go up after its namespaces are set up (isolate.sh), not around the wrapper.
-      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record), cgroupProcs: cgroup.procs, confine: isolated ? [] : walls });
+      const spawned = spawnWrapper(dir, { netns: record.netns, env: this.baseEnv(record), cgroupProcs, confine: isolated ? [] : walls });
       return await this.removeEnvIfRefused(dir, this.waitForStart(job, dir, spawned.exited));
     }
     return await this.waitForStart(job, dir, null);
@@ -353,58 +410,48 @@ export class LocalBackend implements Backend {
   /**
    * The job's files (and its `ssh/` for inter-node SSH); the isolated launch's too when jobs are
    * isolated, whose wrapper then runs it (returned). Written by atomic replacement: a wrapper that
-   * already won (a concurrent start) keeps reading the old inode.
+   * already won (a concurrent start) keeps reading the old inode. Synchronously but for peers.json
+   * (writeFileAtomicSync says why); the directories are the node's set-up (prepareNode).
    */
   private async writeJobFiles(
     dir: string,
     record: LocalInstanceRecord,
     files: JobFiles,
-    user: RunUser | null,
+    prepared: PreparedNode,
     walls: readonly string[],
   ): Promise<{ launch: string; unshare: string } | null> {
+    const { user } = prepared;
     // Readable by the run's group (its user), not by other runs' users; the scripts that run as root are root's alone.
     const shared: FileOwner | null = user ? { uid: 0, gid: user.gid } : null;
     // Inter-node SSH needs a port 22 of the node's own: netns mode only (node-ssh.ts).
-    const entry = files.ssh && record.netns ? await writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
-    const isolated = user ? await this.isolatedFiles(dir, record, user, entry, files.node ?? null, walls) : null;
-    await Promise.all([
-      writeFileAtomic(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared),
-      writeFileAtomic(join(dir, L.hostfile), files.hostfile, user ? 0o640 : 0o644, shared),
-      writeFileAtomic(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared),
-      ...(isolated ? [writeFileAtomic(join(dir, L.isolatedLaunch), isolated.launch, 0o700)] : []),
-      ...(isolated && files.node ? [writeFileAtomic(join(dir, L.hosts), files.node.hosts, 0o644)] : []),
-      ...(isolated && record.netns ? [writeFileAtomic(join(dir, L.resolvConf), RESOLV_CONF, 0o644)] : []),
-      writeFileAtomic(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755),
-      ...(files.peers ? [writePeersFile(dir, files.peers, peersMode(user), shared)] : []),
-    ]);
+    const entry = files.ssh && record.netns ? writeNodeSsh(dir, record.ip, files.ssh, user) : undefined;
+    const isolated = user ? this.isolatedLaunch(dir, record, user, prepared.hide ?? [], entry, files.node ?? null, walls) : null;
+    writeFileAtomicSync(join(dir, L.env), renderEnvFile(files.env), user ? 0o640 : 0o600, shared);
+    writeFileAtomicSync(join(dir, L.hostfile), files.hostfile, user ? 0o640 : 0o644, shared);
+    writeFileAtomicSync(join(dir, L.launchScript), files.script, user ? 0o750 : 0o755, shared);
+    if (isolated) writeFileAtomicSync(join(dir, L.isolatedLaunch), isolated.launch, 0o700);
+    if (isolated && files.node) writeFileAtomicSync(join(dir, L.hosts), files.node.hosts, 0o644);
+    if (isolated && record.netns) writeFileAtomicSync(join(dir, L.resolvConf), RESOLV_CONF, 0o644);
+    writeFileAtomicSync(join(dir, L.wrapper), renderJobWrapper(isolated ? { isolate: { unshare: isolated.unshare } } : { entry }), user ? 0o700 : 0o755);
+    if (files.peers) await writePeersFile(dir, files.peers, peersMode(user), shared);
     return isolated;
   }
 
   /**
-   * An isolated job's directory: root's, readable by the run's group (0750); `work/` the run
-   * user's; and the script that sets up its namespaces (renderIsolatedLaunch): a machine of its
-   * own, named and with the /etc/hosts of `node` (the runner's), /dev/shm of the group's shm_size.
+   * The script that sets up an isolated job's namespaces (renderIsolatedLaunch): a machine of its
+   * own, named and with the /etc/hosts of `node` (the runner's), /dev/shm of the group's shm_size,
+   * without the directories in `hide`.
    */
-  private async isolatedFiles(
+  private isolatedLaunch(
     dir: string,
     record: LocalInstanceRecord,
     user: RunUser,
+    hide: string[],
     entry: string | undefined,
     node: NodeIdentity | null,
     walls: readonly string[],
-  ): Promise<{ launch: string; unshare: string }> {
+  ): { launch: string; unshare: string } {
     const tools = this.requireIsolation().tools();
-    const submissionDir = join(dir, '..');
-    await setDirectoryOwner(submissionDir, { uid: 0, gid: user.gid }, 0o750);
-    await setDirectoryOwner(dir, { uid: 0, gid: user.gid }, 0o750);
-    const work = join(dir, L.workDir);
-    await mkdir(work, { recursive: true });
-    await setDirectoryOwner(work, user, 0o700);
-    const keyFiles = [
-      this.options.secretKeyFile === undefined ? secretKeyFile() : this.options.secretKeyFile,
-      this.options.codecKeyFile === undefined ? codecKeyFile() : this.options.codecKeyFile,
-    ];
-    const hide = await hiddenDirectories(dir, this.options.stateDir, keyFiles);
     const launch = renderIsolatedLaunch({
       jobDir: dir,
       hide,

@@ -1,4 +1,4 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdirSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import type { NodeSshKeys } from '../backend';
@@ -6,7 +6,7 @@ import { renderNodeSsh, SshLayout } from '../../runner/inter-node-ssh';
 import { JobLayout as L } from '../../runner/job-layout';
 import { isAlive, type ProcessIdentity } from './proc';
 import type { RunUser } from './run-user';
-import { pathExists, writeFileAtomic } from './state-files';
+import { pathExists, writeFileAtomicSync } from './state-files';
 import { setDirectoryOwner } from './job-dir-safety';
 import type { FolderWatch } from './folder-watch';
 
@@ -28,8 +28,9 @@ const PORT = 22;
  * Writes the job's `ssh/` directory: root's, readable by the run's group when isolated (the keys
  * too: ssh and sshd refuse a key its own user could share, not one root owns), its `state/` the
  * job user's. Returns the entry script, relative to the job directory, for the wrapper.
+ * Synchronous, as the job's other files are (writeFileAtomicSync says why): ~10 small files.
  */
-export async function writeNodeSsh(jobDir: string, ip: string, keys: NodeSshKeys, user: RunUser | null): Promise<string> {
+export function writeNodeSsh(jobDir: string, ip: string, keys: NodeSshKeys, user: RunUser | null): string {
   const rendered = renderNodeSsh({
     jobDir,
     keys,
@@ -47,17 +48,15 @@ export async function writeNodeSsh(jobDir: string, ip: string, keys: NodeSshKeys
   const owner = user ? { uid: 0, gid: user.gid } : null;
   const base = join(jobDir, SshLayout.dir);
   for (const sub of [base, join(base, SshLayout.bin), join(base, SshLayout.state)]) {
-    await mkdir(sub, { recursive: true });
-    await setDirectoryOwner(sub, { uid: 0, gid: user?.gid ?? 0 }, user ? 0o750 : 0o700);
+    mkdirSync(sub, { recursive: true });
+    setDirectoryOwner(sub, { uid: 0, gid: user?.gid ?? 0 }, user ? 0o750 : 0o700);
   }
-  if (user) await setDirectoryOwner(join(base, SshLayout.state), user, 0o700);
-  await Promise.all(
-    Object.entries(rendered.files).map(([name, content]) => {
-      const executable = rendered.scripts.includes(name);
-      const mode = user ? (executable ? 0o750 : 0o640) : executable ? 0o700 : 0o600;
-      return writeFileAtomic(join(base, name), content, mode, owner);
-    }),
-  );
+  if (user) setDirectoryOwner(join(base, SshLayout.state), user, 0o700);
+  for (const [name, content] of Object.entries(rendered.files)) {
+    const executable = rendered.scripts.includes(name);
+    const mode = user ? (executable ? 0o750 : 0o640) : executable ? 0o700 : 0o600;
+    writeFileAtomicSync(join(base, name), content, mode, owner);
+  }
   return `${SshLayout.dir}/${SshLayout.run}`;
 }
 
