@@ -18,7 +18,8 @@ import { closeServiceEnv, expectAllClean, fleetYaml, startGatewayCliWorker, star
  * can grow the group), the target is 20 per replica. The gateway has no `--ssh-identity`: it cannot
  * reach these replicas, so the figures that size decode come from the worker alone. Then a coherent
  * rollout on the same hosts: its gate A, sent from the worker, reaches the new router through the jump
- * host and passes.
+ * host and passes there — and fails through the gateway, which has no way to the new router, so users
+ * could not reach the new revision either: it is rolled back, the old one serving.
  */
 
 /** Four: the rollout's new revision (router and decode) starts beside the old one. */
@@ -117,7 +118,7 @@ describe('replica_metrics behind a proxy_jump', () => {
     await expectAllClean({ ...env, fleets }, fleetName);
   }, 180_000);
 
-  it("a coherent rollout's gate A reaches the new router through the jump host, and passes", async () => {
+  it("a coherent rollout's gate A reaches the new router through the jump host; the gateway, which cannot, fails it and it is rolled back", async () => {
     writeFileSync(join(env.dir, 'fleet.yml'), fleetYaml(env, fleetName, HIDDEN));
     expect((await cli(['fleet', 'apply', '-f', join(env.dir, 'fleet.yml'), '-y'])).code).toBe(0);
     const server = writeReplicaServer(env.dir);
@@ -135,20 +136,25 @@ describe('replica_metrics behind a proxy_jump', () => {
       ].join('\n');
     const apply = async (label: string) => {
       writeFileSync(join(env.dir, 'rolled.yml'), spec(label));
-      const applied = await cli(['apply', '-f', join(env.dir, 'rolled.yml'), '-y', '-d']);
-      expect(applied.code, applied.stderr).toBe(0);
+      return await cli(['apply', '-f', join(env.dir, 'rolled.yml'), '-y', '-d']);
     };
-    await apply('v1');
+    const first = await apply('v1');
+    expect(first.code, first.stderr).toBe(0);
     await waitForRun({ troupe }, rolled, (s) => s.status === 'FAILED' || (live(s).length === 2 && live(s).every((j) => j.status === 'READY')), 60_000);
     const deploying = apply('v2');
     const over = await waitForRun({ troupe }, rolled, (s) => s.status === 'FAILED' || (s.service?.rollout?.deployment === 1 && s.service.rollout.phase === 'over'), 120_000).catch(async (err: unknown) => {
       const state = await troupe.run(rolled).state().catch(() => null);
       throw new Error(`${(err as Error).message.split('\n')[0]}\n${JSON.stringify(state?.service?.rollout)}`);
     });
-    await deploying;
-    // Without the jump it fails: the worker has no route to the new router (`… connect EHOSTUNREACH`, or a timeout), and the rollout is rolled back.
-    expect(over.service?.rollout?.error ?? null).toBeNull();
-    expect(over.service?.rollout?.synthetic).toMatch(/GET \/ready passed on 1 entry replica/);
+    // The deployment's own answer: not deployed (exit 1), and why, naming what to do.
+    const second = await deploying;
+    expect(second.code, second.stderr).toBe(1);
+    expect(second.stderr).toMatch(/through gateway .*this gateway has no SSH key for it: start the gateway with --ssh-identity FILE/);
+    // The worker's own request went through the jump host (without it: `… connect EHOSTUNREACH`, or a
+    // timeout, and the gate's error would be that one); the gateway's, with no SSH identity, did not.
+    expect(over.service?.rollout?.error).toMatch(/^deployment 1 rolled back: gate A failed: GET \/ready to http:\/\/[\d.]+:8000 through gateway http:\/\/127\.0\.0\.1:\d+: .+; revision 0 serves$/);
+    expect(over.service?.rollout?.synthetic).toMatch(/^round 1: failed: GET \/ready to http:\/\/[\d.]+:8000 through gateway /);
+    expect(live(over).map((j) => j.revision)).toEqual([0, 0]);
     const hidden = new Set(HIDDEN.map((h) => env.hosts.host(h).address));
     expect(live(over).map((j) => j.instance?.internal_ip).filter((ip) => !hidden.has(ip ?? ''))).toEqual([]);
     console.log(`${rolled}: ${over.service?.rollout?.synthetic}`);
