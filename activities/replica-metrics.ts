@@ -1,5 +1,6 @@
 import { fetch, type Response } from 'undici';
 import type { SshTarget } from '../src/backends/ssh/target';
+import { whyNoAnswer } from '../src/gateway/replica-probes';
 import { sumMetrics } from '../src/metrics/exposition-sums';
 import { addressOf, closeThroughJump, dispatcherThroughJump, jumpedHostsOfCaller, replicaJumpsOfRuns } from './replica-jumps';
 import type { ReadReplicaMetricsInput, ReadReplicaMetricsResult } from './types';
@@ -47,8 +48,7 @@ async function readOne(url: string, names: readonly string[], jumped: SshTarget 
     }
     return { values: sumMetrics(await readBounded(res), names), error: null };
   } catch (err) {
-    const why = err instanceof Error && err.cause instanceof Error ? err.cause.message : err instanceof Error ? err.message : String(err);
-    return { values: null, error: why };
+    return { values: null, error: whyNoAnswer(err) };
   } finally {
     if (dispatcher) closeThroughJump(dispatcher);
   }

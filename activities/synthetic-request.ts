@@ -1,6 +1,6 @@
 import type { SshTarget } from '../src/backends/ssh/target';
 import { checkServiceRevision, GatewayAdminError, type GatewayAdmin } from '../src/gateway/admin-client';
-import { probeStatus } from '../src/gateway/replica-probes';
+import { probeStatus, whyNoAnswer } from '../src/gateway/replica-probes';
 import type { RevisionCheck } from '../src/gateway/revision-check';
 import { whileHeartbeating } from './heartbeat';
 import { addressOf, closeThroughJump, dispatcherThroughJump, jumpedHostsOfCaller, replicaJumpsOfRuns } from './replica-jumps';
@@ -77,8 +77,7 @@ export async function checkUrls(urls: readonly string[], probe: CheckRevisionInp
         const took = Date.now() - started;
         return passes(status) ? { url, took, why: null } : { url, took, why: `HTTP ${status} after ${took} ms` };
       } catch (err) {
-        const why = err instanceof Error && err.cause instanceof Error ? err.cause.message : err instanceof Error ? err.message : String(err);
-        return { url, took: null, why };
+        return { url, took: null, why: whyNoAnswer(err) };
       }
     }),
   );

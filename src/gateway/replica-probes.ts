@@ -30,6 +30,12 @@ export async function probeStatus(origin: string, probe: Pick<TableProbe, 'url' 
   return res.status;
 }
 
+/** Why a request got no answer: undici's cause (`connect ECONNREFUSED …`) rather than fetch's `fetch failed`. */
+export function whyNoAnswer(err: unknown): string {
+  if (err instanceof Error && err.cause instanceof Error) return err.cause.message;
+  return err instanceof Error ? err.message : String(err);
+}
+
 /** dstack's test (httpx's `is_success`, redirects not followed): a 2xx answer within the timeout. */
 export const httpProbe: ProbeCheck = async (origin, probe, signal, dispatcher) => {
   try {

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { GatewayServices } from './gateway-services';
-import { probeStatus } from './replica-probes';
+import { probeStatus, whyNoAnswer } from './replica-probes';
 import { TableProbeSchema } from './routing-table';
 
 /**
@@ -40,12 +40,6 @@ export type RevisionCheckAnswer = z.infer<typeof RevisionCheckAnswerSchema>;
 
 /** The check's outcome as the admin API answers it: the replicas' answers, or why it could not be made here (404, 409). */
 export type RevisionCheckOutcome = { status: 200; answer: RevisionCheckAnswer } | { status: 404 | 409; error: string };
-
-/** Why a request got no answer: undici's cause (`connect ECONNREFUSED …`) rather than fetch's `fetch failed`. */
-function whyNoAnswer(err: unknown): string {
-  if (err instanceof Error && err.cause instanceof Error) return err.cause.message;
-  return err instanceof Error ? err.message : String(err);
-}
 
 /** Sends `check.request` to each ready entry replica of `check.revision` in this gateway's table of `run`, all at once. */
 export async function checkRevisionHere(services: GatewayServices, run: string, check: RevisionCheck): Promise<RevisionCheckOutcome> {

@@ -1,7 +1,6 @@
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
-import { isErrno, writeFileAtomicSync } from './state-files';
+import { readTextFileSync, writeFileAtomicSync } from './state-files';
 
 /**
  * What a local node's start needs that none of its job's files do (the job directory and its
@@ -37,13 +36,8 @@ export function recordPrepared(jobDir: string, prepared: PreparedNode): void {
  * file on the start's path (writeFileAtomicSync says why).
  */
 export function readPrepared(jobDir: string, isolated: boolean): PreparedNode | null {
-  let text: string;
-  try {
-    text = readFileSync(join(jobDir, PREPARED_FILE), 'utf8');
-  } catch (err) {
-    if (isErrno(err, 'ENOENT')) return null;
-    throw err;
-  }
+  const text = readTextFileSync(join(jobDir, PREPARED_FILE));
+  if (text === null) return null;
   let parsed;
   try {
     parsed = PreparedNodeSchema.safeParse(JSON.parse(text) as unknown);

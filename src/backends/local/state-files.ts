@@ -40,6 +40,12 @@ export async function writeFileAtomic(path: string, content: string, mode = 0o64
  * `path`'s directory must exist.
  */
 export function writeFileAtomicSync(path: string, content: string, mode = 0o644, owner: FileOwner | null = null): void {
+  const tmp = writeTempFileSync(path, content, mode, owner);
+  renameSync(tmp, path);
+}
+
+/** A new temporary file beside `path` with `content` (made new, never through a link, its owner set by descriptor): its path. */
+function writeTempFileSync(path: string, content: string, mode: number, owner: FileOwner | null): string {
   const tmp = tempPath(path);
   const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
@@ -48,7 +54,7 @@ export function writeFileAtomicSync(path: string, content: string, mode = 0o644,
   } finally {
     closeSync(fd);
   }
-  renameSync(tmp, path);
+  return tmp;
 }
 
 /**
@@ -72,13 +78,7 @@ export async function createFileExclusive(path: string, content: string): Promis
 
 /** createFileExclusive without the thread pool (writeFileAtomicSync says why); `path`'s directory must exist. */
 export function createFileExclusiveSync(path: string, content: string): boolean {
-  const tmp = tempPath(path);
-  const fd = openSync(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
-  try {
-    writeFileSync(fd, content);
-  } finally {
-    closeSync(fd);
-  }
+  const tmp = writeTempFileSync(path, content, 0o644, null);
   try {
     linkSync(tmp, path);
     return true;
